@@ -1,0 +1,117 @@
+"""Device tags: the exact device a target's timings were measured on.
+
+Timings are only comparable on the same device, so the tag carries what changes them:
+for the CPU the architecture and CPU model; for GPUs the architecture (``sm_90``,
+``gfx1151``), supplied by the GPU lanes through :func:`register_device_probe`.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_UNSAFE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device tag plus the human-readable name kept in cache provenance."""
+
+    tag: str
+    name: str
+
+
+DeviceProbe = Callable[[], "DeviceInfo | str"]
+"""Returns the device, or a string saying why there is none."""
+
+
+def _slug(text: str) -> str:
+    return _UNSAFE.sub("-", text.lower()).strip("-")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown-cpu"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_device() -> DeviceInfo:
+    """The CPU's device tag, e.g. ``cpu-x86_64-intel-r-xeon-r-processor``."""
+    model = _cpu_model()
+    machine = platform.machine() or "unknown"
+    return DeviceInfo(f"cpu-{machine.lower()}-{_slug(model)}", model)
+
+
+_PROBES: dict[str, DeviceProbe] = {"cpu": cpu_device}
+_RESOLVED: dict[str, DeviceInfo | str] = {}
+_LOCK = threading.Lock()
+
+
+def register_device_probe(target: str, probe: DeviceProbe) -> None:
+    """Set how ``target``'s device is found; the result is cached until :func:`forget`."""
+    with _LOCK:
+        _PROBES[target] = probe
+        _RESOLVED.pop(target, None)
+
+
+def forget(target: str | None = None) -> None:
+    """Drop cached probe results (all targets, or one), e.g. after changing devices."""
+    with _LOCK:
+        if target is None:
+            _RESOLVED.clear()
+        else:
+            _RESOLVED.pop(target, None)
+
+
+def probe_device(target: str) -> DeviceInfo | str:
+    """The device for ``target``, or a string saying why there is none."""
+    found = _RESOLVED.get(target)
+    if found is not None:
+        return found
+    probe = _PROBES.get(target)
+    if probe is None:
+        found = f"no device probe is registered for target {target!r}"
+    else:
+        try:
+            found = probe()
+        except Exception as exc:  # a broken driver must not take the dispatch down
+            found = f"device probe for {target!r} failed: {type(exc).__name__}: {exc}"
+    with _LOCK:
+        _RESOLVED[target] = found
+    return found
+
+
+def device_tag(target: str) -> str | None:
+    """The device tag for ``target``, or ``None`` when this machine has no such device."""
+    found = probe_device(target)
+    return found.tag if isinstance(found, DeviceInfo) else None
+
+
+_ARRAY_TARGETS: dict[str, Callable[[object], str]] = {"numpy": lambda _x: "cpu"}
+
+
+def register_array_target(module: str, target_of: Callable[[object], str]) -> None:
+    """Say which target arrays from ``module`` (the top-level package name) live on."""
+    _ARRAY_TARGETS[module] = target_of
+
+
+def target_of_array(x: object) -> str:
+    """The target an input array lives on: ``cpu`` for NumPy, the GPU lanes add theirs."""
+    module = type(x).__module__.partition(".")[0]
+    resolve = _ARRAY_TARGETS.get(module)
+    if resolve is None:
+        known = ", ".join(sorted(_ARRAY_TARGETS))
+        raise ValueError(f"cannot tell which target a {type(x).__module__}.{type(x).__name__} "
+                         f"lives on (known array packages: {known}); pass target=")
+    return resolve(x)

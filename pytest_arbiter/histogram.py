@@ -1,0 +1,128 @@
+"""The dispatch histogram: outcome counts per (target, op, selected candidate).
+
+Memory is bounded by the number of distinct keys: each dispatch bumps a counter.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+OUTCOMES = ("won", "degraded", "no_candidate", "error")
+NO_CANDIDATE = "none"
+HISTOGRAM_SCHEMA = "pytest-arbiter/histogram"
+HISTOGRAM_VERSION = 1
+
+HistogramKey = tuple[str, str, str, str]
+"""(target, op, selected, outcome)."""
+
+
+class DispatchHistogram:
+    """Thread-safe outcome counters, convertible to and from plain JSON-able dicts."""
+
+    def __init__(self, counts: Mapping[HistogramKey, int] | None = None) -> None:
+        self._counts: dict[HistogramKey, int] = dict(counts or {})
+        self._lock = threading.Lock()
+
+    def add(self, key: HistogramKey, count: int = 1) -> None:
+        """Count ``key`` (already validated); the hot path's one call."""
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + count
+
+    def record(self, target: str, op: str, selected: str, outcome: str, count: int = 1) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; outcomes are {', '.join(OUTCOMES)}")
+        self.add((target, op, selected, outcome), count)
+
+    def counts(self, target: str | None = None, op: str | None = None) -> dict[HistogramKey, int]:
+        """Counts per (target, op, selected, outcome), optionally for one target and/or op."""
+        with self._lock:
+            items = list(self._counts.items())
+        return {k: v for k, v in items
+                if (target is None or k[0] == target) and (op is None or k[1] == op)}
+
+    def total(self, outcome: str | None = None) -> int:
+        return sum(v for k, v in self.counts().items() if outcome is None or k[3] == outcome)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+    def merge(self, other: DispatchHistogram | Mapping[HistogramKey, int]) -> None:
+        items = other.counts() if isinstance(other, DispatchHistogram) else dict(other)
+        with self._lock:
+            for key, count in items.items():
+                self._counts[key] = self._counts.get(key, 0) + count
+
+    def minus(self, before: Mapping[HistogramKey, int]) -> dict[HistogramKey, int]:
+        """Counts added since the snapshot ``before`` (what one test dispatched)."""
+        now = self.counts()
+        return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) > 0}
+
+    def entries(self) -> list[dict[str, Any]]:
+        return entries_of(self.counts())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": HISTOGRAM_SCHEMA, "version": HISTOGRAM_VERSION,
+                "entries": self.entries()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "histogram") -> DispatchHistogram:
+        return cls(counts_from_dict(data, source=source))
+
+
+def entries_of(counts: Mapping[HistogramKey, int]) -> list[dict[str, Any]]:
+    """Sorted entry dicts for a counts mapping, so a committed file diffs cleanly."""
+    return [{"target": t, "op": o, "selected": s, "outcome": out, "count": c}
+            for (t, o, s, out), c in sorted(counts.items())]
+
+
+def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
+                     ) -> dict[HistogramKey, int]:
+    """Parse a histogram dict; ``ValueError`` naming ``source`` and the bad part."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != HISTOGRAM_SCHEMA:
+        raise ValueError(f"{source}: schema is {schema!r}, expected {HISTOGRAM_SCHEMA!r}")
+    version = data.get("version")
+    if not isinstance(version, int) or version > HISTOGRAM_VERSION or version < 1:
+        raise ValueError(f"{source}: histogram version {version!r} is not supported "
+                         f"(this pytest-arbiter reads version {HISTOGRAM_VERSION})")
+    raw = data.get("entries")
+    if not isinstance(raw, list):
+        raise ValueError(f"{source}: 'entries' must be a list")
+    counts: dict[HistogramKey, int] = {}
+    for i, entry in enumerate(raw):
+        counts_key, count = _parse_entry(entry, f"{source}: entries[{i}]")
+        counts[counts_key] = counts.get(counts_key, 0) + count
+    return counts
+
+
+def _parse_entry(entry: Any, where: str) -> tuple[HistogramKey, int]:
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where} must be an object")
+    fields = []
+    for name in ("target", "op", "selected", "outcome"):
+        value = entry.get(name)
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: {name!r} must be a string, got {value!r}")
+        fields.append(value)
+    if fields[3] not in OUTCOMES:
+        raise ValueError(f"{where}: unknown outcome {fields[3]!r}")
+    count = entry.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"{where}: 'count' must be a non-negative integer, got {count!r}")
+    return (fields[0], fields[1], fields[2], fields[3]), count
+
+
+def merge_counts(parts: Iterable[Mapping[HistogramKey, int]]) -> dict[HistogramKey, int]:
+    total: dict[HistogramKey, int] = {}
+    for part in parts:
+        for key, count in part.items():
+            total[key] = total.get(key, 0) + count
+    return total
