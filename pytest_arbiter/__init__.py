@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from pytest_arbiter import runtime as _runtime  # noqa: F401  registers the bundled kernels
 from pytest_arbiter.arbiter import (
     Arbiter,
     CacheMiss,
@@ -28,7 +29,6 @@ from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram
 from pytest_arbiter.measure import ComparePolicy, CpuTimer, LatencyStats, Timer, measure_latency
 from pytest_arbiter.ops import OPS, Op, op
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
-from pytest_arbiter import runtime as _runtime  # noqa: F401  registers the bundled kernels
 
 __all__ = [
     "OPS", "OUTCOMES", "REGISTRY", "Arbiter", "CacheEntry", "CacheMiss", "Candidate",

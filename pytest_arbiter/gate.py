@@ -59,7 +59,8 @@ class GateReport:
                  f"worst error/allowed {self.worst_ratio:.3g}"]
         if self.failing is not None:
             f = self.failing
-            lines.append(f"  failing input #{f.index}: shapes {f.shapes}, seed {f.seed}: {f.reason}")
+            lines.append(
+                f"  failing input #{f.index}: shapes {f.shapes}, seed {f.seed}: {f.reason}")
         elif not self.passed:
             lines.append(f"  {self.reason}")
         declined = [t for t in self.trials if t.status == "declined"]
