@@ -1,0 +1,1 @@
+"""Project-wide pytest configuration: the tests import the package from this checkout."""

@@ -1,0 +1,24 @@
+"""Shared fixtures for the project's own tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from pytest_arbiter.candidates import CandidateRegistry
+from pytest_arbiter.runtime import register_bundled
+
+
+@pytest.fixture
+def registry() -> CandidateRegistry:
+    """A fresh registry holding only the bundled candidates."""
+    reg = CandidateRegistry()
+    register_bundled(reg)
+    return reg
+
+
+@pytest.fixture
+def rng() -> Iterator[np.random.Generator]:
+    yield np.random.default_rng(1234)

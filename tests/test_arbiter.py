@@ -1,0 +1,303 @@
+"""Arbitration: static and measured picks, the cache, outcomes, and the two origin bugs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import (
+    Arbiter,
+    CacheMiss,
+    ComparePolicy,
+    Decline,
+    DispatchHistogram,
+    MatmulRegion,
+    MeasureCache,
+    arbitrate,
+    measure_latency,
+    measured_arbitrate,
+)
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate, candidate
+from pytest_arbiter.device import cpu_device
+from pytest_arbiter.measure import CPU_TIMER, LatencyStats
+from pytest_arbiter.ops import OPS
+from pytest_arbiter.regions import bucket_dims
+
+FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
+
+
+class CountingTimer:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sample(self, fn: Callable[[], object]) -> float:
+        self.calls += 1
+        return CPU_TIMER.sample(fn)
+
+
+def aligned(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape[0] % 16 == 0 and b.shape[1] % 8 == 0 and a.shape[1] % 16 == 0
+
+
+def mats(m: int, n: int, k: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
+
+
+def make_registry(*extra: FunctionCandidate) -> CandidateRegistry:
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(lambda a, b: np.matmul(a, b), "library", "matmul", "cpu", 0,
+                              None, None))
+    reg.extend(extra)
+    return reg
+
+
+def test_origin_ragged_case_is_won_by_the_other_candidate() -> None:
+    """SPEC bug 1: tune 32x16x32 with an aligned-only winner, dispatch 24x16x32."""
+    fast_aligned = FunctionCandidate(lambda a, b: np.dot(a, b), "aligned_only", "matmul",
+                                     "cpu", 5, aligned, None)
+    reg = make_registry(fast_aligned)
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    arb.dispatch("matmul", *mats(32, 16, 32))
+    arb.dispatch("matmul", *mats(24, 16, 32))
+    counts = arb.histogram.counts()
+    assert not any(k[3] == "degraded" for k in counts), counts
+    assert counts[("cpu", "matmul", "library", "won")] == 1
+    assert sum(counts.values()) == 2
+
+
+def test_cache_hit_rechecks_accepts_and_falls_to_next_ranked() -> None:
+    """A hit whose winner cannot run the inputs (here: strides) uses the next-fastest."""
+    contiguous_only = FunctionCandidate(lambda a, b: np.dot(a, b), "contiguous_only", "matmul",
+                                        "cpu", 5, lambda a, b: a.flags.c_contiguous, None)
+    reg = make_registry(contiguous_only)
+    cache = MeasureCache()
+    a, b = mats(32, 32, 32)
+    timer = CountingTimer()
+    first = measured_arbitrate(OPS.get("matmul"), (a, b), reg.for_op("matmul"), cache,
+                               timer=timer, policy=FAST)
+    assert first.source == "measured" and timer.calls > 0
+    entry = cache.entries()[0]
+    assert {r.name for r in entry.ranking} == {"library", "contiguous_only"}
+    # force the aligned kernel to be the winner, then query with a transposed view
+    ranking = sorted(entry.ranking, key=lambda r: r.name != "contiguous_only")
+    cache.put(type(entry)(entry.device, entry.target, entry.op, entry.bucket, entry.dtype,
+                          tuple(ranking)))
+    before = timer.calls
+    hit = measured_arbitrate(OPS.get("matmul"), (np.asfortranarray(a), b), reg.for_op("matmul"),
+                             cache, timer=timer, policy=FAST)
+    assert hit.source == "cached"
+    assert hit.candidate is not None and hit.candidate.name == "library"
+    assert timer.calls == before, "a cache hit must time nothing"
+
+
+def test_repeat_query_in_the_same_bucket_times_nothing() -> None:
+    reg = make_registry(FunctionCandidate(np.dot, "dot", "matmul", "cpu", 0, None, None))
+    cache, timer = MeasureCache(), CountingTimer()
+    measured_arbitrate("matmul", mats(30, 20, 10), reg.for_op("matmul"), cache, timer=timer,
+                       policy=FAST)
+    calls = timer.calls
+    assert calls > 0 and len(cache) == 1
+    again = measured_arbitrate("matmul", mats(30, 28, 10), reg.for_op("matmul"), cache,
+                               timer=timer, policy=FAST)
+    assert again.source == "cached" and timer.calls == calls
+
+
+def test_buckets_group_powers_of_two_and_separate_alignment() -> None:
+    assert bucket_dims((30, 20, 10)) == bucket_dims((30, 28, 10))
+    assert MatmulRegion.of(32, 16, 32, "float32").bucket() == "32x16x32/a16.16.16"
+    assert MatmulRegion.of(24, 16, 32, "float32").bucket() == "32x16x32/a8.16.16"
+    assert MatmulRegion.of(100, 1, 3, "float16").bucket() == "128x1x4/a4.1.1"
+
+
+def test_fast_but_wrong_candidate_never_wins() -> None:
+    wrong = FunctionCandidate(lambda a, b: np.zeros((a.shape[0], b.shape[1]), a.dtype),
+                              "fast_wrong", "matmul", "cpu", 9, None, None)
+    reg = make_registry(wrong)
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    a, b = mats(64, 64, 64)
+    out = arb.dispatch("matmul", a, b)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    entry = arb.cache.entries()[0]
+    assert entry.winner == "library"
+    assert "fast_wrong" not in {r.name for r in entry.ranking}
+    assert "F4 gate" in entry.rejected["fast_wrong"]
+    event = next(iter(arb.events.values()))
+    assert "failed the F4 gate" in event.passed_over["fast_wrong"]
+
+
+def test_measured_pick_is_the_faster_candidate() -> None:
+    def slow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        for _ in range(30):
+            out = np.matmul(a, b)
+        return out
+
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(slow, "slow", "matmul", "cpu", 9, None, None))
+    reg.add(FunctionCandidate(np.matmul, "quick", "matmul", "cpu", 0, None, None))
+    cache = MeasureCache()
+    sel = measured_arbitrate("matmul", mats(64, 64, 64), reg.for_op("matmul"), cache)
+    assert sel.candidate is not None and sel.candidate.name == "quick"
+    entry = cache.entries()[0]
+    assert [r.name for r in entry.ranking] == ["quick", "slow"]
+    assert entry.ranking[0].stats.median_ns < entry.ranking[1].stats.median_ns
+    assert 0.0 <= entry.confidence <= 1.0 and not entry.tie
+    assert entry.provenance["device_name"] == cpu_device().name
+
+
+def test_entries_from_another_device_are_never_used() -> None:
+    reg = make_registry(FunctionCandidate(np.dot, "dot", "matmul", "cpu", 0, None, None))
+    cache = MeasureCache()
+    measured_arbitrate("matmul", mats(16, 16, 16), reg.for_op("matmul"), cache, policy=FAST)
+    entry = cache.entries()[0]
+    foreign = type(entry)("cpu-other-machine", entry.target, entry.op, entry.bucket,
+                          entry.dtype, entry.ranking)
+    alien_only = MeasureCache([foreign])
+    timer = CountingTimer()
+    sel = measured_arbitrate("matmul", mats(16, 16, 16), reg.for_op("matmul"), alien_only,
+                             timer=timer, policy=FAST)
+    assert sel.source == "measured" and timer.calls > 0
+    assert len(alien_only) == 2
+
+
+@pytest.mark.parametrize("a_shape, b_shape, dtypes, needle", [
+    ((4, 5), (6, 3), ("float32", "float32"), "A is 4x5 (K=5) but B is 6x3 (K=6)"),
+    ((4, 5, 1), (5, 3), ("float32", "float32"), "A is 4x5x1, B is 5x3"),
+    ((4, 5), (5, 3), ("float32", "float16"), "dtypes differ"),
+])
+def test_contraction_is_checked_before_any_candidate_runs(
+        a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtypes: tuple[str, str],
+        needle: str) -> None:
+    ran: list[str] = []
+    spy = FunctionCandidate(lambda a, b: ran.append("ran"), "spy", "matmul", "cpu", 9,
+                            lambda a, b: ran.append("accepts") or True, None)
+    arb = Arbiter(registry=make_registry(spy), mode="tune")
+    a = np.ones(a_shape, dtype=dtypes[0])
+    b = np.ones(b_shape, dtype=dtypes[1])
+    with pytest.raises(ValueError, match="matmul") as info:
+        arb.dispatch("matmul", a, b)
+    assert needle in str(info.value)
+    assert ran == [] and len(arb.cache) == 0 and len(arb.histogram) == 0
+
+
+def test_each_outcome_is_recorded() -> None:
+    calls = {"n": 0}
+
+    def flaky(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        calls["n"] += 1
+        raise RuntimeError("boom")
+
+    def declines(x: np.ndarray) -> np.ndarray:
+        raise Decline("tile too small")
+
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(flaky, "flaky", "matmul", "cpu", 3, None, None))
+    reg.add(FunctionCandidate(np.matmul, "library", "matmul", "cpu", 1, None, None))
+    reg.add(FunctionCandidate(declines, "decliner", "softmax", "cpu", 1, None, None))
+    arb = Arbiter(registry=reg, mode="static")
+    a, b = mats(8, 8, 8)
+    np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    x = np.random.default_rng(0).standard_normal((3, 9)).astype(np.float32)
+    out = arb.dispatch("softmax", x)
+    np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-5)
+    arb.dispatch("matmul", *mats(8, 8, 8), target="amd")
+    counts = arb.histogram.counts()
+    assert counts == {
+        ("cpu", "matmul", "flaky", "error"): 1,
+        ("cpu", "matmul", "library", "won"): 1,
+        ("cpu", "softmax", "decliner", "degraded"): 1,
+        ("amd", "matmul", "none", "no_candidate"): 1,
+    }
+    assert arb.declines[("cpu", "softmax", "decliner")] == "tile too small"
+    assert "boom" in arb.errors[("cpu", "matmul", "flaky")]
+    assert arb.histogram.counts(target="cpu", op="matmul") == {
+        ("cpu", "matmul", "flaky", "error"): 1, ("cpu", "matmul", "library", "won"): 1}
+    assert set(arb.histogram.counts(op="softmax")) == {("cpu", "softmax", "decliner", "degraded")}
+
+
+def test_static_arbitrate_prefers_higher_tier_that_accepts() -> None:
+    reg = make_registry(
+        FunctionCandidate(np.dot, "high", "matmul", "cpu", 7, aligned, None),
+        FunctionCandidate(np.dot, "gone", "matmul", "cpu", 9, None, lambda: "no such unit"),
+    )
+    region = MatmulRegion.of(24, 16, 32, "float32")
+    sel = arbitrate(region, reg.for_op("matmul"), mats(24, 16, 32))
+    assert sel.candidate is not None and sel.candidate.name == "library"
+    assert sel.passed_over["gone"] == "unavailable: no such unit"
+    assert "declined the inputs" in sel.passed_over["high"]
+    aligned_sel = arbitrate(MatmulRegion.of(32, 16, 32, "float32"), reg.for_op("matmul"),
+                            mats(32, 16, 32))
+    assert aligned_sel.candidate is not None and aligned_sel.candidate.name == "high"
+
+
+def test_strict_mode_makes_a_miss_an_error() -> None:
+    arb = Arbiter(registry=make_registry(), mode="strict")
+    with pytest.raises(CacheMiss, match="strict mode"):
+        arb.dispatch("matmul", *mats(8, 8, 8))
+
+
+def test_histogram_is_thread_safe_and_round_trips() -> None:
+    hist = DispatchHistogram()
+    key = ("cpu", "matmul", "k", "won")
+
+    def hammer() -> None:
+        for _ in range(5000):
+            hist.add(key)
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert hist.counts() == {key: 40000}
+    assert len(hist) == 1
+    hist.record("cpu", "softmax", "s", "degraded", 2)
+    data = hist.to_dict()
+    assert data["schema"] == "pytest-arbiter/histogram" and data["version"] == 1
+    assert [e["op"] for e in data["entries"]] == ["matmul", "softmax"]
+    assert DispatchHistogram.from_dict(data).counts() == hist.counts()
+    with pytest.raises(ValueError, match="outcome"):
+        hist.record("cpu", "matmul", "k", "exploded")
+
+
+def test_measure_latency_keeps_the_spread() -> None:
+    stats = measure_latency(np.matmul, np.ones((32, 32)), np.ones((32, 32)), warmup=2, repeat=9)
+    assert stats.samples == 9
+    assert stats.min_ns <= stats.q1_ns <= stats.median_ns <= stats.q3_ns <= stats.max_ns
+    assert LatencyStats.from_dict(stats.to_dict()) == stats
+    with pytest.raises(ValueError):
+        measure_latency(np.matmul, repeat=0)
+
+
+def test_decorator_registers_and_user_op_dispatches() -> None:
+    import pytest_arbiter
+
+    reg = CandidateRegistry()
+
+    @pytest_arbiter.op("scale2_test_op")
+    def scale2(x: np.ndarray) -> np.ndarray:
+        return x * 2
+
+    @candidate("scale2_test_op", target="cpu", tier=1, registry=reg)
+    def scale2_fast(x: np.ndarray) -> np.ndarray:
+        return x + x
+
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    x = np.arange(10, dtype=np.float32)
+    np.testing.assert_array_equal(arb.dispatch("scale2_test_op", x), x * 2)
+    assert arb.histogram.counts() == {("cpu", "scale2_test_op", "scale2_fast", "won"): 1}
+    with pytest.raises(ValueError, match="already registered"):
+        reg.add(FunctionCandidate(np.add, "scale2_fast", "matmul", "cpu", 0, None, None))
+
+
+def test_import_leaves_pytest_and_cupy_out() -> None:
+    code = ("import sys, pytest_arbiter; "
+            "print(sorted(m for m in ('pytest', 'cupy', '_pytest') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
