@@ -24,6 +24,7 @@ from pytest_arbiter.arbiter import (
 from pytest_arbiter.cache import CacheEntry, MeasureCache
 from pytest_arbiter.candidates import REGISTRY, Candidate, CandidateRegistry, Decline, candidate
 from pytest_arbiter.device import DeviceInfo, cpu_device, device_tag, register_device_probe
+from pytest_arbiter.fixture import GateCase, gate_matrix
 from pytest_arbiter.gate import GateReport, f4_gate
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram
 from pytest_arbiter.measure import ComparePolicy, CpuTimer, LatencyStats, Timer, measure_latency
@@ -33,9 +34,10 @@ from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 __all__ = [
     "OPS", "OUTCOMES", "REGISTRY", "Arbiter", "CacheEntry", "CacheMiss", "Candidate",
     "CandidateRegistry", "ComparePolicy", "CpuTimer", "Decline", "DeviceInfo",
-    "DispatchHistogram", "GateReport", "LatencyStats", "MatmulRegion", "MeasureCache", "Op",
-    "Region", "Selection", "SoftmaxRegion", "Timer", "__version__", "arbitrate", "candidate",
-    "cpu_device", "default_arbiter", "device_tag", "dispatch_histogram", "f4_gate",
-    "measure_latency", "measured_arbitrate", "op", "register_device_probe", "register_timer",
-    "run_arbitrated", "run_measured_arbitrated",
+    "DispatchHistogram", "GateCase", "GateReport", "LatencyStats", "MatmulRegion",
+    "MeasureCache", "Op", "Region", "Selection", "SoftmaxRegion", "Timer", "__version__",
+    "arbitrate", "candidate", "cpu_device", "default_arbiter", "device_tag",
+    "dispatch_histogram", "f4_gate", "gate_matrix", "measure_latency", "measured_arbitrate",
+    "op", "register_device_probe", "register_timer", "run_arbitrated",
+    "run_measured_arbitrated",
 ]

@@ -1,0 +1,350 @@
+"""The pytest plugin: options, markers, the ``arbiter`` fixture and the degrade gate.
+
+This module only wires pytest to plain objects. ``pytest_configure`` resolves the
+settings, builds an :class:`ArbiterSession` and registers it as a plugin; its methods
+are the hook implementations. State lives in ``config.stash`` under :data:`SESSION_KEY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_arbiter import artifacts
+from pytest_arbiter.arbiter import Arbiter
+from pytest_arbiter.baseline import BaselineVerdict, compare_to_baseline
+from pytest_arbiter.cache import MeasureCache
+from pytest_arbiter.candidates import REGISTRY
+from pytest_arbiter.device import device_tag
+from pytest_arbiter.fixture import ArbiterFixture, GateCase
+from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
+from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
+
+DEVICE_TARGETS = ("cpu", "nvidia", "amd")
+
+MARKERS = (
+    "host_free: runs with no accelerator at all; every CPU CI runner runs it",
+    "sm120: needs an NVIDIA sm_120 device (skipped elsewhere with the reason)",
+    "device(*tags): needs one of the device tags, e.g. device('sm_90', 'gfx1151') or "
+    "device('cpu'); skipped with the reason when none is present",
+    "arbiter_expect_degrade: the test provokes a degrade on purpose; its dispatch "
+    "histogram entries do not count against the gate",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("arbiter", "pytest-arbiter: kernel arbitration and degrade gate")
+    add_options(group.addoption, parser.addini)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
+    settings = resolve(config.getoption, config.getini, ini_dir, config.invocation_params.dir)
+    session = ArbiterSession(config, settings)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "arbiter-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
+
+
+def _read_cache(path: Path | None) -> MeasureCache:
+    if path is None or not path.exists():
+        return MeasureCache()
+    try:
+        return artifacts.read_cache(path)
+    except artifacts.ArtifactError as exc:
+        raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
+
+
+def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
+    if path is None:
+        return {}, "no --arbiter-baseline given: every degraded entry is new"
+    if not path.exists():
+        return {}, f"baseline {path} does not exist yet: it counts as empty"
+    try:
+        return artifacts.read_histogram(path), f"baseline {path}"
+    except artifacts.ArtifactError as exc:
+        raise pytest.UsageError(f"--arbiter-baseline: cannot use {path}: {exc}") from None
+
+
+def present_device_tags() -> set[str]:
+    """The device tags of this machine, plus the plain target name of each present one."""
+    tags: set[str] = set()
+    for target in DEVICE_TARGETS:
+        tag = device_tag(target)
+        if tag is not None:
+            tags.update((tag, target))
+    return tags
+
+
+def _tag_present(wanted: str, present: Iterable[str]) -> bool:
+    return any(tag == wanted or tag.startswith(wanted + "-") for tag in present)
+
+
+def _property_name(key: HistogramKey) -> str:
+    return "arbiter:" + "/".join(key)
+
+
+class ArbiterSession:
+    """One run's arbiter, expected-degrade log and gate; its methods are pytest hooks."""
+
+    def __init__(self, config: pytest.Config, settings: ArbiterSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        cache = _read_cache(settings.cache)
+        self.baseline, self.baseline_note = _read_baseline(settings.baseline)
+        self.arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=settings.mode)
+        self.expected = DispatchHistogram()
+        self.worker_counts: list[dict[HistogramKey, int]] = []
+        self.worker_expected: list[dict[HistogramKey, int]] = []
+        self.worker_events: list[dict[str, Any]] = []
+        self.crashed_nodes: list[str] = []
+        self.errors: list[str] = []
+        self.verdict: BaselineVerdict | None = None
+        self._snapshots: dict[str, dict[HistogramKey, int]] = {}
+        self._expect: set[str] = set()
+        self._missing_device: dict[str, str] = {}
+
+    # -- counts -----------------------------------------------------------------------
+
+    def counts(self) -> dict[HistogramKey, int]:
+        """All dispatch counts of the run (this process plus the workers')."""
+        return merge_counts([self.arbiter.histogram.counts(), *self.worker_counts])
+
+    def expected_counts(self) -> dict[HistogramKey, int]:
+        return merge_counts([self.expected.counts(), *self.worker_expected])
+
+    def gated_counts(self) -> dict[HistogramKey, int]:
+        """Counts minus the entries of tests that degrade on purpose."""
+        expected = self.expected_counts()
+        out = {}
+        for key, count in self.counts().items():
+            left = count - expected.get(key, 0)
+            if left > 0:
+                out[key] = left
+        return out
+
+    # -- per test ---------------------------------------------------------------------
+
+    def fixture_for(self, item: pytest.Item) -> ArbiterFixture:
+        nodeid = item.nodeid
+        return ArbiterFixture(self.arbiter, fail=pytest.fail, skip=pytest.skip,
+                              expect_degrade=lambda: self._expect.add(nodeid))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._snapshots[item.nodeid] = self.arbiter.histogram.counts()
+        if item.get_closest_marker("arbiter_expect_degrade") is not None:
+            self._expect.add(item.nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        reason = self._missing_device.pop(item.nodeid, None)
+        if reason is not None:
+            pytest.fail(f"{reason} (--arbiter-no-skip: failing instead of skipping)",
+                        pytrace=False)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        present: set[str] | None = None
+        for item in items:
+            needed: list[str] = []
+            for mark in item.iter_markers("device"):
+                needed.extend(str(tag) for tag in mark.args)
+            if item.get_closest_marker("sm120") is not None:
+                needed.append("sm_120")
+            if not needed:
+                continue
+            if present is None:
+                present = present_device_tags()
+            if any(_tag_present(tag, present) for tag in needed):
+                continue
+            found = ", ".join(sorted(present)) or "none"
+            reason = (f"needs device {' or '.join(repr(t) for t in needed)}; "
+                      f"found device tags: {found}")
+            if self.settings.no_skip:
+                self._missing_device[item.nodeid] = reason
+            else:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, Any, Any]:
+        if call.when == "teardown":
+            before = self._snapshots.pop(item.nodeid, None)
+            if before is not None:
+                delta = self.arbiter.histogram.minus(before)
+                for key, count in sorted(delta.items()):
+                    item.user_properties.append((_property_name(key), count))
+                if item.nodeid in self._expect:
+                    self._expect.discard(item.nodeid)
+                    self.expected.merge(delta)
+        return (yield)
+
+    def pytest_make_parametrize_id(self, config: pytest.Config, val: object,
+                                   argname: str) -> str | None:
+        return val.id if isinstance(val, GateCase) else None
+
+    # -- session end ------------------------------------------------------------------
+
+    def _write(self, what: str, path: Path, write: Any) -> None:
+        try:
+            write(path)
+        except artifacts.ArtifactError as exc:
+            self.errors.append(f"{what}: {exc}")
+
+    def _fail_run(self, session: pytest.Session) -> None:
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            self._fill_workeroutput()
+            return
+        s = self.settings
+        counts = self.counts()
+        if s.histogram is not None:
+            self._write("--arbiter-histogram", s.histogram,
+                        lambda p: artifacts.write_histogram(p, counts))
+        if s.write_baseline is not None:
+            self._write("--arbiter-write-baseline", s.write_baseline,
+                        lambda p: artifacts.write_histogram(p, counts))
+        if s.tune and s.cache is not None:
+            self._write("--arbiter-cache", s.cache,
+                        lambda p: artifacts.write_cache(p, self.arbiter.cache))
+        self.verdict = compare_to_baseline(self.gated_counts(), self.baseline)
+        if self.errors or self.crashed_nodes:
+            self._fail_run(session)
+        elif not self.verdict.passed and s.write_baseline is None:
+            self._fail_run(session)
+
+    def _fill_workeroutput(self) -> None:
+        output = getattr(self.config, "workeroutput", None)
+        if output is None:
+            return
+        output["arbiter"] = {
+            "histogram": self.arbiter.histogram.to_dict(),
+            "expected": self.expected.to_dict(),
+            "cache": self.arbiter.cache.to_dict(),
+            "events": {"/".join(k): e.source for k, e in self.arbiter.events.items()},
+        }
+
+    # -- reporting --------------------------------------------------------------------
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        lines = self.summary_lines()
+        if not lines:
+            return
+        terminalreporter.write_sep("=", "arbiter")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+    def summary_lines(self) -> list[str]:
+        lines: list[str] = []
+        counts = self.counts()
+        per: dict[tuple[str, str], dict[str, int]] = {}
+        for (target, op, _sel, outcome), count in counts.items():
+            row = per.setdefault((target, op), dict.fromkeys(OUTCOMES, 0))
+            row[outcome] += count
+        if per:
+            lines.append("dispatch histogram (target/op: " + ", ".join(OUTCOMES) + "):")
+            for (target, op), row in sorted(per.items()):
+                lines.append(f"  {target}/{op}: " + ", ".join(
+                    f"{name}={row[name]}" for name in OUTCOMES))
+            for key, count in sorted(counts.items()):
+                lines.append(f"    {'/'.join(key)}: {count}")
+        sources = self._sources()
+        if sources:
+            lines.append("keys: " + ", ".join(
+                f"{sum(1 for v in sources.values() if v == src)} {label}"
+                for src, label in (("measured", "measured"), ("cached", "reused from cache"),
+                                   ("static", "static tier order on a miss"))))
+        if self.settings.explain:
+            lines.extend(self._explain_lines())
+        for name in self.crashed_nodes:
+            lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
+        for error in self.errors:
+            lines.append(f"artifact error: {error}")
+        verdict = self.verdict
+        if verdict is not None and (counts or verdict.fixed or self.settings.baseline):
+            lines.append(self.baseline_note)
+            lines.extend(verdict.describe_new())
+            lines.extend(verdict.describe_fixed())
+            if not verdict.passed:
+                if self.settings.write_baseline is not None:
+                    lines.append("new degraded entries recorded by --arbiter-write-baseline "
+                                 f"{self.settings.write_baseline}")
+                else:
+                    lines.append("degrade gate FAILED: new degraded dispatch entries "
+                                 "(fix the kernel, mark the test arbiter_expect_degrade, "
+                                 "or add them to the baseline)")
+            else:
+                lines.append("degrade gate passed")
+        return lines
+
+    def _sources(self) -> dict[str, str]:
+        sources = {"/".join(k): e.source for k, e in self.arbiter.events.items()}
+        for part in self.worker_events:
+            for key, source in part.items():
+                if sources.get(key) != "measured":
+                    sources[key] = str(source)
+        return sources
+
+    def _explain_lines(self) -> list[str]:
+        lines = []
+        for key, event in sorted(self.arbiter.events.items()):
+            picked = event.order[0] if event.order else "nothing (the reference ran)"
+            lines.append(f"{'/'.join(key)} [{event.source}]: picked {picked}")
+            for name in event.order[1:]:
+                ratio = event.ratios.get(name)
+                why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
+                       else "lower in the order")
+                lines.append(f"  passed over {name}: {why}")
+            for name, why in sorted(event.passed_over.items()):
+                lines.append(f"  passed over {name}: {why}")
+        return lines
+
+
+class XdistHooks:
+    """Controller-side xdist hooks: merge each worker's plain-dict payload."""
+
+    def __init__(self, session: ArbiterSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        s = self.session
+        output = getattr(node, "workeroutput", None)
+        payload = output.get("arbiter") if isinstance(output, dict) else None
+        gateway = getattr(node, "gateway", None)
+        name = str(gateway.id if gateway is not None else node)
+        if not isinstance(payload, dict):
+            s.crashed_nodes.append(name)
+            return
+        try:
+            s.worker_counts.append(DispatchHistogram.from_dict(
+                payload["histogram"], source=f"worker {name}").counts())
+            s.worker_expected.append(DispatchHistogram.from_dict(
+                payload["expected"], source=f"worker {name}").counts())
+            s.arbiter.cache.update(MeasureCache.from_dict(
+                payload["cache"], source=f"worker {name}").entries())
+            s.worker_events.append(dict(payload.get("events", {})))
+        except (KeyError, ValueError) as exc:
+            s.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
+
+
+SESSION_KEY = pytest.StashKey[ArbiterSession]()
+
+
+@pytest.fixture
+def arbiter(request: pytest.FixtureRequest) -> ArbiterFixture:
+    """The run's arbiter: ``arbiter.dispatch(op, *inputs)``, ``arbiter.gate(name, *inputs)``."""
+    return request.config.stash[SESSION_KEY].fixture_for(request.node)

@@ -1,0 +1,110 @@
+"""The plugin's settings: one definition per option, resolved once into a frozen object.
+
+Each ``--arbiter-x`` option has an ``arbiter_x`` ini key with the same help text;
+precedence is command line > ini > default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HELP_TUNE = "measure at the first cache miss and record the winners (arbiter mode 'tune')"
+HELP_CACHE = "the MeasureCache artifact to read and, with --arbiter-tune, write"
+HELP_HISTOGRAM = "write this run's dispatch histogram as JSON to PATH"
+HELP_BASELINE = ("histogram baseline: a 'degraded' entry not in it fails the run "
+                 "(a missing file counts as empty)")
+HELP_WRITE_BASELINE = "write this run's histogram as the new baseline (does not fail on it)"
+HELP_STRICT = "a dispatch with no cached winner is an error (arbiter mode 'strict')"
+HELP_EXPLAIN = "say in the summary, per dispatch key, why each other candidate was passed over"
+HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of being skipped"
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its ``--arbiter-x`` flag, ``arbiter_x`` ini key, kind and help."""
+
+    name: str
+    kind: str  # "bool" or "path"
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--arbiter-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "arbiter_" + self.name
+
+    @property
+    def dest(self) -> str:
+        return "arbiter_" + self.name
+
+
+OPTIONS = (
+    OptionSpec("tune", "bool", HELP_TUNE),
+    OptionSpec("cache", "path", HELP_CACHE),
+    OptionSpec("histogram", "path", HELP_HISTOGRAM),
+    OptionSpec("baseline", "path", HELP_BASELINE),
+    OptionSpec("write_baseline", "path", HELP_WRITE_BASELINE),
+    OptionSpec("strict", "bool", HELP_STRICT),
+    OptionSpec("explain", "bool", HELP_EXPLAIN),
+    OptionSpec("no_skip", "bool", HELP_NO_SKIP),
+)
+
+
+def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> None:
+    """Add every option to a pytest option group and its ini key to the parser."""
+    for spec in OPTIONS:
+        if spec.kind == "bool":
+            addoption(spec.flag, action="store_true", default=None, dest=spec.dest,
+                      help=spec.help)
+            addini(spec.ini, spec.help, type="bool", default=False)
+        else:
+            addoption(spec.flag, action="store", default=None, dest=spec.dest,
+                      metavar="PATH", help=spec.help)
+            addini(spec.ini, spec.help, type="string", default="")
+
+
+@dataclass(frozen=True)
+class ArbiterSettings:
+    """The resolved settings of one run."""
+
+    tune: bool = False
+    cache: Path | None = None
+    histogram: Path | None = None
+    baseline: Path | None = None
+    write_baseline: Path | None = None
+    strict: bool = False
+    explain: bool = False
+    no_skip: bool = False
+
+    @property
+    def mode(self) -> str:
+        """The Arbiter mode: tune, else strict, else static."""
+        if self.tune:
+            return "tune"
+        return "strict" if self.strict else "static"
+
+
+def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
+            ini_dir: Path, invocation_dir: Path) -> ArbiterSettings:
+    """Settings from the command line, else the ini file, else the defaults.
+
+    Command-line paths are relative to the invocation folder, ini paths to the ini
+    file's folder.
+    """
+    values: dict[str, Any] = {}
+    for spec in OPTIONS:
+        given = getoption(spec.dest)
+        if spec.kind == "bool":
+            values[spec.name] = bool(given) if given is not None else bool(getini(spec.ini))
+            continue
+        if given:
+            values[spec.name] = invocation_dir / Path(given)
+        else:
+            text = str(getini(spec.ini) or "").strip()
+            values[spec.name] = ini_dir / Path(text) if text else None
+    return ArbiterSettings(**values)
