@@ -1,0 +1,361 @@
+"""The pytest wiring, tested through pytester on small real projects.
+
+Runs that register candidates use ``runpytest_subprocess``: candidates go into the
+process-global registry, which must not leak into this run.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import gate_matrix
+from pytest_arbiter.arbiter import Arbiter
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.fixture import ArbiterFixture, GateCase
+from pytest_arbiter.runtime import register_bundled
+from pytest_arbiter.settings import OPTIONS, ArbiterSettings, resolve
+
+DECLINING_CONFTEST = """
+import pytest_arbiter
+
+@pytest_arbiter.candidate("matmul", target="cpu", name="plugin_declining", tier=9)
+def k(a, b):
+    raise pytest_arbiter.Decline("not yet")
+"""
+
+DISPATCH_TEST = """
+import numpy as np
+
+def test_dispatch(arbiter):
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    out = arbiter.dispatch("matmul", a, b)
+    assert out.shape == (4, 2) and (out == 3).all()
+"""
+
+
+def _entries(path: Path) -> list[dict[str, object]]:
+    data = json.loads(path.read_text())
+    assert data["schema"] == "pytest-arbiter/histogram"
+    return list(data["entries"])
+
+
+# -- plain objects, no pytester ---------------------------------------------------------
+
+
+class _Failed(Exception):
+    pass
+
+
+def _fail(msg: str) -> NoReturn:
+    raise _Failed(msg)
+
+
+def test_fixture_gate_failure_calls_fail_with_the_summary(registry: CandidateRegistry) -> None:
+    registry.add(FunctionCandidate(lambda a, b: np.zeros((a.shape[0], b.shape[1]), a.dtype),
+                                   "fixture_zeros", "matmul", "cpu", 5, None, None))
+    fx = ArbiterFixture(Arbiter(registry=registry, mode="static"), fail=_fail)
+    a = np.ones((8, 4), np.float32)
+    b = np.ones((4, 8), np.float32)
+    assert fx.gate("blas_matmul", a, b).passed
+    with pytest.raises(_Failed, match="F4 gate FAILED: candidate 'fixture_zeros'"):
+        fx.gate("fixture_zeros", a, b)
+
+
+def test_fixture_dispatch_records_and_expect_degrade_calls_back(
+        registry: CandidateRegistry) -> None:
+    called: list[bool] = []
+    fx = ArbiterFixture(Arbiter(registry=registry, mode="static"), fail=_fail,
+                        expect_degrade=lambda: called.append(True))
+    fx.dispatch("matmul", np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
+    assert fx.histogram(op="matmul") == {("cpu", "matmul", "blas_matmul", "won"): 1}
+    fx.expect_degrade()
+    assert called == [True] and fx.expected_degrade
+
+
+def test_gate_matrix_ids_and_regions() -> None:
+    reg = CandidateRegistry()
+    register_bundled(reg)
+    cases = gate_matrix("matmul", [(32, 16, 32), (24, 16, 32)], ["float32", "float16"],
+                        registry=reg)
+    ids = [c.id for c in cases]
+    assert "blas_matmul-32x16x32-float32" in ids
+    assert "dot_matmul-24x16x32-float16" in ids
+    assert len(ids) == len(set(ids)) == 3 * 2 * 2
+    region = GateCase("matmul", "blas_matmul", (24, 16, 32), "float32").region()
+    assert (region.shapes, region.dtype) == (((24, 32), (32, 16)), "float32")
+    soft = GateCase("softmax", "stable_softmax", (4, 10), "float32").region()
+    assert soft.shapes == ((4, 10),)
+
+
+def test_settings_precedence_command_line_over_ini(tmp_path: Path) -> None:
+    cli = {"arbiter_tune": None, "arbiter_cache": "cli.json", "arbiter_strict": True}
+    ini = {"arbiter_tune": True, "arbiter_cache": "ini.json", "arbiter_histogram": "h.json"}
+    settings = resolve(lambda d: cli.get(d), lambda k: ini.get(k, ""), tmp_path / "ini",
+                       tmp_path / "cwd")
+    assert settings.tune and settings.mode == "tune"
+    assert settings.cache == tmp_path / "cwd" / "cli.json"
+    assert settings.histogram == tmp_path / "ini" / "h.json"
+    assert settings.baseline is None
+    assert ArbiterSettings(strict=True).mode == "strict"
+    assert ArbiterSettings().mode == "static"
+    assert {o.ini for o in OPTIONS} >= {"arbiter_tune", "arbiter_cache", "arbiter_no_skip"}
+
+
+# -- through pytester -------------------------------------------------------------------
+
+
+def test_help_lists_options_and_markers(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--arbiter-tune*", "*--arbiter-write-baseline=PATH*",
+                                 "*arbiter_no_skip*"])
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["*host_free*", "*sm120*", "*device(*tags)*",
+                                 "*arbiter_expect_degrade*"])
+
+
+def test_degrade_fails_without_baseline_and_passes_with_written_one(
+        pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*= arbiter =*",
+        "*no --arbiter-baseline given*",
+        "*new degraded: target=cpu op=matmul candidate=plugin_declining (1 dispatches)*",
+        "*degrade gate FAILED*",
+    ])
+    result = pytester.runpytest_subprocess("--arbiter-write-baseline=base.json")
+    assert result.ret == 0
+    entries = _entries(pytester.path / "base.json")
+    assert {"target": "cpu", "op": "matmul", "selected": "plugin_declining",
+            "outcome": "degraded", "count": 1} in entries
+    result = pytester.runpytest_subprocess("--arbiter-baseline=base.json")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*degrade gate passed*"])
+
+
+def test_missing_baseline_counts_as_empty_and_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess("--arbiter-baseline=nope.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*baseline *nope.json does not exist yet*"])
+
+
+def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one="""
+        import numpy as np
+        import pytest
+
+        A = np.ones((4, 3), np.float32)
+        B = np.ones((3, 2), np.float32)
+
+        @pytest.mark.arbiter_expect_degrade
+        def test_marker(arbiter):
+            arbiter.dispatch("matmul", A, B)
+
+        def test_fixture_argument(arbiter):
+            arbiter.expect_degrade()
+            arbiter.dispatch("matmul", A, B)
+    """)
+    result = pytester.runpytest_subprocess("--arbiter-histogram=h.json")
+    assert result.ret == 0, result.stdout.str()
+    # the histogram artifact still records them
+    assert any(e["outcome"] == "degraded" and e["count"] == 2
+               for e in _entries(pytester.path / "h.json"))
+
+
+def test_ini_keys_are_read(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makeini("[pytest]\narbiter_histogram = out/h.json\n")
+    (pytester.path / "out").mkdir()
+    result = pytester.runpytest_subprocess("--arbiter-write-baseline=base.json")
+    assert result.ret == 0
+    assert (pytester.path / "out" / "h.json").exists()
+
+
+RAGGED_CONFTEST = """
+import numpy as np
+import pytest_arbiter
+
+def aligned(a, b):
+    m, k = a.shape
+    return (isinstance(a, np.ndarray) and m % 16 == 0 and b.shape[1] % 8 == 0
+            and k % 16 == 0)
+
+@pytest_arbiter.candidate("matmul", target="cpu", name="plugin_aligned", tier=5,
+                          accepts=aligned)
+def aligned_matmul(a, b):
+    return np.matmul(a, b)
+
+@pytest_arbiter.candidate("matmul", target="cpu", name="plugin_fast_wrong", tier=8)
+def fast_wrong(a, b):
+    return np.zeros((a.shape[0], b.shape[1]), a.dtype)
+"""
+
+
+def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
+        pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(RAGGED_CONFTEST)
+    pytester.makepyfile(test_one="""
+        import numpy as np
+
+        def test_ragged(arbiter):
+            rng = np.random.default_rng(0)
+            for m in (32, 24):
+                a = rng.standard_normal((m, 32)).astype(np.float32)
+                b = rng.standard_normal((32, 16)).astype(np.float32)
+                np.testing.assert_allclose(arbiter.dispatch("matmul", a, b), a @ b,
+                                           rtol=1e-4, atol=1e-4)
+    """)
+    result = pytester.runpytest_subprocess(
+        "--arbiter-tune", "--arbiter-cache=cache.json", "--arbiter-histogram=h.json",
+        "--arbiter-explain")
+    assert result.ret == 0, result.stdout.str()
+    entries = _entries(pytester.path / "h.json")
+    assert entries and not [e for e in entries if e["outcome"] != "won"]
+    cache = json.loads((pytester.path / "cache.json").read_text())
+    winners = {e["winner"] for e in cache["entries"]}
+    assert len(cache["entries"]) == 2 and "plugin_fast_wrong" not in winners
+    for entry in cache["entries"]:
+        assert "plugin_fast_wrong" not in [r["name"] for r in entry["ranking"]]
+    result.stdout.fnmatch_lines(["*2 measured*",
+                                 "*passed over plugin_fast_wrong: failed the F4 gate*"])
+    # a second run reuses the cache and measures nothing
+    result = pytester.runpytest_subprocess("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*0 measured, 2 reused from cache*"])
+
+
+def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess("--arbiter-strict")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*CacheMiss*strict mode: no cached winner*"])
+
+
+def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    (pytester.path / "bad.json").write_text("{not json")
+    result = pytester.runpytest_subprocess("--arbiter-cache=bad.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad.json*not valid JSON*"])
+
+
+def test_artifact_write_error_fails_the_run_naming_the_path(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess("--arbiter-histogram=no/such/dir/h.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*artifact error: --arbiter-histogram: cannot write*h.json*"])
+
+
+DEVICE_TESTS = """
+import pytest
+
+@pytest.mark.device("sm_90", "gfx1151")
+def test_gpu():
+    pass
+
+@pytest.mark.sm120
+def test_blackwell():
+    pass
+
+@pytest.mark.device("cpu")
+@pytest.mark.host_free
+def test_cpu():
+    pass
+"""
+
+
+def test_device_skip_reason_names_needed_and_found(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_dev=DEVICE_TESTS)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*test_dev.py:*needs device 'sm_90' or 'gfx1151'; found device tags: cpu*",
+        "*needs device 'sm_120'; found device tags: cpu*",
+    ])
+
+
+def test_no_skip_turns_missing_device_into_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_dev=DEVICE_TESTS)
+    result = pytester.runpytest("--arbiter-no-skip")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*--arbiter-no-skip: failing instead of skipping*"])
+
+
+def test_strict_markers_reject_unknown_marker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bad="""
+        import pytest
+
+        @pytest.mark.devcie("sm_90")
+        def test_typo():
+            pass
+    """)
+    result = pytester.runpytest("--strict-markers")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*'devcie' not found in `markers`*"])
+
+
+def test_junit_properties_under_warnings_as_errors(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest("-W", "error", "--junitxml=out.xml",
+                                "-o", "junit_family=xunit2")
+    assert result.ret == 0
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props == {"arbiter:cpu/matmul/blas_matmul/won": "1"}
+
+
+def test_gate_matrix_parametrize_one_item_per_case(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_matrix="""
+        import pytest
+        from pytest_arbiter import gate_matrix
+
+        @pytest.mark.parametrize("arbiter_case", gate_matrix(
+            "matmul", [(32, 16, 32), (24, 16, 32)], ["float32", "float16"]))
+        def test_gate(arbiter, arbiter_case):
+            arbiter.gate_case(arbiter_case)
+    """)
+    result = pytester.runpytest("-v")
+    result.stdout.fnmatch_lines([
+        "*test_gate?blas_matmul-32x16x32-float32? PASSED*",
+        "*test_gate?dot_matmul-24x16x32-float16? PASSED*",
+        "*test_gate?panel_matmul-24x16x32-float32? SKIPPED*",
+    ])
+    result.assert_outcomes(passed=8, skipped=4)
+
+
+def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        import numpy as np
+        import pytest_arbiter
+
+        @pytest_arbiter.candidate("softmax", target="cpu", name="plugin_bad_softmax")
+        def bad(x):
+            return np.zeros_like(x)
+    """)
+    pytester.makepyfile(test_matrix="""
+        import pytest
+        from pytest_arbiter import gate_matrix
+
+        @pytest.mark.parametrize("arbiter_case", [
+            c for c in gate_matrix("softmax", [(4, 10)], ["float32"])
+            if c.candidate == "plugin_bad_softmax"])
+        def test_gate(arbiter, arbiter_case):
+            arbiter.gate_case(arbiter_case)
+    """)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*F4 gate FAILED: candidate 'plugin_bad_softmax'*",
+                                 "*budget:*"])
