@@ -1,20 +1,21 @@
 """The pytest wiring, tested through pytester on small real projects.
 
-Runs that register candidates use ``runpytest_subprocess``: candidates go into the
-process-global registry, which must not leak into this run.
+The inner runs are in-process (fast); candidates that their conftests register go
+into the process-global registry, so an autouse fixture removes them afterwards.
 """
 
 from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
 import pytest
 
-from pytest_arbiter import gate_matrix
+from pytest_arbiter import REGISTRY, gate_matrix
 from pytest_arbiter.arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.fixture import ArbiterFixture, GateCase
@@ -38,6 +39,16 @@ def test_dispatch(arbiter):
     out = arbiter.dispatch("matmul", a, b)
     assert out.shape == (4, 2) and (out == 3).all()
 """
+
+
+@pytest.fixture(autouse=True)
+def _clean_registry() -> Iterator[None]:
+    """Remove the candidates an inner run registered into the global registry."""
+    before = {c.name for c in REGISTRY}
+    yield
+    for cand in list(REGISTRY):
+        if cand.name not in before:
+            REGISTRY.remove(cand.name)
 
 
 def _entries(path: Path) -> list[dict[str, object]]:
@@ -124,7 +135,7 @@ def test_degrade_fails_without_baseline_and_passes_with_written_one(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*= arbiter =*",
@@ -132,12 +143,12 @@ def test_degrade_fails_without_baseline_and_passes_with_written_one(
         "*new degraded: target=cpu op=matmul candidate=plugin_declining (1 dispatches)*",
         "*degrade gate FAILED*",
     ])
-    result = pytester.runpytest_subprocess("--arbiter-write-baseline=base.json")
+    result = pytester.runpytest("--arbiter-write-baseline=base.json")
     assert result.ret == 0
     entries = _entries(pytester.path / "base.json")
     assert {"target": "cpu", "op": "matmul", "selected": "plugin_declining",
             "outcome": "degraded", "count": 1} in entries
-    result = pytester.runpytest_subprocess("--arbiter-baseline=base.json")
+    result = pytester.runpytest("--arbiter-baseline=base.json")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*degrade gate passed*"])
 
@@ -145,7 +156,7 @@ def test_degrade_fails_without_baseline_and_passes_with_written_one(
 def test_missing_baseline_counts_as_empty_and_says_so(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest_subprocess("--arbiter-baseline=nope.json")
+    result = pytester.runpytest("--arbiter-baseline=nope.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*baseline *nope.json does not exist yet*"])
 
@@ -167,7 +178,7 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
             arbiter.expect_degrade()
             arbiter.dispatch("matmul", A, B)
     """)
-    result = pytester.runpytest_subprocess("--arbiter-histogram=h.json")
+    result = pytester.runpytest("--arbiter-histogram=h.json")
     assert result.ret == 0, result.stdout.str()
     # the histogram artifact still records them
     assert any(e["outcome"] == "degraded" and e["count"] == 2
@@ -179,7 +190,7 @@ def test_ini_keys_are_read(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
     pytester.makeini("[pytest]\narbiter_histogram = out/h.json\n")
     (pytester.path / "out").mkdir()
-    result = pytester.runpytest_subprocess("--arbiter-write-baseline=base.json")
+    result = pytester.runpytest("--arbiter-write-baseline=base.json")
     assert result.ret == 0
     assert (pytester.path / "out" / "h.json").exists()
 
@@ -218,7 +229,7 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
                 np.testing.assert_allclose(arbiter.dispatch("matmul", a, b), a @ b,
                                            rtol=1e-4, atol=1e-4)
     """)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--arbiter-tune", "--arbiter-cache=cache.json", "--arbiter-histogram=h.json",
         "--arbiter-explain")
     assert result.ret == 0, result.stdout.str()
@@ -232,14 +243,14 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
     result.stdout.fnmatch_lines(["*2 measured*",
                                  "*passed over plugin_fast_wrong: failed the F4 gate*"])
     # a second run reuses the cache and measures nothing
-    result = pytester.runpytest_subprocess("--arbiter-tune", "--arbiter-cache=cache.json")
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*0 measured, 2 reused from cache*"])
 
 
 def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest_subprocess("--arbiter-strict")
+    result = pytester.runpytest("--arbiter-strict")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*CacheMiss*strict mode: no cached winner*"])
 
@@ -247,14 +258,14 @@ def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
 def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
     (pytester.path / "bad.json").write_text("{not json")
-    result = pytester.runpytest_subprocess("--arbiter-cache=bad.json")
+    result = pytester.runpytest("--arbiter-cache=bad.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*bad.json*not valid JSON*"])
 
 
 def test_artifact_write_error_fails_the_run_naming_the_path(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest_subprocess("--arbiter-histogram=no/such/dir/h.json")
+    result = pytester.runpytest("--arbiter-histogram=no/such/dir/h.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*artifact error: --arbiter-histogram: cannot write*h.json*"])
 
@@ -320,7 +331,7 @@ def test_junit_properties_under_warnings_as_errors(pytester: pytest.Pytester) ->
 def test_gate_matrix_parametrize_one_item_per_case(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_matrix="""
         import pytest
-        from pytest_arbiter import gate_matrix
+        from pytest_arbiter import REGISTRY, gate_matrix
 
         @pytest.mark.parametrize("arbiter_case", gate_matrix(
             "matmul", [(32, 16, 32), (24, 16, 32)], ["float32", "float16"]))
@@ -347,7 +358,7 @@ def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> Non
     """)
     pytester.makepyfile(test_matrix="""
         import pytest
-        from pytest_arbiter import gate_matrix
+        from pytest_arbiter import REGISTRY, gate_matrix
 
         @pytest.mark.parametrize("arbiter_case", [
             c for c in gate_matrix("softmax", [(4, 10)], ["float32"])
@@ -355,7 +366,7 @@ def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> Non
         def test_gate(arbiter, arbiter_case):
             arbiter.gate_case(arbiter_case)
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*F4 gate FAILED: candidate 'plugin_bad_softmax'*",
                                  "*budget:*"])
