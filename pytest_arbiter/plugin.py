@@ -7,6 +7,7 @@ are the hook implementations. State lives in ``config.stash`` under :data:`SESSI
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_arbiter import artifacts
-from pytest_arbiter.arbiter import Arbiter
+from pytest_arbiter.arbiter import Arbiter, DispatchEvent
 from pytest_arbiter.baseline import BaselineVerdict, compare_to_baseline
 from pytest_arbiter.cache import MeasureCache
 from pytest_arbiter.candidates import REGISTRY
@@ -103,7 +104,7 @@ class ArbiterSession:
         self.expected = DispatchHistogram()
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
-        self.worker_events: list[dict[str, Any]] = []
+        self.worker_events: list[DispatchEvent] = []
         self.crashed_nodes: list[str] = []
         self.errors: list[str] = []
         self.verdict: BaselineVerdict | None = None
@@ -232,7 +233,7 @@ class ArbiterSession:
             "histogram": self.arbiter.histogram.to_dict(),
             "expected": self.expected.to_dict(),
             "cache": self.arbiter.cache.to_dict(),
-            "events": {"/".join(k): e.source for k, e in self.arbiter.events.items()},
+            "events": [dataclasses.asdict(e) for e in self.arbiter.events.values()],
         }
 
     # -- reporting --------------------------------------------------------------------
@@ -261,6 +262,10 @@ class ArbiterSession:
                     f"{name}={row[name]}" for name in OUTCOMES))
             for key, count in sorted(counts.items()):
                 lines.append(f"    {'/'.join(key)}: {count}")
+        expected = self.expected_counts()
+        if expected:
+            lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
+                f"{'/'.join(k)}={v}" for k, v in sorted(expected.items())))
         sources = self._sources()
         if sources:
             lines.append("keys: " + ", ".join(
@@ -290,17 +295,22 @@ class ArbiterSession:
                 lines.append("degrade gate passed")
         return lines
 
+    def events(self) -> dict[tuple[str, ...], DispatchEvent]:
+        """Dispatch events of this process and the workers; a measured one wins a key."""
+        merged: dict[tuple[str, ...], DispatchEvent] = {}
+        for event in [*self.worker_events, *self.arbiter.events.values()]:
+            key = (event.target, event.op, event.bucket, event.dtype)
+            previous = merged.get(key)
+            if previous is None or previous.source != "measured":
+                merged[key] = event
+        return merged
+
     def _sources(self) -> dict[str, str]:
-        sources = {"/".join(k): e.source for k, e in self.arbiter.events.items()}
-        for part in self.worker_events:
-            for key, source in part.items():
-                if sources.get(key) != "measured":
-                    sources[key] = str(source)
-        return sources
+        return {"/".join(k): e.source for k, e in self.events().items()}
 
     def _explain_lines(self) -> list[str]:
         lines = []
-        for key, event in sorted(self.arbiter.events.items()):
+        for key, event in sorted(self.events().items()):
             picked = event.order[0] if event.order else "nothing (the reference ran)"
             lines.append(f"{'/'.join(key)} [{event.source}]: picked {picked}")
             for name in event.order[1:]:
@@ -336,8 +346,8 @@ class XdistHooks:
                 payload["expected"], source=f"worker {name}").counts())
             s.arbiter.cache.update(MeasureCache.from_dict(
                 payload["cache"], source=f"worker {name}").entries())
-            s.worker_events.append(dict(payload.get("events", {})))
-        except (KeyError, ValueError) as exc:
+            s.worker_events.extend(DispatchEvent(**e) for e in payload.get("events", []))
+        except (KeyError, TypeError, ValueError) as exc:
             s.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
 
 
