@@ -177,6 +177,9 @@ class _Step:
     won: HistogramKey
     degraded: HistogramKey
     error: HistogramKey
+    accepts: Callable[..., bool]
+    run: Callable[..., Any]
+    count_won: Callable[[], int]
 
 
 @dataclass
@@ -234,56 +237,64 @@ class Arbiter:
     def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
         """Run ``op`` on ``inputs`` with the arbitrated candidate and record the outcome."""
         try:
-            sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
+            if len(inputs) == 2:
+                a, b = inputs
+                sig: Any = (op, target, a.__class__, a.shape, a.dtype,
+                            b.__class__, b.shape, b.dtype)
+            else:
+                sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
             plan = self._plans.get(sig)
         except (AttributeError, TypeError):
             sig, plan = None, None
         if (plan is None or plan.registry_generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._plan(op, inputs, target, sig)
-        hist = self.histogram
-        for step in plan.steps:
+        steps = plan.steps
+        if steps:
+            first = steps[0]
+            if first.accepts(*inputs):
+                try:
+                    out = first.run(*inputs)
+                except Decline as dec:
+                    self.histogram.add(first.degraded)
+                    self.declines[first.degraded[:3]] = dec.reason
+                    return plan.op.reference(*inputs)
+                except Exception as exc:
+                    self.histogram.add(first.error)
+                    self.errors[first.error[:3]] = f"{type(exc).__name__}: {exc}"
+                    return self._run_unplanned(plan, inputs, start=1, accepted=True)
+                first.count_won()
+                return out
+        return self._run_unplanned(plan, inputs)
+
+    def _run_unplanned(self, plan: _Plan, inputs: Sequence[Any], *, start: int = 0,
+                       accepted: bool = False, replanned: bool = False) -> Any:
+        """Every path but the first-ranked candidate's success: declines, errors, fallbacks."""
+        for step in plan.steps[start:]:
             if not step.cand.accepts(*inputs):
                 continue
+            accepted = True
             try:
                 out = step.cand.run(*inputs)
             except Decline as dec:
-                hist.add(step.degraded)
+                self.histogram.add(step.degraded)
                 self.declines[step.degraded[:3]] = dec.reason
                 return plan.op.reference(*inputs)
             except Exception as exc:
-                hist.add(step.error)
+                self.histogram.add(step.error)
                 self.errors[step.error[:3]] = f"{type(exc).__name__}: {exc}"
                 continue
-            hist.add(step.won)
+            step.count_won()
             return out
-        if not plan.steps:
-            hist.add(plan.no_candidate)
-            return plan.op.reference(*inputs)
-        if all(not s.cand.accepts(*inputs) for s in plan.steps):
+        if plan.steps and not accepted and not replanned:
             # none of the planned candidates can run these inputs (strides, say):
             # plan afresh for them, re-measuring only now
-            fresh = self._plan(op, inputs, target, None, remeasure=True)
-            return self._run_unplanned(fresh, inputs)
+            target = plan.key[0]
+            fresh = self._plan(plan.op.name, inputs, target, None, remeasure=True)
+            return self._run_unplanned(fresh, inputs, replanned=True)
+        if not accepted:
+            self.histogram.add(plan.no_candidate)
         return plan.op.reference(*inputs)  # every candidate raised; errors are recorded
-
-    def _run_unplanned(self, plan: _Plan, inputs: Sequence[Any]) -> Any:
-        for step in plan.steps:
-            if step.cand.accepts(*inputs):
-                try:
-                    out = step.cand.run(*inputs)
-                except Decline as dec:
-                    self.histogram.add(step.degraded)
-                    self.declines[step.degraded[:3]] = dec.reason
-                    return plan.op.reference(*inputs)
-                except Exception as exc:
-                    self.histogram.add(step.error)
-                    self.errors[step.error[:3]] = f"{type(exc).__name__}: {exc}"
-                    continue
-                self.histogram.add(step.won)
-                return out
-        self.histogram.add(plan.no_candidate)
-        return plan.op.reference(*inputs)
 
     def _plan(self, op_name: str, inputs: Sequence[Any], target: str | None, sig: Any,
               remeasure: bool = False) -> _Plan:
@@ -299,7 +310,8 @@ class Arbiter:
             self._note(key, selection)
             steps = [_Step(c, (resolved, the_op.name, c.name, "won"),
                            (resolved, the_op.name, c.name, "degraded"),
-                           (resolved, the_op.name, c.name, "error"))
+                           (resolved, the_op.name, c.name, "error"), c.accepts, c.run,
+                           self.histogram.counter((resolved, the_op.name, c.name, "won")))
                      for c in selection.order]
             plan = _Plan(the_op, key, steps, (resolved, the_op.name, NO_CANDIDATE, "no_candidate"),
                          generation, version)

@@ -5,8 +5,9 @@ Memory is bounded by the number of distinct keys: each dispatch bumps a counter.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 OUTCOMES = ("won", "degraded", "no_candidate", "error")
@@ -19,16 +20,41 @@ HistogramKey = tuple[str, str, str, str]
 
 
 class DispatchHistogram:
-    """Thread-safe outcome counters, convertible to and from plain JSON-able dicts."""
+    """Thread-safe outcome counters, convertible to and from plain JSON-able dicts.
+
+    Each key owns an ``itertools.count``: ``next()`` on it is one C call that the GIL
+    makes atomic, so the dispatch hot path bumps a counter without taking a lock.
+    """
 
     def __init__(self, counts: Mapping[HistogramKey, int] | None = None) -> None:
-        self._counts: dict[HistogramKey, int] = dict(counts or {})
+        self._counters: dict[HistogramKey, itertools.count[int]] = {}
+        self._base: dict[HistogramKey, int] = {}
+        self._extra: dict[HistogramKey, int] = {}
         self._lock = threading.Lock()
+        for key, count in (counts or {}).items():
+            self.add(key, count)
+
+    def counter(self, key: HistogramKey) -> Callable[[], int]:
+        """The bound ``next`` of ``key``'s counter: call it to count one dispatch."""
+        found = self._counters.get(key)
+        if found is None:
+            with self._lock:
+                found = self._counters.setdefault(key, itertools.count())
+        return found.__next__
 
     def add(self, key: HistogramKey, count: int = 1) -> None:
-        """Count ``key`` (already validated); the hot path's one call."""
+        """Count ``key`` ``count`` times (already validated)."""
+        if count == 1:
+            self.counter(key)()
+            return
+        self.counter(key)
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + count
+            self._extra[key] = self._extra.get(key, 0) + count
+
+    def _value(self, key: HistogramKey) -> int:
+        # repr(count(n)) is "count(n)": n values were handed out
+        handed_out = int(repr(self._counters[key])[6:-1])
+        return handed_out + self._extra.get(key, 0) - self._base.get(key, 0)
 
     def record(self, target: str, op: str, selected: str, outcome: str, count: int = 1) -> None:
         if outcome not in OUTCOMES:
@@ -38,25 +64,26 @@ class DispatchHistogram:
     def counts(self, target: str | None = None, op: str | None = None) -> dict[HistogramKey, int]:
         """Counts per (target, op, selected, outcome), optionally for one target and/or op."""
         with self._lock:
-            items = list(self._counts.items())
-        return {k: v for k, v in items
-                if (target is None or k[0] == target) and (op is None or k[1] == op)}
+            items = [(k, self._value(k)) for k in list(self._counters)]
+        return {k: v for k, v in items if v > 0
+                and (target is None or k[0] == target) and (op is None or k[1] == op)}
 
     def total(self, outcome: str | None = None) -> int:
         return sum(v for k, v in self.counts().items() if outcome is None or k[3] == outcome)
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return len(self.counts())
 
     def clear(self) -> None:
+        """Zero every count; counters handed to hot paths keep working."""
         with self._lock:
-            self._counts.clear()
+            for key in self._counters:
+                self._base[key] = self._base.get(key, 0) + self._value(key)
 
     def merge(self, other: DispatchHistogram | Mapping[HistogramKey, int]) -> None:
         items = other.counts() if isinstance(other, DispatchHistogram) else dict(other)
-        with self._lock:
-            for key, count in items.items():
-                self._counts[key] = self._counts.get(key, 0) + count
+        for key, count in items.items():
+            self.add(key, count)
 
     def minus(self, before: Mapping[HistogramKey, int]) -> dict[HistogramKey, int]:
         """Counts added since the snapshot ``before`` (what one test dispatched)."""

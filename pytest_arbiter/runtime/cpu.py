@@ -23,8 +23,12 @@ from pytest_arbiter.dtypes import compute_dtype
 PANEL = 256
 
 
-def _is_host(*inputs: Any) -> bool:
-    return all(isinstance(x, np.ndarray) for x in inputs)
+def _host_pair(a: Any, b: Any) -> bool:
+    return isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+
+
+def _host_one(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
 
 
 def blas_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -41,7 +45,7 @@ def dot_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def panel_accepts(a: Any, b: Any) -> bool:
-    return _is_host(a, b) and a.shape[1] >= PANEL and a.shape[1] % PANEL == 0
+    return _host_pair(a, b) and a.shape[1] >= PANEL and a.shape[1] % PANEL == 0
 
 
 def panel_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -73,12 +77,12 @@ def inplace_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def candidates() -> list[Candidate]:
-    host = _is_host
+    pair, one = _host_pair, _host_one
     return [
-        FunctionCandidate(blas_matmul, "blas_matmul", "matmul", "cpu", 1, host, None),
-        FunctionCandidate(dot_matmul, "dot_matmul", "matmul", "cpu", 0, host, None),
+        FunctionCandidate(blas_matmul, "blas_matmul", "matmul", "cpu", 1, pair, None),
+        FunctionCandidate(dot_matmul, "dot_matmul", "matmul", "cpu", 0, pair, None),
         FunctionCandidate(panel_matmul, "panel_matmul", "matmul", "cpu", 0, panel_accepts,
                           None),
-        FunctionCandidate(stable_softmax, "stable_softmax", "softmax", "cpu", 0, host, None),
-        FunctionCandidate(inplace_softmax, "inplace_softmax", "softmax", "cpu", 1, host, None),
+        FunctionCandidate(stable_softmax, "stable_softmax", "softmax", "cpu", 0, one, None),
+        FunctionCandidate(inplace_softmax, "inplace_softmax", "softmax", "cpu", 1, one, None),
     ]
