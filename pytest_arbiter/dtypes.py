@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-
-SUPPORTED_DTYPES: dict[str, np.dtype] = {
+DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16")
+_STANDARD: dict[str, np.dtype] = {
     "float64": np.dtype(np.float64),
     "float32": np.dtype(np.float32),
     "float16": np.dtype(np.float16),
-    "bfloat16": bfloat16,
 }
+
+
+@functools.lru_cache(maxsize=1)
+def bfloat16() -> np.dtype:
+    """NumPy has no bfloat16: ml_dtypes' (imported on first use; it is slow to import)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype for one of :data:`DTYPE_NAMES`."""
+    if name == "bfloat16":
+        return bfloat16()
+    try:
+        return _STANDARD[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}; the arbiter supports "
+                         f"{', '.join(DTYPE_NAMES)}") from None
 
 
 @dataclass(frozen=True)
@@ -29,18 +46,28 @@ class Precision:
 
 
 def _finfo(dtype: np.dtype) -> tuple[float, float, float]:
-    info = ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
+    if dtype.name == "bfloat16":
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(dtype)
+    else:
+        info = np.finfo(dtype)
     return float(info.eps) / 2.0, float(info.smallest_normal), float(info.max)
 
 
 def dtype_name(dtype: object) -> str:
     """The arbiter's name for a dtype; ``ValueError`` for one it does not support."""
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        return dtype
     resolved = np.dtype(dtype)  # type: ignore[call-overload]
-    for name, known in SUPPORTED_DTYPES.items():
+    for name, known in _STANDARD.items():
         if resolved == known:
             return name
-    supported = ", ".join(SUPPORTED_DTYPES)
-    raise ValueError(f"unsupported dtype {resolved}; the arbiter supports {supported}")
+    # an array can only carry bfloat16 once ml_dtypes is imported, so this is cheap
+    if resolved.name == "bfloat16" and resolved == bfloat16():
+        return "bfloat16"
+    raise ValueError(f"unsupported dtype {resolved}; the arbiter supports "
+                     f"{', '.join(DTYPE_NAMES)}")
 
 
 _PRECISIONS: dict[str, Precision] = {}
@@ -52,8 +79,8 @@ def precision(dtype: object) -> Precision:
     cached = _PRECISIONS.get(name)
     if cached is not None:
         return cached
-    u, tiny, largest = _finfo(SUPPORTED_DTYPES[name])
-    accumulate = SUPPORTED_DTYPES["float64" if name == "float64" else "float32"]
+    u, tiny, largest = _finfo(numpy_dtype(name))
+    accumulate = _STANDARD["float64" if name == "float64" else "float32"]
     u_acc, _, _ = _finfo(accumulate)
     result = Precision(name, u, u_acc, tiny, largest)
     _PRECISIONS[name] = result

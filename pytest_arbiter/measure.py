@@ -103,7 +103,7 @@ class ComparePolicy:
     warmup: int = 2
     min_rounds: int = 7
     max_rounds: int = 200
-    budget_s: float = 0.02
+    budget_s: float = 0.01
     alpha: float = 1e-3
     tie_margin: float = 0.01
     seed: int | None = 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.dtypes import SUPPORTED_DTYPES, dtype_name, precision
+from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 
 Array = Any
@@ -122,7 +122,7 @@ def _matmul_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarra
 
 
 def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    return values.astype(SUPPORTED_DTYPES[dtype])
+    return values.astype(numpy_dtype(dtype))
 
 
 def _ragged(d: int) -> int:
@@ -132,7 +132,7 @@ def _ragged(d: int) -> int:
 def _matmul_gate_inputs(region: Region, seed: int) -> list[tuple[np.ndarray, ...]]:
     assert isinstance(region, MatmulRegion)
     m, n, k, dtype = region.m, region.n, region.k, region.dtype
-    scale_exp = 3 if SUPPORTED_DTYPES[dtype].itemsize == 2 else 8
+    scale_exp = 3 if numpy_dtype(dtype).itemsize == 2 else 8
     trials: list[tuple[np.ndarray, ...]] = []
     for trial in range(4):
         rng = np.random.default_rng(seed + trial)
@@ -197,7 +197,7 @@ def _softmax_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarr
 def _softmax_gate_inputs(region: Region, seed: int) -> list[tuple[np.ndarray, ...]]:
     assert isinstance(region, SoftmaxRegion)
     shape, dtype = region.shape, region.dtype
-    offset = 3000.0 if SUPPORTED_DTYPES[dtype].itemsize == 2 else 1000.0
+    offset = 3000.0 if numpy_dtype(dtype).itemsize == 2 else 1000.0
     ragged = (*shape[:-1], _ragged(shape[-1])) if len(shape) == 1 else (
         _ragged(shape[0]), *shape[1:-1], _ragged(shape[-1]))
     trials: list[tuple[np.ndarray, ...]] = []

@@ -7,10 +7,10 @@ import pytest
 
 from pytest_arbiter import Decline, MatmulRegion, SoftmaxRegion, f4_gate
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.dtypes import SUPPORTED_DTYPES
+from pytest_arbiter.dtypes import DTYPE_NAMES
 from pytest_arbiter.ops import OPS, make_op
 
-DTYPES = list(SUPPORTED_DTYPES)
+DTYPES = list(DTYPE_NAMES)
 MATMUL_SHAPES = [(32, 16, 32), (24, 16, 32), (1, 7, 300), (65, 33, 512)]
 
 
@@ -114,7 +114,7 @@ def naive_softmax(x: np.ndarray) -> np.ndarray:
 def half_sum_softmax(x: np.ndarray) -> np.ndarray:
     w = x.astype(np.float32)
     e = np.exp(w - w.max(axis=-1, keepdims=True))
-    total = np.zeros(e.shape[:-1] + (1,), dtype=np.float16)
+    total = np.zeros((*e.shape[:-1], 1), dtype=np.float16)
     for j in range(e.shape[-1]):
         total += e[..., j:j + 1].astype(np.float16)
     return (e / total.astype(np.float32)).astype(x.dtype)
