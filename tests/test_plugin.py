@@ -370,3 +370,41 @@ def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> Non
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*F4 gate FAILED: candidate 'plugin_bad_softmax'*",
                                  "*budget:*"])
+
+
+def test_xdist_controller_merges_workers_and_names_a_crashed_one(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("xdist")
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one="""
+        import os
+        import numpy as np
+        import pytest
+
+        A = np.ones((4, 3), np.float32)
+        B = np.ones((3, 2), np.float32)
+
+        @pytest.mark.parametrize("i", range(4))
+        def test_dispatch(arbiter, i):
+            arbiter.dispatch("matmul", A, B)
+
+        @pytest.mark.arbiter_expect_degrade
+        def test_on_purpose(arbiter):
+            arbiter.dispatch("matmul", A, B)
+
+        def test_crash():
+            if os.environ.get("ARBITER_TEST_CRASH"):
+                os._exit(3)
+    """)
+    # pytest-benchmark warns that xdist disables it; this project runs with -W error
+    result = pytester.runpytest("-n", "2", "-p", "no:benchmark",
+                                "--arbiter-write-baseline=base.json")
+    assert result.ret == 0, result.stdout.str()
+    entries = _entries(pytester.path / "base.json")
+    assert [e["count"] for e in entries if e["selected"] == "plugin_declining"] == [5]
+    result.stdout.fnmatch_lines(["*new degraded: *candidate=plugin_declining (4 dispatches)*"])
+
+    monkeypatch.setenv("ARBITER_TEST_CRASH", "1")
+    result = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-baseline=base.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*worker gw* returned no arbiter data (crashed?)*"])
