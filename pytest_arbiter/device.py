@@ -11,7 +11,7 @@ import functools
 import platform
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 _UNSAFE = re.compile(r"[^a-z0-9]+")
@@ -115,3 +115,26 @@ def target_of_array(x: object) -> str:
         raise ValueError(f"cannot tell which target a {type(x).__module__}.{type(x).__name__} "
                          f"lives on (known array packages: {known}); pass target=")
     return resolve(x)
+
+
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+_WORKER_ID = re.compile(r"gw(\d+)")
+
+
+def worker_device_environment(worker_id: str, devices: Sequence[str]) -> dict[str, str]:
+    """The environment that pins pytest-xdist worker ``worker_id`` to one of ``devices``.
+
+    Worker ``gwN`` gets ``devices[N % len(devices)]`` through the variables the CUDA and
+    ROCm runtimes read when they start, so it must be applied before the first GPU call.
+    """
+    found = _WORKER_ID.fullmatch(worker_id)
+    if found is None:
+        raise ValueError(f"xdist worker id {worker_id!r} is not of the form gwN")
+    if not devices:
+        raise ValueError("no devices to assign to xdist workers")
+    for device in devices:
+        if not device or "," in device or device != device.strip():
+            raise ValueError(f"device {device!r} in the worker device list is not one index "
+                             "or UUID (write them comma-separated, e.g. 0,1,2,3)")
+    chosen = devices[int(found.group(1)) % len(devices)]
+    return dict.fromkeys(VISIBLE_DEVICE_VARIABLES, chosen)

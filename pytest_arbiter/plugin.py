@@ -8,6 +8,7 @@ are the hook implementations. State lives in ``config.stash`` under :data:`SESSI
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from pytest_arbiter.arbiter import Arbiter, DispatchEvent
 from pytest_arbiter.baseline import BaselineVerdict, compare_to_baseline
 from pytest_arbiter.cache import MeasureCache
 from pytest_arbiter.candidates import REGISTRY
-from pytest_arbiter.device import device_tag
+from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.fixture import ArbiterFixture, GateCase
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
@@ -46,11 +47,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
     settings = resolve(config.getoption, config.getini, ini_dir, config.invocation_params.dir)
+    if settings.worker_devices:
+        _pin_worker_device(config, settings.worker_devices)
     session = ArbiterSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "arbiter-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
+
+
+def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
+    """On an xdist worker, make only its own GPU visible (before any GPU call)."""
+    worker = getattr(config, "workerinput", None)
+    try:
+        env = worker_device_environment(worker["workerid"] if worker else "gw0", devices)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--arbiter-worker-devices: {exc}") from None
+    if worker is not None:
+        os.environ.update(env)
+        forget()
 
 
 def _read_cache(path: Path | None) -> MeasureCache:

@@ -20,6 +20,8 @@ HELP_WRITE_BASELINE = "write this run's histogram as the new baseline (does not 
 HELP_STRICT = "a dispatch with no cached winner is an error (arbiter mode 'strict')"
 HELP_EXPLAIN = "say in the summary, per dispatch key, why each other candidate was passed over"
 HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of being skipped"
+HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
+                       "worker gwN sees only device N mod their number")
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class OptionSpec:
     """One option: its ``--arbiter-x`` flag, ``arbiter_x`` ini key, kind and help."""
 
     name: str
-    kind: str  # "bool" or "path"
+    kind: str  # "bool", "path" or "list"
     help: str
 
     @property
@@ -52,6 +54,7 @@ OPTIONS = (
     OptionSpec("strict", "bool", HELP_STRICT),
     OptionSpec("explain", "bool", HELP_EXPLAIN),
     OptionSpec("no_skip", "bool", HELP_NO_SKIP),
+    OptionSpec("worker_devices", "list", HELP_WORKER_DEVICES),
 )
 
 
@@ -64,7 +67,7 @@ def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> No
             addini(spec.ini, spec.help, type="bool", default=False)
         else:
             addoption(spec.flag, action="store", default=None, dest=spec.dest,
-                      metavar="PATH", help=spec.help)
+                      metavar="PATH" if spec.kind == "path" else "LIST", help=spec.help)
             addini(spec.ini, spec.help, type="string", default="")
 
 
@@ -80,6 +83,7 @@ class ArbiterSettings:
     strict: bool = False
     explain: bool = False
     no_skip: bool = False
+    worker_devices: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -101,6 +105,12 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
         given = getoption(spec.dest)
         if spec.kind == "bool":
             values[spec.name] = bool(given) if given is not None else bool(getini(spec.ini))
+            continue
+        if spec.kind == "list":
+            text = str(given if given else getini(spec.ini) or "")
+            # keep empty parts: "0,,1" is a typo to report, not to guess around
+            values[spec.name] = (tuple(part.strip() for part in text.split(","))
+                                 if text.strip() else ())
             continue
         if given:
             values[spec.name] = invocation_dir / Path(given)

@@ -408,3 +408,104 @@ def test_xdist_controller_merges_workers_and_names_a_crashed_one(
     result = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-baseline=base.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*worker gw* returned no arbiter data (crashed?)*"])
+
+
+TUNE_PROJECT = """
+    import numpy as np
+    import pytest
+
+    SHAPES = [(4, 3, 2), (32, 32, 16), (24, 32, 16), (7, 5, 3)]
+
+    @pytest.mark.parametrize("shape", SHAPES)
+    @pytest.mark.parametrize("rep", range(3))
+    def test_matmul(arbiter, shape, rep):
+        m, k, n = shape
+        a = np.ones((m, k), np.float32)
+        b = np.ones((k, n), np.float32)
+        assert (arbiter.dispatch("matmul", a, b) == k).all()
+
+    @pytest.mark.parametrize("rows", [1, 8, 33])
+    def test_softmax(arbiter, rows):
+        out = arbiter.dispatch("softmax", np.zeros((rows, 16), np.float32))
+        assert np.allclose(out.sum(axis=-1), 1.0)
+"""
+
+
+def _totals(path: Path) -> dict[tuple[str, str, str], int]:
+    """Histogram totals per (target, op, outcome): the winner may differ between runs."""
+    totals: dict[tuple[str, str, str], int] = {}
+    for e in _entries(path):
+        key = (str(e["target"]), str(e["op"]), str(e["outcome"]))
+        totals[key] = totals.get(key, 0) + int(str(e["count"]))
+    return totals
+
+
+def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
+        pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_tune=TUNE_PROJECT)
+    one = pytester.runpytest("-n", "0", "-p", "no:benchmark", "--arbiter-tune",
+                             "--arbiter-histogram=one.json", "--arbiter-cache=one-cache.json")
+    assert one.ret == 0, one.stdout.str()
+    two = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-tune",
+                             "--arbiter-histogram=two.json", "--arbiter-cache=two-cache.json")
+    assert two.ret == 0, two.stdout.str()
+    expected = {("cpu", "matmul", "won"): 12, ("cpu", "softmax", "won"): 3}
+    assert _totals(pytester.path / "one.json") == expected
+    assert _totals(pytester.path / "two.json") == expected
+    # the controller wrote one cache holding every worker's measured keys
+    keys = {(e["op"], e["bucket"]) for e in json.loads(
+        (pytester.path / "two-cache.json").read_text())["entries"]}
+    assert len(keys) == 7
+
+
+def test_plugin_loads_and_gates_with_xdist_disabled(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest("-p", "no:xdist", "-p", "no:benchmark")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=matmul "
+                                 "candidate=plugin_declining (1 dispatches)*"])
+
+
+def test_worker_device_environment_round_robins_workers() -> None:
+    from pytest_arbiter.device import worker_device_environment
+
+    assert worker_device_environment("gw0", ["0", "1"]) == {
+        "CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
+    assert worker_device_environment("gw3", ["0", "1"])["CUDA_VISIBLE_DEVICES"] == "1"
+    assert worker_device_environment("gw7", ["GPU-a1b2"])["HIP_VISIBLE_DEVICES"] == "GPU-a1b2"
+    with pytest.raises(ValueError, match="'master' is not of the form gwN"):
+        worker_device_environment("master", ["0"])
+    with pytest.raises(ValueError, match="no devices"):
+        worker_device_environment("gw0", [])
+
+
+def test_each_xdist_worker_sees_only_its_own_device(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_env="""
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_record(i, tmp_path_factory):
+            worker = os.environ["PYTEST_XDIST_WORKER"]
+            out = tmp_path_factory.getbasetemp().parent.parent / f"seen-{worker}-{i}"
+            out.write_text(os.environ["CUDA_VISIBLE_DEVICES"] + " "
+                           + os.environ["HIP_VISIBLE_DEVICES"])
+    """)
+    result = pytester.runpytest("-n", "2", "-p", "no:benchmark",
+                                "--arbiter-worker-devices=3, 5")
+    assert result.ret == 0, result.stdout.str()
+    seen = {}
+    for path in pytester.path.parent.rglob("seen-gw*"):
+        seen.setdefault(path.name.split("-")[1], set()).add(path.read_text())
+    assert seen == {"gw0": {"3 3"}, "gw1": {"5 5"}}
+
+
+def test_bad_worker_device_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_ok():\n    pass\n")
+    result = pytester.runpytest("--arbiter-worker-devices=0,,1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--arbiter-worker-devices: device '' in the worker device list is not one index*"])
