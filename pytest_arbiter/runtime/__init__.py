@@ -13,7 +13,7 @@ def register_bundled(registry: CandidateRegistry = REGISTRY) -> None:
     """Add the bundled candidates to ``registry``."""
     registry.extend(cpu.candidates())
     try:
-        from pytest_arbiter.runtime import cuda  # type: ignore[attr-defined, unused-ignore]
+        from pytest_arbiter.runtime import cuda
     except ImportError:  # the CUDA lane is optional
         return
     registry.extend(cuda.candidates())

@@ -1,0 +1,74 @@
+"""The bundled CUDA C sources and the exact options they are compiled with.
+
+The runtime hands :meth:`KernelSource.text` and :meth:`KernelSource.options` to CuPy's
+``RawModule`` (NVRTC); the host-free tests hand the same text and options to ``nvcc``
+for every declared architecture, so what is proven to compile is what runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).with_name("kernels")
+
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120")
+"""The NVIDIA architectures the emitted lane is declared for (sm_80 and newer)."""
+
+MIN_COMPUTE_CAPABILITY = 80  # cp.async, ldmatrix, bf16 mma.sync and cvt.rn.bf16
+
+MMA_TILE = (128, 128, 32)  # block tile (M, N, K) of the tensor-core GEMM
+MMA_STAGES = 3
+MMA_THREADS = 256
+SGEMM_TILE = (128, 128, 8)
+SGEMM_THREADS = 256
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One ``.cu`` file, its ``extern "C"`` entry points and its ``-D`` parameters."""
+
+    file: str
+    functions: tuple[str, ...]
+    defines: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    @property
+    def path(self) -> Path:
+        return KERNEL_DIR / self.file
+
+    def text(self) -> str:
+        return _read(self.path)
+
+    def options(self) -> tuple[str, ...]:
+        """Compiler options shared by NVRTC and nvcc."""
+        return ("-std=c++17", *(f"-D{name}={value}" for name, value in self.defines))
+
+    def nvcc_command(self, nvcc: str, archs: tuple[str, ...], out: str) -> list[str]:
+        """An nvcc call that compiles this source to a cubin per arch, with ptxas stats."""
+        gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
+        return [nvcc, *self.options(), *gencode, "-fatbin", "-Xptxas", "-v", "-o", out,
+                str(self.path)]
+
+
+@functools.cache
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+SGEMM = KernelSource("sgemm.cu", ("tiled_sgemm",),
+                     (("SGEMM_BM", SGEMM_TILE[0]), ("SGEMM_BN", SGEMM_TILE[1]),
+                      ("SGEMM_BK", SGEMM_TILE[2])))
+MMA_GEMM = KernelSource("mma_gemm.cu", ("mma_gemm_f16", "mma_gemm_bf16"),
+                        (("GEMM_BM", MMA_TILE[0]), ("GEMM_BN", MMA_TILE[1]),
+                         ("GEMM_BK", MMA_TILE[2]), ("GEMM_STAGES", MMA_STAGES)))
+SOFTMAX = KernelSource("softmax.cu",
+                       ("fused_softmax_f32", "fused_softmax_f16", "fused_softmax_bf16"))
+SOURCES = (SGEMM, MMA_GEMM, SOFTMAX)
+GEMM_SOURCES = (SGEMM, MMA_GEMM)
+
+
+def mma_shared_bytes() -> int:
+    """Dynamic shared memory of one tensor-core GEMM block (rows padded by 8 elements)."""
+    bm, bn, bk = MMA_TILE
+    return MMA_STAGES * (bm * (bk + 8) + bk * (bn + 8)) * 2
