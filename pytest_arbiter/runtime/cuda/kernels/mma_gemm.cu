@@ -6,6 +6,7 @@
 // memory, ldmatrix (.trans for B) into the mma fragments. Rows are padded by 8 elements
 // so the eight 16-byte rows one ldmatrix phase reads fall in distinct banks.
 //
+// __launch_bounds__(256, 2) caps registers at 128, so two blocks share an SM.
 // Needs sm_80+. The host wrapper accepts only M % 16 == 0, N % 8 == 0, K % 32 == 0 and
 // 16-byte aligned, contiguous operands; partial tiles along M and N are predicated.
 // No CUDA headers are included, so NVRTC needs no include path.
@@ -224,13 +225,13 @@ __device__ __forceinline__ void mma_gemm(const elem_t* __restrict__ A,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2)
 mma_gemm_f16(const elem_t* __restrict__ A, const elem_t* __restrict__ B,
              elem_t* __restrict__ C, int M, int N, int K) {
     mma_gemm<Half>(A, B, C, M, N, K);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2)
 mma_gemm_bf16(const elem_t* __restrict__ A, const elem_t* __restrict__ B,
               elem_t* __restrict__ C, int M, int N, int K) {
     mma_gemm<BFloat16>(A, B, C, M, N, K);

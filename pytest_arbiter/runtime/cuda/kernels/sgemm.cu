@@ -21,7 +21,7 @@ static_assert(SGEMM_BM == 128 && SGEMM_BN == 128 && SGEMM_BK == 8,
 
 typedef unsigned long long u64;
 
-extern "C" __global__ void __launch_bounds__(SGEMM_THREADS)
+extern "C" __global__ void __launch_bounds__(SGEMM_THREADS, 2)
 tiled_sgemm(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
             int M, int N, int K) {
     __shared__ __align__(16) float As[SGEMM_BK][SGEMM_BM];  // A tile, transposed
