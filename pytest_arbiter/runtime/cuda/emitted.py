@@ -26,19 +26,28 @@ from pytest_arbiter.runtime.cuda.sources import KernelSource
 
 _LOCK = threading.Lock()
 _MODULES: dict[tuple[int, str], Any] = {}
+_FUNCTIONS: dict[tuple[int, str], Any] = {}
 
 
-def kernel(cp: Any, source: KernelSource, function: str) -> Any:
-    """``function`` from ``source``, compiled for the current device on first use."""
-    key = (int(cp.cuda.runtime.getDevice()), source.file)
-    module = _MODULES.get(key)
-    if module is None:
-        with _LOCK:
-            module = _MODULES.get(key)
-            if module is None:
-                module = cp.RawModule(code=source.text(), options=source.options())
-                _MODULES[key] = module
-    return module.get_function(function)
+def kernel(cp: Any, source: KernelSource, function: str, *, dynamic_shared: int = 0) -> Any:
+    """``function`` from ``source``, compiled for the current device on first use.
+
+    ``dynamic_shared`` above the default 48 KiB is opted into once per function.
+    """
+    device = int(cp.cuda.runtime.getDevice())
+    found = _FUNCTIONS.get((device, function))
+    if found is not None:
+        return found
+    with _LOCK:
+        module = _MODULES.get((device, source.file))
+        if module is None:
+            module = cp.RawModule(code=source.text(), options=source.options())
+            _MODULES[(device, source.file)] = module
+        found = module.get_function(function)
+        if dynamic_shared > 48 * 1024:
+            found.max_dynamic_shared_size_bytes = dynamic_shared
+        _FUNCTIONS[(device, function)] = found
+    return found
 
 
 def compiled_modules() -> list[tuple[int, str]]:
@@ -122,10 +131,8 @@ class MmaMatmul(EmittedCandidate):
             return out
         bm, bn, _ = sources.MMA_TILE
         name = "mma_gemm_f16" if a.dtype == np.float16 else "mma_gemm_bf16"
-        fn = kernel(cp, sources.MMA_GEMM, name)
         smem = sources.mma_shared_bytes()
-        if fn.max_dynamic_shared_size_bytes < smem:
-            fn.max_dynamic_shared_size_bytes = smem
+        fn = kernel(cp, sources.MMA_GEMM, name, dynamic_shared=smem)
         fn(((n + bn - 1) // bn, (m + bm - 1) // bm), (sources.MMA_THREADS,),
            (a, b, out, np.int32(m), np.int32(n), np.int32(k)), shared_mem=smem)
         return out
