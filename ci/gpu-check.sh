@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# GPU device check: install the CuPy extra that matches the driver, run the GPU test
+# suite (live gates fail instead of skipping) and a short GEMM benchmark table.
+# Budget: under 5 minutes on one GPU. Run from anywhere: ci/gpu-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+start=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
+
+step "detect the GPU stack"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+    driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
+    if [ "${driver_cuda:-12}" -ge 13 ]; then extra=cuda13; else extra=cuda12; fi
+    target=nvidia
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+elif command -v rocminfo >/dev/null 2>&1 || [ -e /dev/kfd ]; then
+    extra=rocm
+    target=amd
+else
+    echo "gpu-check: neither a working nvidia-smi nor ROCm was found; run this on a GPU machine" >&2
+    exit 2
+fi
+echo "target=$target extra=$extra"
+
+step "install pytest-arbiter[test,$extra]"
+timeout 240 "$PY" -m pip install -q -e ".[test,$extra]"
+
+step "device as the arbiter sees it"
+tag=$("$PY" - "$target" <<'PYEOF'
+import sys
+from pytest_arbiter.device import probe_device
+found = probe_device(sys.argv[1])
+if isinstance(found, str):
+    sys.exit(f"gpu-check: no {sys.argv[1]} device: {found}")
+import cupy
+print(f"{found.tag} ({found.name}), CuPy {cupy.__version__}", file=sys.stderr)
+print(found.tag)
+PYEOF
+)
+
+step "host-free GPU tests (probes, checks, compile proof when nvcc is present)"
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_host.py \
+    tests/test_cuda_compile.py tests/test_cuda_bench.py
+
+step "live gates on $tag (--arbiter-no-skip: a missing device fails)"
+if [ "$target" = nvidia ]; then
+    select="not amd and not rocm"
+    [ "$tag" = sm_120 ] || select="$select and not sm120"
+else
+    select="amd or rocm"
+fi
+timeout 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_live.py \
+    --arbiter-no-skip -k "$select" -rs
+
+if [ "$target" = nvidia ]; then
+    step "GEMM benchmark: emitted vs library"
+    timeout 120 "$PY" bench/gpu_gemm.py --require-device --sizes 1024,2048,4096 --repeat 20
+else
+    step "GEMM benchmark skipped: the emitted lane is NVIDIA-only"
+fi
+
+step "done"
