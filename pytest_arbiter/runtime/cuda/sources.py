@@ -20,6 +20,7 @@ MIN_COMPUTE_CAPABILITY = 80  # cp.async, ldmatrix, bf16 mma.sync and cvt.rn.bf16
 
 MMA_TILE = (128, 128, 32)  # block tile (M, N, K) of the tensor-core GEMM
 MMA_STAGES = 3
+MMA_GROUP_M = 8  # block rows launched together (L2 reuse)
 MMA_THREADS = 256
 SGEMM_TILE = (128, 128, 8)
 SGEMM_THREADS = 256
@@ -61,7 +62,8 @@ SGEMM = KernelSource("sgemm.cu", ("tiled_sgemm",),
                       ("SGEMM_BK", SGEMM_TILE[2])))
 MMA_GEMM = KernelSource("mma_gemm.cu", ("mma_gemm_f16", "mma_gemm_bf16"),
                         (("GEMM_BM", MMA_TILE[0]), ("GEMM_BN", MMA_TILE[1]),
-                         ("GEMM_BK", MMA_TILE[2]), ("GEMM_STAGES", MMA_STAGES)))
+                         ("GEMM_BK", MMA_TILE[2]), ("GEMM_STAGES", MMA_STAGES),
+                         ("GEMM_GROUP_M", MMA_GROUP_M)))
 SOFTMAX = KernelSource("softmax.cu",
                        ("fused_softmax_f32", "fused_softmax_f16", "fused_softmax_bf16"))
 SOURCES = (SGEMM, MMA_GEMM, SOFTMAX)

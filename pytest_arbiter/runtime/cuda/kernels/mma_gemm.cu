@@ -23,6 +23,9 @@
 #ifndef GEMM_STAGES
 #define GEMM_STAGES 3
 #endif
+#ifndef GEMM_GROUP_M
+#define GEMM_GROUP_M 8  // block rows launched together, so their B tiles stay in L2
+#endif
 
 #define GEMM_THREADS 256
 #define WARP_M 64
@@ -123,8 +126,18 @@ __device__ __forceinline__ void mma_gemm(const elem_t* __restrict__ A,
     const int warp = tid >> 5;
     const int warp_m = warp >> 2;  // 0..1
     const int warp_n = warp & 3;   // 0..3
-    const int block_m = blockIdx.y * GEMM_BM;
-    const int block_n = blockIdx.x * GEMM_BN;
+    // Grouped launch order: GEMM_GROUP_M consecutive block rows walk the columns
+    // together, so concurrently resident blocks share A rows and B columns in L2.
+    const int grid_n = gridDim.x;
+    const int linear = blockIdx.y * grid_n + blockIdx.x;
+    const int per_group = GEMM_GROUP_M * grid_n;
+    const int first_m = (linear / per_group) * GEMM_GROUP_M;
+    const int rows_left = static_cast<int>(gridDim.y) - first_m;
+    const int group_rows = rows_left < GEMM_GROUP_M ? rows_left : GEMM_GROUP_M;
+    const int tile_m = first_m + (linear % per_group) % group_rows;
+    const int tile_n = (linear % per_group) / group_rows;
+    const int block_m = tile_m * GEMM_BM;
+    const int block_n = tile_n * GEMM_BN;
 
     // Each thread copies two 16-byte chunks of A (rows r, r + 64) and two of B.
     const int a_row = tid >> 2;           // 0..63
