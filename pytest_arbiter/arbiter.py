@@ -105,6 +105,8 @@ def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
         "shapes": [list(np.shape(x)) for x in inputs],
         "rounds": comparison.rounds,
         "timed_ns": round(comparison.timed_ns),
+        "spent_ns": round(comparison.spent_ns),
+        "p_value": comparison.p_value,
     }
 
 

@@ -6,6 +6,7 @@ brings a CUDA-event timer. A timer times one call of a zero-argument function.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import statistics
@@ -91,13 +92,17 @@ def measure_latency(fn: Callable[..., object], *args: Any, warmup: int = 3, repe
 
 @dataclass(frozen=True)
 class ComparePolicy:
-    """How long to compare candidates and when to stop early.
+    """How long to compare candidates, when to stop early, and what counts as a tie.
 
-    Candidates run interleaved (every round times each once, in a shuffled order), so
-    slow drifts of a shared machine hit all of them alike. After ``min_rounds`` the
-    comparison stops as soon as the leader beats every other candidate in a one-sided
-    sign test at ``alpha``, or when ``budget_s`` of timing or ``max_rounds`` is spent.
-    A difference smaller than ``tie_margin`` that the test cannot resolve is a tie.
+    Candidates run interleaved: every round times each once, in a shuffled order, so
+    the slow drifts and bursts of a shared machine hit all of them alike, and they are
+    compared round by round (paired). After ``warmup`` untimed calls each, and at least
+    ``min_rounds`` rounds, the comparison stops as soon as the leader beats every other
+    candidate in a one-sided sign test at ``alpha``, or before a round that would take
+    it past ``budget_s`` (wall time of the whole comparison, warmup included), or at
+    ``max_rounds``. A pick that the rounds do not support at ``tie_alpha`` and that is
+    ahead by less than ``tie_margin`` is a tie: the higher tier is preferred.
+    ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
     """
 
     warmup: int = 2
@@ -105,13 +110,20 @@ class ComparePolicy:
     max_rounds: int = 200
     budget_s: float = 0.01
     alpha: float = 1e-3
-    tie_margin: float = 0.01
+    tie_alpha: float = 0.05
+    tie_margin: float = 0.02
     seed: int | None = 0
+    disable_gc: bool = True
 
 
 @dataclass
 class Comparison:
-    """The outcome of an interleaved comparison: ranking, stats, confidence of the pick."""
+    """The outcome of an interleaved comparison: ranking, stats, confidence of the pick.
+
+    ``ratios`` are each candidate's median paired ratio to the pick's time in the same
+    round; ``timed_ns`` sums the timed calls; ``spent_ns`` is the wall time of the whole
+    comparison, warmup and bookkeeping included (what the budget bounds).
+    """
 
     ranking: list[str]
     stats: dict[str, LatencyStats]
@@ -120,13 +132,15 @@ class Comparison:
     rounds: int
     timed_ns: float
     ratios: dict[str, float] = field(default_factory=dict)
+    spent_ns: float = 0.0
+    p_value: float = 1.0
 
 
 def _sign_test_p(wins: int, trials: int) -> float:
     """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
     if trials == 0:
         return 1.0
-    total = 0.0
+    total = 0
     for i in range(wins, trials + 1):
         total += math.comb(trials, i)
     return total / 2.0**trials
@@ -136,54 +150,116 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
                       tiers: Mapping[str, int] | None = None,
                       policy: ComparePolicy | None = None,
                       timer: Timer | None = None) -> Comparison:
-    """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds."""
+    """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds.
+
+    The ranking follows each candidate's median paired ratio to the leader (its time
+    over the leader's in the same round), which cancels what a round's neighbours did
+    to both; ``confidence`` is one minus the sign test's p-value of the pick against
+    the closest other candidate.
+    """
     if not fns:
         raise ValueError("nothing to compare")
     pol = policy or ComparePolicy()
     clock = timer or CPU_TIMER
+    wall = time.perf_counter_ns
+    started = wall()
     names = list(fns)
     tier_of = dict(tiers or {})
     samples: dict[str, list[float]] = {n: [] for n in names}
-    for name in names:
-        for _ in range(pol.warmup):
-            fns[name]()
-    if len(names) == 1:
-        only = names[0]
-        for _ in range(max(3, pol.min_rounds // 2)):
-            samples[only].append(clock.sample(fns[only]))
-        return Comparison([only], {only: LatencyStats.of(samples[only])}, 1.0, False,
-                          len(samples[only]), sum(samples[only]))
-    shuffle = random.Random(pol.seed)
-    budget_ns = pol.budget_s * 1e9
-    timed = 0.0
-    rounds = 0
-    p_worst = 1.0
-    while rounds < pol.max_rounds:
-        order = names[:]
-        shuffle.shuffle(order)
-        for name in order:
-            t = clock.sample(fns[name])
-            samples[name].append(t)
-            timed += t
-        rounds += 1
-        if rounds >= pol.min_rounds:
-            leader = min(names, key=lambda n: statistics.median(samples[n]))
-            p_worst = _worst_p(leader, names, samples)
-            if p_worst < pol.alpha or timed >= budget_ns:
-                break
+    gc_was_enabled = gc.isenabled()
+    if pol.disable_gc:
+        gc.disable()
+    try:
+        for name in names:
+            for _ in range(pol.warmup):
+                fns[name]()
+        if len(names) == 1:
+            only = names[0]
+            for _ in range(max(3, pol.min_rounds // 2)):
+                samples[only].append(clock.sample(fns[only]))
+            return Comparison([only], {only: LatencyStats.of(samples[only])}, 1.0, False,
+                              len(samples[only]), sum(samples[only]),
+                              {only: 1.0}, float(wall() - started), 0.0)
+        rounds, timed = _run_rounds(fns, names, samples, pol, clock, started)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    spent = float(wall() - started)
     stats = {n: LatencyStats.of(samples[n]) for n in names}
-    ranked = sorted(names, key=lambda n: (stats[n].median_ns, -tier_of.get(n, 0), n))
-    leader = ranked[0]
-    p_worst = _worst_p(leader, names, samples)
+    leader = _paired_leader(names, samples)
     ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
+    ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
+    p_worst = _worst_p(leader, names, samples)
     runner_up = ranked[1]
-    tie = p_worst >= pol.alpha and ratios[runner_up] - 1.0 < pol.tie_margin
+    tie = p_worst >= pol.tie_alpha and ratios[runner_up] - 1.0 < pol.tie_margin
     if tie:
         tied = [n for n in ranked if ratios[n] - 1.0 < pol.tie_margin]
         preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
         ranked.remove(preferred)
         ranked.insert(0, preferred)
-    return Comparison(ranked, stats, 1.0 - p_worst, tie, rounds, timed, ratios)
+        if preferred != leader:
+            ratios = {n: _paired_ratio(samples[n], samples[preferred]) for n in names}
+    return Comparison(ranked, stats, 1.0 - p_worst, tie, rounds, timed, ratios, spent, p_worst)
+
+
+def _run_rounds(fns: Mapping[str, Callable[[], object]], names: list[str],
+                samples: dict[str, list[float]], pol: ComparePolicy, clock: Timer,
+                started: int) -> tuple[int, float]:
+    """Time interleaved rounds into ``samples`` until a stop rule fires.
+
+    Pairwise win counts are kept as the rounds come in, so the per-round stop test
+    costs O(candidates^2), not O(rounds): the bookkeeping stays small beside the budget.
+    """
+    shuffle = random.Random(pol.seed)
+    wall = time.perf_counter_ns
+    budget_ns = pol.budget_s * 1e9
+    count = len(names)
+    wins = [[0] * count for _ in range(count)]
+    timed = 0.0
+    rounds = 0
+    round_times: list[float] = []
+    order = list(range(count))
+    while rounds < pol.max_rounds:
+        if rounds >= pol.min_rounds:
+            # stop before a round that could overrun the budget, not after it: three
+            # typical rounds (the median, so one preempted round does not end it early)
+            # leave room for a slower round and the final bookkeeping
+            typical = statistics.median(round_times)
+            if max(float(wall() - started), timed) + 3.0 * typical > budget_ns:
+                break
+        round_start = wall()
+        shuffle.shuffle(order)
+        times = [0.0] * count
+        for i in order:
+            times[i] = clock.sample(fns[names[i]])
+        round_times.append(max(float(wall() - round_start), sum(times)))
+        for i in range(count):
+            samples[names[i]].append(times[i])
+            row = wins[i]
+            for j in range(count):
+                if times[i] < times[j]:
+                    row[j] += 1
+        timed += sum(times)
+        rounds += 1
+        if rounds >= pol.min_rounds:
+            # the candidate whose weakest pairwise record is best leads; stop when even
+            # that weakest record is significant
+            weakest = max(min(w for j, w in enumerate(row) if j != i)
+                          for i, row in enumerate(wins))
+            if _sign_test_p(weakest, rounds) < pol.alpha:
+                break
+    return rounds, timed
+
+
+def _paired_leader(names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> str:
+    """The candidate that no other beats on the median paired ratio."""
+    leader = min(names, key=lambda n: statistics.median(samples[n]))
+    for _ in range(len(names)):
+        challenger = min(names, key=lambda n: _paired_ratio(samples[n], samples[leader]))
+        if challenger == leader or _paired_ratio(samples[challenger], samples[leader]) >= 1.0:
+            return leader
+        leader = challenger
+    return leader
 
 
 def _paired_ratio(mine: Sequence[float], leader: Sequence[float]) -> float:
@@ -193,6 +269,7 @@ def _paired_ratio(mine: Sequence[float], leader: Sequence[float]) -> float:
 
 
 def _worst_p(leader: str, names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> float:
+    """The sign test's p-value of ``leader`` against its closest competitor."""
     worst = 0.0
     lead = samples[leader]
     for other in names:

@@ -153,26 +153,42 @@ class ArbiterSession:
         return ArbiterFixture(self.arbiter, fail=pytest.fail, skip=pytest.skip,
                               expect_degrade=lambda: self._expect.add(nodeid))
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    # A test can dispatch through the run's arbiter only by way of the ``arbiter``
+    # fixture, so the per-test bookkeeping (histogram snapshot, expect-degrade marker,
+    # JUnit properties) happens when that fixture is set up and torn down: a test that
+    # does not use it costs the plugin nothing (no per-test hook at all).
+
+    def begin_test(self, item: pytest.Item) -> None:
+        """Snapshot the counts before ``item`` can dispatch (the fixture's setup)."""
         self._snapshots[item.nodeid] = self.arbiter.histogram.counts()
         if item.get_closest_marker("arbiter_expect_degrade") is not None:
             self._expect.add(item.nodeid)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
-        reason = self._missing_device.pop(item.nodeid, None)
-        if reason is not None:
-            pytest.fail(f"{reason} (--arbiter-no-skip: failing instead of skipping)",
-                        pytrace=False)
+    def end_test(self, item: pytest.Item) -> None:
+        """Record what ``item`` dispatched (the fixture's teardown, before the report)."""
+        nodeid = item.nodeid
+        before = self._snapshots.pop(nodeid, None)
+        expected = nodeid in self._expect
+        self._expect.discard(nodeid)
+        if before is None:
+            return
+        delta = self.arbiter.histogram.minus(before)
+        for key, count in sorted(delta.items()):
+            item.user_properties.append((_property_name(key), count))
+        if expected:
+            self.expected.merge(delta)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         present: set[str] | None = None
         for item in items:
             needed: list[str] = []
-            for mark in item.iter_markers("device"):
-                needed.extend(str(tag) for tag in mark.args)
-            if item.get_closest_marker("sm120") is not None:
+            sm120 = False
+            for mark in item.iter_markers():  # one walk up the node chain per item
+                if mark.name == "device":
+                    needed.extend(str(tag) for tag in mark.args)
+                elif mark.name == "sm120":
+                    sm120 = True
+            if sm120:
                 needed.append("sm_120")
             if not needed:
                 continue
@@ -187,20 +203,11 @@ class ArbiterSession:
                 self._missing_device[item.nodeid] = reason
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
-                                  ) -> Generator[None, Any, Any]:
-        if call.when == "teardown":
-            before = self._snapshots.pop(item.nodeid, None)
-            if before is not None:
-                delta = self.arbiter.histogram.minus(before)
-                for key, count in sorted(delta.items()):
-                    item.user_properties.append((_property_name(key), count))
-                if item.nodeid in self._expect:
-                    self._expect.discard(item.nodeid)
-                    self.expected.merge(delta)
-        return (yield)
+        if self._missing_device and not self.config.pluginmanager.has_plugin(
+                "arbiter-no-skip"):
+            # a per-test hook only when some test needs it
+            self.config.pluginmanager.register(_NoSkipHooks(self._missing_device),
+                                               "arbiter-no-skip")
 
     def pytest_make_parametrize_id(self, config: pytest.Config, val: object,
                                    argname: str) -> str | None:
@@ -233,7 +240,7 @@ class ArbiterSession:
                         lambda p: artifacts.write_histogram(p, counts))
         if s.tune and s.cache is not None:
             self._write("--arbiter-cache", s.cache,
-                        lambda p: artifacts.write_cache(p, self.arbiter.cache))
+                        lambda p: artifacts.update_cache(p, self.arbiter.cache))
         self.verdict = compare_to_baseline(self.gated_counts(), self.baseline)
         if self.errors or self.crashed_nodes:
             self._fail_run(session)
@@ -369,7 +376,30 @@ class XdistHooks:
 SESSION_KEY = pytest.StashKey[ArbiterSession]()
 
 
+class _NoSkipHooks:
+    """``--arbiter-no-skip``: fail, at call time, the tests whose device is missing."""
+
+    def __init__(self, missing: dict[str, str]) -> None:
+        self.missing = missing
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        reason = self.missing.pop(item.nodeid, None)
+        if reason is not None:
+            pytest.fail(f"{reason} (--arbiter-no-skip: failing instead of skipping)",
+                        pytrace=False)
+
+
 @pytest.fixture
-def arbiter(request: pytest.FixtureRequest) -> ArbiterFixture:
-    """The run's arbiter: ``arbiter.dispatch(op, *inputs)``, ``arbiter.gate(name, *inputs)``."""
-    return request.config.stash[SESSION_KEY].fixture_for(request.node)
+def arbiter(request: pytest.FixtureRequest) -> Generator[ArbiterFixture, None, None]:
+    """The run's arbiter: ``arbiter.dispatch(op, *inputs)``, ``arbiter.gate(name, *inputs)``.
+
+    Its teardown records the test's dispatches as JUnit properties (``arbiter:...``).
+    """
+    session = request.config.stash[SESSION_KEY]
+    item = request.node
+    session.begin_test(item)
+    try:
+        yield session.fixture_for(item)
+    finally:
+        session.end_test(item)
