@@ -163,8 +163,8 @@ def test_gemm_register_budgets(compiled: dict[str, Compiled]) -> None:
 
 
 @pytest.mark.skipif(NVCC is not None or nvrtc_reason() is not None,
-                    reason="nvcc is present (the ptxas tests above cover the compile) "
-                           "or CuPy's NVRTC is not importable")
+                    reason="nvcc is present, so the ptxas tests cover the compile"
+                    if NVCC is not None else f"CuPy's NVRTC is not importable: {nvrtc_reason()}")
 @pytest.mark.parametrize("src", sources.SOURCES, ids=lambda s: s.file)
 def test_compiles_with_nvrtc_without_nvcc(src: KernelSource) -> None:
     from cupy.cuda import compiler
