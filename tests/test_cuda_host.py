@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -97,14 +98,13 @@ STRIX = {"name": b"AMD Radeon 8060S", "gcnArchName": b"gfx1151:sramecc-:xnack-"}
 
 
 def test_import_leaves_cupy_out_and_registers_the_gpu_lanes() -> None:
-    code = ("import sys, pytest_arbiter\n"
+    code = ("import json, sys, pytest_arbiter\n"
             "from pytest_arbiter import REGISTRY\n"
-            "print('cupy' in sys.modules, sorted(c.name for c in REGISTRY "
-            "if c.target != 'cpu'))")
+            "print(json.dumps(['cupy' in sys.modules, "
+            "sorted(c.name for c in REGISTRY if c.target != 'cpu')]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split(" ", 1)
-    assert out[0] == "False"
-    assert eval(out[1]) == sorted(GPU_NAMES)
+                         check=True).stdout
+    assert json.loads(out) == [False, sorted(GPU_NAMES)]
 
 
 def test_candidates_cover_both_lanes_and_targets() -> None:
