@@ -44,3 +44,41 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
     fixed = sorted(k for k, v in baseline.items()
                    if k[3] in failing and v > 0 and run.get(k, 0) == 0)
     return BaselineVerdict(new, known, fixed)
+
+
+@dataclass(frozen=True)
+class FleetVerdict:
+    """The gate over many runners' reports.
+
+    A baseline entry the reports no longer show is ``fixed`` only when some report
+    dispatched its (target, op) at all; otherwise it is ``unchecked`` (no runner of
+    that target reported, e.g. the GPU jobs did not run) and stays in the baseline.
+    """
+
+    verdict: BaselineVerdict
+    unchecked: list[HistogramKey]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def fixed(self) -> list[HistogramKey]:
+        return self.verdict.fixed
+
+
+def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+               *, failing: tuple[str, ...] = FAILING_OUTCOMES) -> FleetVerdict:
+    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones."""
+    verdict = compare_to_baseline(run, baseline, failing=failing)
+    covered = {(k[0], k[1]) for k, v in run.items() if v > 0}
+    fixed = [k for k in verdict.fixed if (k[0], k[1]) in covered]
+    unchecked = [k for k in verdict.fixed if (k[0], k[1]) not in covered]
+    return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
+
+
+def tightened(baseline: Mapping[HistogramKey, int], fixed: list[HistogramKey]
+              ) -> dict[HistogramKey, int]:
+    """The baseline without its ``fixed`` entries: a fixed degrade may not come back."""
+    drop = set(fixed)
+    return {k: v for k, v in baseline.items() if k not in drop}

@@ -1,0 +1,274 @@
+"""The ``pytest-arbiter`` console script: show, merge and diff caches; gate reports.
+
+Exit codes: 0 pass, 1 gate failed (or ``merge --fail-on-conflict`` met a conflict),
+2 usage error or an input that cannot be read. An unreadable input is never taken
+for "no new degrades". The work is done by the library; this module parses
+arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pytest_arbiter import __version__, artifacts
+from pytest_arbiter.baseline import gate_fleet, tightened
+from pytest_arbiter.cache import CacheEntry, MeasureCache
+from pytest_arbiter.corpus import diff
+from pytest_arbiter.histogram import HistogramKey
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MAX_TESTS_SHOWN = 10
+
+DESCRIPTION = """\
+Work with pytest-arbiter's artifacts: the measured-winner cache (corpus) and the
+dispatch reports a fleet of CI runners writes.
+
+exit codes: 0 pass, 1 gate failed, 2 usage error or unreadable input"""
+
+
+def format_ns(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def _key_text(key: Sequence[str]) -> str:
+    return "/".join(key)
+
+
+def _entry_key(key: HistogramKey) -> str:
+    return f"target={key[0]} op={key[1]} candidate={key[2]}"
+
+
+# -- show ------------------------------------------------------------------------------
+
+
+def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
+    rows = [["device", "target", "op", "bucket", "dtype", "winner", "median", "runner-up",
+             "samples", "spread", "confidence", "host", "measured"]]
+    for e in entries:
+        best = e.ranking[0].stats
+        if len(e.ranking) > 1 and best.median_ns > 0:
+            second = e.ranking[1]
+            runner = f"{second.name} +{(second.stats.median_ns / best.median_ns - 1) * 100:.1f}%"
+        else:
+            runner = "-"
+        conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+        rows.append([e.device, e.target, e.op, e.bucket, e.dtype, e.winner,
+                     format_ns(best.median_ns), runner, str(best.samples),
+                     f"{e.spread * 100:.1f}%", conf, str(e.provenance.get("host", "-")),
+                     str(e.provenance.get("measured_at", "-"))])
+    return rows
+
+
+def _print_table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                  .rstrip() + "\n")
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    cache = artifacts.read_cache(args.cache)
+    entries = [e for e in cache.entries()
+               if (args.device is None or e.device == args.device)
+               and (args.op is None or e.op == args.op)]
+    if args.json:
+        json.dump([e.to_dict() for e in entries], out, indent=2, sort_keys=True,
+                  allow_nan=False)
+        out.write("\n")
+        return EXIT_OK
+    if not entries:
+        out.write(f"{args.cache}: no entries\n")
+        return EXIT_OK
+    _print_table(_show_rows(entries), out)
+    devices = sorted({e.device for e in entries})
+    out.write(f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})\n")
+    return EXIT_OK
+
+
+# -- merge -----------------------------------------------------------------------------
+
+
+def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
+    out_path = Path(args.output)
+    shards: list[MeasureCache] = []
+    for shard in args.shards:
+        if Path(shard).resolve() == out_path.resolve():
+            continue  # OUT is read under its lock by update_cache
+        shards.append(artifacts.read_cache(shard))
+    result = artifacts.update_cache(out_path, *shards)
+    for conflict in result.conflicts:
+        out.write(conflict.describe() + "\n")
+    out.write(f"{out_path}: {len(result.entries)} entries after merging "
+              f"{len(args.shards)} shard(s); {len(result.conflicts)} conflict(s)\n")
+    if result.conflicts and args.fail_on_conflict:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# -- diff ------------------------------------------------------------------------------
+
+
+def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
+    old = artifacts.read_cache(args.old)
+    new = artifacts.read_cache(args.new)
+    d = diff(old, new)
+    for change in d.changed:
+        margin = change.margin
+        beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
+                else f"; {change.old.winner} not timed in NEW")
+        out.write(f"changed {_key_text(change.key)}: {change.old.winner} "
+                  f"({format_ns(change.old_ns)}) -> {change.new.winner} "
+                  f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}\n")
+    for entry in d.added:
+        out.write(f"added {_key_text(entry.key)}: {entry.winner} "
+                  f"({format_ns(entry.ranking[0].stats.median_ns)})\n")
+    for entry in d.removed:
+        out.write(f"removed {_key_text(entry.key)}: {entry.winner}\n")
+    out.write(f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
+              f"{len(d.removed)} removed, {d.same} unchanged\n")
+    return EXIT_OK
+
+
+# -- gate ------------------------------------------------------------------------------
+
+
+def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.junit import ids_for, read_reports
+
+    fleet = read_reports(args.inputs)
+    baseline_path = Path(args.baseline)
+    if baseline_path.exists():
+        baseline = artifacts.read_histogram(baseline_path)
+        note = f"baseline {baseline_path}: {len(baseline)} entries"
+    else:
+        baseline = {}
+        note = f"baseline {baseline_path} does not exist yet: it counts as empty"
+    run = fleet.gated()
+    fv = gate_fleet(run, baseline)
+    out.write(f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
+              f"{len(fleet.counts)} dispatch entries; {note}\n")
+    if not fleet.counts:
+        out.write("warning: the reports hold no pytest-arbiter dispatch data "
+                  "(was the plugin active? did any test use the arbiter fixture?)\n")
+    tests = ids_for(fleet, fv.verdict.new)
+    for key, count in sorted(fv.verdict.new.items()):
+        ids = tests[key]
+        shown = ", ".join(ids[:MAX_TESTS_SHOWN])
+        more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
+        out.write(f"NEW {key[3]}: {_entry_key(key)} ({count} dispatches) in "
+                  f"{shown or 'no recorded test'}{more}\n")
+    for key, count in sorted(fv.verdict.known.items()):
+        out.write(f"known {key[3]}: {_entry_key(key)} ({count} dispatches, in the baseline)\n")
+    for key in fv.fixed:
+        out.write(f"fixed {key[3]}: {_entry_key(key)} (no longer seen; "
+                  + ("removed from the baseline)\n" if args.update
+                     else "tighten the baseline with --update)\n"))
+    for key in fv.unchecked:
+        out.write(f"unchecked {key[3]}: {_entry_key(key)} (no report dispatched "
+                  f"{key[0]}/{key[1]}: kept in the baseline)\n")
+    if args.update:
+        artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
+        out.write(f"wrote the tightened baseline {baseline_path} "
+                  f"({len(fv.fixed)} fixed entries removed)\n")
+    if not fv.passed:
+        out.write(f"degrade gate FAILED: {len(fv.verdict.new)} new degraded entries "
+                  "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
+                  "the baseline)\n")
+        return EXIT_FAILED
+    out.write(f"degrade gate passed ({len(fv.verdict.known)} known degraded entries)\n")
+    return EXIT_OK
+
+
+# -- wiring ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pytest-arbiter", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    show = sub.add_parser("show", help="print a cache as a table (or JSON)",
+                          description="Print the entries of a cache artifact, one row per "
+                          "key: winner, its median, the runner-up, the evidence.")
+    show.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    show.add_argument("--json", action="store_true",
+                      help="print the entries as JSON (self-contained, one object each)")
+    show.add_argument("--device", help="only entries of this device tag")
+    show.add_argument("--op", help="only entries of this op")
+    show.set_defaults(run=cmd_show)
+
+    mrg = sub.add_parser(
+        "merge", help="merge cache shards into a corpus",
+        description="Merge cache shards into OUT under OUT's lock (OUT.lock). OUT's "
+        "current entries are kept unless the merge rule prefers a shard's entry for the "
+        "same key (higher confidence, then more samples, then lower spread); OUT is "
+        "created if missing and may also be listed as a shard. Conflicts (two clear "
+        "picks of different winners for one key) are printed.")
+    mrg.add_argument("-o", "--output", required=True, metavar="OUT",
+                     help="the corpus to merge into (written atomically)")
+    mrg.add_argument("shards", nargs="+", metavar="SHARD", help="cache artifacts to merge")
+    mrg.add_argument("--fail-on-conflict", action="store_true",
+                     help="exit 1 when the merge met a conflict")
+    mrg.set_defaults(run=cmd_merge)
+
+    dif = sub.add_parser("diff", help="winners that changed between two caches",
+                         description="List the keys whose winner differs between OLD and "
+                         "NEW with both medians and the change, then added and removed "
+                         "keys.")
+    dif.add_argument("old", metavar="OLD")
+    dif.add_argument("new", metavar="NEW")
+    dif.set_defaults(run=cmd_diff)
+
+    gate = sub.add_parser(
+        "gate", help="fail on new degraded dispatches across the fleet's reports",
+        description="Merge the dispatch counts of JUnit XML reports (the arbiter:... "
+        "properties pytest-arbiter records per test) and/or histogram JSON files "
+        "(--arbiter-histogram), and fail (exit 1) on a degraded entry the baseline does "
+        "not list, naming target, op, candidate and the tests that hit it. Exit 2 when "
+        "an input cannot be read.")
+    gate.add_argument("--baseline", required=True, metavar="BASELINE",
+                      help="the committed histogram baseline (a missing file counts as "
+                      "empty)")
+    gate.add_argument("--update", action="store_true",
+                      help="write the tightened baseline: fixed entries removed (new ones "
+                      "are not added)")
+    gate.add_argument("inputs", nargs="+", metavar="INPUT",
+                      help="JUnit XML reports and/or histogram JSON files")
+    gate.set_defaults(run=cmd_gate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code (argparse's own exits are returned too)."""
+    stream = out if out is not None else sys.stdout
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # A short-lived process over large acyclic data: the cyclic collector would only
+    # rescan the loaded entries again and again.
+    gc.disable()
+    try:
+        code: int = args.run(args, stream)
+        return code
+    except artifacts.ArtifactError as exc:
+        sys.stderr.write(f"pytest-arbiter {args.command}: error: {exc}\n")
+        return EXIT_USAGE
+    finally:
+        gc.enable()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

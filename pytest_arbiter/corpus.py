@@ -1,0 +1,163 @@
+"""The fleet-shared corpus: merging cache shards from many runners, and diffing two.
+
+The merge rule (docs/artifacts.md): for one key, the entry with the higher confidence
+wins; then the one with more samples behind its winner; then the one whose winner has
+the lower relative spread; then the one whose canonical JSON sorts first. That is a
+total order on entries, so :func:`merge` is commutative, associative and idempotent,
+and the result never depends on which runner wrote last. Two clear picks (confident,
+not a tie) of different winners for one key are reported as a :class:`Conflict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+
+
+def _evidence(entry: CacheEntry) -> tuple[float, int, float]:
+    return (entry.confidence, entry.samples, -entry.spread)
+
+
+def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
+    """The entry the merge rule keeps of two entries for the same key."""
+    if a is b or a == b:
+        return a
+    ea, eb = _evidence(a), _evidence(b)
+    if ea != eb:
+        return a if ea > eb else b
+    return a if a.canonical() <= b.canonical() else b
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Clear picks of different winners for one key: ``kept`` won by the merge rule."""
+
+    key: CacheKey
+    kept: CacheEntry
+    other: CacheEntry
+
+    def describe(self) -> str:
+        return (f"conflict {'/'.join(self.key)}: kept {self.kept.winner} "
+                f"({_evidence_text(self.kept)}) over {self.other.winner} "
+                f"({_evidence_text(self.other)})")
+
+
+def _evidence_text(entry: CacheEntry) -> str:
+    host = entry.provenance.get("host", "?")
+    return (f"host {host}, confidence {entry.confidence:.4g}, {entry.samples} samples, "
+            f"spread {entry.spread * 100:.1f}%")
+
+
+@dataclass
+class MergeResult:
+    """The merged entries by key, and the conflicts met on the way (sorted by key)."""
+
+    entries: dict[CacheKey, CacheEntry]
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def cache(self) -> MeasureCache:
+        return MeasureCache(self.entries.values())
+
+
+Part = MeasureCache | Iterable[CacheEntry] | Mapping[CacheKey, CacheEntry]
+
+
+def _entries_of(part: Part) -> Iterable[CacheEntry]:
+    if isinstance(part, Mapping):
+        return part.values()
+    return part
+
+
+def merge(*parts: Part) -> MergeResult:
+    """Merge caches (or iterables of entries) by the merge rule; O(total entries)."""
+    merged: dict[CacheKey, CacheEntry] = {}
+    contested: dict[CacheKey, list[CacheEntry]] = {}
+    for part in parts:
+        for entry in _entries_of(part):
+            key = entry.key
+            held = merged.get(key)
+            if held is None:
+                merged[key] = entry
+                continue
+            if held is entry or held == entry:
+                continue
+            # every clear pick of a key met twice, so conflicts never depend on order
+            seen = contested.get(key)
+            if seen is None:
+                seen = contested[key] = [held] if held.confident else []
+            if entry.confident:
+                seen.append(entry)
+            merged[key] = prefer(held, entry)
+    conflicts: list[Conflict] = []
+    for key in sorted(contested):
+        kept = merged[key]
+        others: dict[str, CacheEntry] = {}
+        for entry in contested[key]:
+            if entry.confident and entry.winner != kept.winner:
+                best = others.get(entry.winner)
+                others[entry.winner] = entry if best is None else prefer(best, entry)
+        if kept.confident:
+            conflicts.extend(Conflict(key, kept, others[w]) for w in sorted(others))
+    return MergeResult(merged, conflicts)
+
+
+@dataclass(frozen=True)
+class WinnerChange:
+    """A key whose winner differs between two caches, and the medians behind both."""
+
+    key: CacheKey
+    old: CacheEntry
+    new: CacheEntry
+
+    @property
+    def old_ns(self) -> float:
+        """The old winner's median (in the old entry)."""
+        return self.old.ranking[0].stats.median_ns
+
+    @property
+    def new_ns(self) -> float:
+        """The new winner's median (in the new entry)."""
+        return self.new.ranking[0].stats.median_ns
+
+    @property
+    def change(self) -> float:
+        """Relative change of the winning median: -0.25 means the new pick is 25% faster."""
+        return self.new_ns / self.old_ns - 1.0 if self.old_ns > 0 else 0.0
+
+    @property
+    def margin(self) -> float | None:
+        """How much slower the old winner was in the new measurement, if it was timed."""
+        for cand in self.new.ranking:
+            if cand.name == self.old.winner and self.new_ns > 0:
+                return cand.stats.median_ns / self.new_ns - 1.0
+        return None
+
+
+@dataclass
+class CacheDiff:
+    """What changed from one cache to another: winners, added and removed keys."""
+
+    changed: list[WinnerChange]
+    added: list[CacheEntry]
+    removed: list[CacheEntry]
+    same: int
+
+
+def diff(old: Part, new: Part) -> CacheDiff:
+    """Winners that changed between ``old`` and ``new``, plus keys only one of them has."""
+    before = {e.key: e for e in _entries_of(old)}
+    after = {e.key: e for e in _entries_of(new)}
+    changed, added, same = [], [], 0
+    for key in sorted(after):
+        entry = after[key]
+        prev = before.get(key)
+        if prev is None:
+            added.append(entry)
+        elif prev.winner != entry.winner:
+            changed.append(WinnerChange(key, prev, entry))
+        else:
+            same += 1
+    removed = [before[k] for k in sorted(before) if k not in after]
+    return CacheDiff(changed, added, removed, same)
