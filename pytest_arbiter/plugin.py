@@ -240,7 +240,7 @@ class ArbiterSession:
                         lambda p: artifacts.write_histogram(p, counts))
         if s.tune and s.cache is not None:
             self._write("--arbiter-cache", s.cache,
-                        lambda p: artifacts.write_cache(p, self.arbiter.cache))
+                        lambda p: artifacts.update_cache(p, self.arbiter.cache))
         self.verdict = compare_to_baseline(self.gated_counts(), self.baseline)
         if self.errors or self.crashed_nodes:
             self._fail_run(session)
