@@ -46,19 +46,21 @@ class GateCase:
 
 
 def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str], *,
+                target: str | None = None,
                 registry: CandidateRegistry | None = None) -> list[GateCase]:
     """One case per (registered candidate of ``op``, shape, dtype), for parametrize.
 
     ``@pytest.mark.parametrize("arbiter_case", gate_matrix("matmul", [(32, 16, 32)],
     ["float32"]))`` makes items with ids like ``blas_matmul-32x16x32-float32``; the
     test body calls ``arbiter.gate_case(arbiter_case)``. Candidates are looked up when
-    this is called, i.e. when the test module is collected.
+    this is called, i.e. when the test module is collected; ``target`` keeps one lane's.
+    A case whose candidate is unavailable here (a GPU lane on a CPU runner) skips.
     """
     reg = registry if registry is not None else REGISTRY
     shape_list = [tuple(int(d) for d in s) for s in shapes]
     dtype_list = list(dtypes)
     return [GateCase(op, cand.name, shape, dtype)
-            for cand in reg.for_op(op)
+            for cand in reg.for_op(op, target)
             for shape in shape_list
             for dtype in dtype_list]
 

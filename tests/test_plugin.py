@@ -98,7 +98,10 @@ def test_gate_matrix_ids_and_regions() -> None:
     ids = [c.id for c in cases]
     assert "blas_matmul-32x16x32-float32" in ids
     assert "dot_matmul-24x16x32-float16" in ids
-    assert len(ids) == len(set(ids)) == 3 * 2 * 2
+    assert len(ids) == len(set(ids)) == len(reg.for_op("matmul")) * 2 * 2
+    cpu_ids = [c.id for c in gate_matrix("matmul", [(32, 16, 32), (24, 16, 32)],
+                                         ["float32", "float16"], target="cpu", registry=reg)]
+    assert len(cpu_ids) == 3 * 2 * 2 and set(cpu_ids) <= set(ids)
     region = GateCase("matmul", "blas_matmul", (24, 16, 32), "float32").region()
     assert (region.shapes, region.dtype) == (((24, 32), (32, 16)), "float32")
     soft = GateCase("softmax", "stable_softmax", (4, 10), "float32").region()
@@ -344,7 +347,13 @@ def test_gate_matrix_parametrize_one_item_per_case(pytester: pytest.Pytester) ->
         "*test_gate?dot_matmul-24x16x32-float16? PASSED*",
         "*test_gate?panel_matmul-24x16x32-float32? SKIPPED*",
     ])
-    result.assert_outcomes(passed=8, skipped=4)
+    # every other bundled matmul candidate is a GPU lane: unavailable here, so skipped
+    gpu = len(REGISTRY.for_op("matmul")) - len(REGISTRY.for_op("matmul", "cpu"))
+    assert gpu > 0
+    result.assert_outcomes(passed=8, skipped=4 + gpu * 4)
+    result = pytester.runpytest("-rs")
+    result.stdout.fnmatch_lines(["*SKIPPED*candidate 'cublas_matmul' (target nvidia) is "
+                                 "unavailable here*"])
 
 
 def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> None:
