@@ -137,6 +137,9 @@ def cache_lock(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT_S
     files of the cache left by killed writers are removed.
     """
     lock = lock_path(path)
+    folder = lock.parent
+    if not folder.is_dir():
+        raise ArtifactError(f"cannot write {path}: the folder {folder} does not exist")
     try:
         with filelock.FileLock(str(lock), timeout=timeout):
             _remove_stale_temps(Path(path))

@@ -1,0 +1,338 @@
+"""The cache artifact and the fleet corpus: format, atomicity, locking, the merge rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_arbiter import artifacts
+from pytest_arbiter.arbiter import measured_arbitrate
+from pytest_arbiter.cache import (
+    CACHE_VERSION,
+    CacheEntry,
+    MeasureCache,
+    RankedCandidate,
+    cache_document,
+    stable_float,
+)
+from pytest_arbiter.candidates import CandidateRegistry
+from pytest_arbiter.corpus import diff, merge, prefer
+from pytest_arbiter.device import cpu_device
+from pytest_arbiter.measure import ComparePolicy, LatencyStats
+
+FAST = ComparePolicy(warmup=1, min_rounds=3, max_rounds=5, budget_s=0.001)
+
+
+def stats(median: float, samples: int = 25, spread: float = 0.1) -> LatencyStats:
+    half = median * spread / 2
+    return LatencyStats(median, median - 2 * half, median - half, median + half,
+                        median + 3 * half, samples)
+
+
+def entry(bucket: str = "m32-n16-k32", winner: str = "a", *, device: str = "dev0",
+          confidence: float = 0.999, samples: int = 25, spread: float = 0.1,
+          tie: bool = False, host: str = "h1", runner_up: str | None = "b") -> CacheEntry:
+    ranking = [RankedCandidate(winner, stats(1000.0, samples, spread))]
+    if runner_up is not None:
+        ranking.append(RankedCandidate(runner_up, stats(1500.0, samples, spread)))
+    prov = {"host": host, "device_name": "Test Device", "measured_at": "2026-12-03T06:00:00Z",
+            "versions": {"pytest-arbiter": "0.1.0"}, "rounds": samples, "timed_ns": 12345,
+            "shapes": [[32, 32], [32, 16]]}
+    return CacheEntry(device, "cpu", "matmul", bucket, "float32", tuple(ranking), confidence,
+                      tie, {"slow": "failed the F4 gate: too far"}, prov)
+
+
+def write(path: Path, *entries: CacheEntry) -> bytes:
+    artifacts.write_cache(path, MeasureCache(entries))
+    return path.read_bytes()
+
+
+# -- the format ---------------------------------------------------------------------------
+
+
+def test_write_read_write_is_byte_identical(tmp_path: Path, registry: CandidateRegistry
+                                           ) -> None:
+    cache = MeasureCache([entry("b1"), entry("b2", "b", host="h2", confidence=0.5)])
+    a = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    measured_arbitrate("matmul", (a, a), registry.for_op("matmul"), cache, policy=FAST)
+    first = tmp_path / "c.json"
+    artifacts.write_cache(first, cache)
+    text = first.read_bytes()
+    assert text.endswith(b"}\n") and b"NaN" not in text
+    again = tmp_path / "again.json"
+    artifacts.write_cache(again, artifacts.read_cache(first))
+    assert again.read_bytes() == text
+    # and the entries survive (floats at six significant digits)
+    loaded = artifacts.read_cache(first)
+    assert len(loaded) == 3
+    measured = next(e for e in loaded.entries() if e.device == cpu_device().tag)
+    assert measured.provenance["device_name"] == cpu_device().name
+    assert measured.samples >= 1 and measured.spread >= 0
+
+
+def test_document_is_sorted_and_shares_run_provenance() -> None:
+    doc = cache_document([entry("z"), entry("a"), entry("m", host="h2")])
+    assert [e["bucket"] for e in doc["entries"]] == ["a", "m", "z"]
+    assert [r["host"] for r in doc["runs"]] == ["h1", "h2"]
+    assert {e["provenance"]["run"] for e in doc["entries"]} == {0, 1}
+    assert "host" not in doc["entries"][0]["provenance"]
+    assert doc["entries"][0]["ranking"][0]["name"] == "a"
+
+
+def test_stable_float_is_idempotent() -> None:
+    for value in (0.0, -0.0, 1.0, 123456.789, 1e-9, 2.5e12, 1 / 3):
+        once = stable_float(value)
+        assert stable_float(once) == once and repr(stable_float(once)) == repr(once)
+    assert repr(stable_float(-0.0)) == "0.0"
+
+
+def test_newer_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry()))
+    data["version"] = CACHE_VERSION + 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(artifacts.ArtifactError,
+                       match=rf"c.json: cache schema version {CACHE_VERSION + 1} is newer "
+                             rf"than version {CACHE_VERSION}"):
+        artifacts.read_cache(path)
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda e: e["ranking"][0].pop("median_ns"), r"entries\[0\].*'median_ns' is missing"),
+    (lambda e: e.update(winner="b"), r"entries\[0\].*winner 'b' is not first"),
+    (lambda e: e["ranking"][0].update(samples=0), r"samples must be a positive integer"),
+    (lambda e: e["ranking"][0].update(min_ns=-1.0), r"min_ns must be finite and non-neg"),
+    (lambda e: e.update(confidence=1.5), r"'confidence' must be in \[0, 1\]"),
+    (lambda e: e.update(device=7), r"'device' must be a string"),
+    (lambda e: e["provenance"].update(run=9), r"provenance 'run' 9 is not an index"),
+    (lambda e: e.update(color="red"), r"unknown fields \['color'\]"),
+])
+def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: object,
+                                             message: str) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry()))
+    mutate(data["entries"][0])  # type: ignore[operator]
+    path.write_text(json.dumps(data))
+    with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
+        artifacts.read_cache(path)
+
+
+def test_non_finite_numbers_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    text = write(path, entry()).decode().replace('"confidence": 0.999', '"confidence": NaN')
+    path.write_text(text)
+    with pytest.raises(artifacts.ArtifactError, match=r"c\.json is not valid JSON: NaN"):
+        artifacts.read_cache(path)
+
+
+def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "corpus.json"
+    full = write(path, entry("a"), entry("b"))
+    cut = full[: len(full) // 2]
+    path.write_bytes(cut)
+    with pytest.raises(artifacts.ArtifactError,
+                       match=r"corpus.json is not valid JSON: .* at line \d+, column \d+ "
+                             r"\(char \d+\)"):
+        artifacts.read_cache(path)
+    with pytest.raises(artifacts.ArtifactError, match=r"corpus\.json is not valid JSON"):
+        artifacts.update_cache(path, [entry("c")])
+    assert path.read_bytes() == cut
+    assert not list(tmp_path.glob(".corpus.json.*.tmp"))
+
+
+def test_an_entry_of_another_device_is_never_used(tmp_path: Path,
+                                                  registry: CandidateRegistry) -> None:
+    a = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    cache = MeasureCache()
+    first = measured_arbitrate("matmul", (a, a), registry.for_op("matmul"), cache,
+                               policy=FAST)
+    mine = cache.entries()[0]
+    foreign = CacheEntry("other-device", mine.target, mine.op, mine.bucket, mine.dtype,
+                         (RankedCandidate("no_such_kernel", stats(1.0)),), 1.0)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([foreign]))
+    loaded = artifacts.read_cache(path)
+    sel = measured_arbitrate("matmul", (a, a), registry.for_op("matmul"), loaded,
+                             policy=FAST)
+    assert sel.source == "measured" and sel.candidate is not None
+    assert sel.candidate.name != "no_such_kernel" and first.candidate is not None
+    assert loaded.get(foreign.key) == foreign and len(loaded) == 2
+
+
+def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry(confidence=0.999)))
+    weaker = json.loads(json.dumps(data["entries"][0]))
+    weaker["confidence"] = 0.5
+    weaker["ranking"].reverse()
+    weaker["winner"] = weaker["ranking"][0]["name"]
+    data["entries"].insert(0, weaker)
+    path.write_text(json.dumps(data))
+    assert artifacts.read_cache(path).entries()[0].winner == "a"
+
+
+# -- the merge rule -----------------------------------------------------------------------
+
+
+def test_merge_prefers_confidence_then_samples_then_spread() -> None:
+    strong = entry(winner="a", confidence=0.999)
+    weak = entry(winner="b", runner_up="a", confidence=0.9, samples=200)
+    assert prefer(strong, weak) is strong and prefer(weak, strong) is strong
+    more = entry(winner="b", runner_up="a", samples=50)
+    assert prefer(entry(samples=25), more) is more
+    tight = entry(winner="b", runner_up="a", spread=0.01)
+    assert prefer(entry(spread=0.2), tight) is tight
+    # all evidence equal: a deterministic choice, whatever the order
+    x, y = entry(host="h1"), entry(host="h2")
+    assert prefer(x, y) is prefer(y, x)
+
+
+def test_merge_reports_true_conflicts_only() -> None:
+    a = entry(winner="a", runner_up="b", host="h1")
+    b = entry(winner="b", runner_up="a", host="h2", samples=50)
+    unsure = entry(winner="c", runner_up="a", host="h3", confidence=0.6)
+    tied = entry(winner="d", runner_up="a", host="h4", tie=True, confidence=0.995)
+    result = merge([a], [b], [unsure], [tied])
+    assert result.entries[a.key] is b
+    assert [(c.kept.winner, c.other.winner) for c in result.conflicts] == [("b", "a")]
+    assert "kept b (host h2" in result.conflicts[0].describe()
+    assert merge([a], [a]).conflicts == [] and merge([a], [unsure]).conflicts == []
+    backwards = merge([tied], [unsure], [b], [a])
+    assert backwards.conflicts == result.conflicts
+
+
+def test_diff_reports_changed_winners_and_by_how_much() -> None:
+    old = [entry("x", "a"), entry("gone")]
+    new_x = CacheEntry("dev0", "cpu", "matmul", "x", "float32",
+                       (RankedCandidate("b", stats(800.0)), RankedCandidate("a", stats(1200.0))))
+    d = diff(old, [new_x, entry("new")])
+    assert [(c.old.winner, c.new.winner) for c in d.changed] == [("a", "b")]
+    change = d.changed[0]
+    assert change.change == pytest.approx(-0.2) and change.margin == pytest.approx(0.5)
+    assert [e.bucket for e in d.added] == ["new"] and [e.bucket for e in d.removed] == ["gone"]
+
+
+NAMES = ("a", "b", "c")
+entries_st = st.builds(
+    lambda bucket, names, med, samples, spread, conf, tie, host: entry(
+        bucket, names[0], confidence=conf, samples=samples, spread=spread, tie=tie,
+        host=host, runner_up=names[1] if len(names) > 1 else None),
+    st.sampled_from(("b1", "b2", "b3")),
+    st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True),
+    st.just(1000.0), st.sampled_from((1, 25)), st.sampled_from((0.0, 0.1)),
+    st.sampled_from((0.5, 0.99, 1.0)), st.booleans(), st.sampled_from(("h1", "h2")))
+caches_st = st.lists(entries_st, max_size=6).map(lambda es: merge(es).entries)
+
+
+def _same(x: dict[tuple[str, ...], CacheEntry], y: dict[tuple[str, ...], CacheEntry]) -> None:
+    assert x == y
+    assert json.dumps(cache_document(x.values())) == json.dumps(cache_document(y.values()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(caches_st, caches_st, caches_st)
+def test_merge_is_commutative_associative_idempotent(a: dict, b: dict, c: dict) -> None:  # type: ignore[type-arg]
+    ab = merge(a, b)
+    _same(ab.entries, merge(b, a).entries)
+    assert ab.conflicts == merge(b, a).conflicts
+    _same(merge(ab.entries, c).entries, merge(a, merge(b, c).entries).entries)
+    _same(merge(a, a).entries, a)
+    _same(merge(a).entries, a)
+
+
+# -- atomic writes and the lock -----------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from pytest_arbiter import artifacts
+    from pytest_arbiter.cache import CacheEntry, RankedCandidate
+    from pytest_arbiter.measure import LatencyStats
+
+    path, worker, rounds, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    stats = LatencyStats(10.0, 9.0, 9.5, 10.5, 12.0, 5)
+    while not go.exists():
+        time.sleep(0.002)
+    for r in range(rounds):
+        e = CacheEntry("dev", "cpu", "matmul", f"w{worker}-r{r}", "float32",
+                       (RankedCandidate("k", stats),), 1.0, False, {}, {"host": f"w{worker}"})
+        artifacts.update_cache(path, [e])
+""")
+
+
+def test_eight_processes_adding_entries_concurrently_lose_none(tmp_path: Path) -> None:
+    path, go = tmp_path / "cache.json", tmp_path / "go"
+    workers, rounds = 8, 25
+    write(path, entry("seed"))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(w), str(rounds),
+                               str(go)]) for w in range(workers)]
+    time.sleep(0.5)
+    go.touch()
+    assert [p.wait(timeout=120) for p in procs] == [0] * workers
+    cache = artifacts.read_cache(path)
+    expected = {f"w{w}-r{r}" for w in range(workers) for r in range(rounds)} | {"seed"}
+    assert {e.bucket for e in cache.entries()} == expected
+    assert not list(tmp_path.glob(".cache.json.*.tmp"))
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from pytest_arbiter import artifacts
+    from pytest_arbiter.cache import CacheEntry, RankedCandidate
+    from pytest_arbiter.measure import LatencyStats
+
+    def die(src, dst):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    artifacts.os.replace = die  # the temporary file is written and fsynced; no rename
+    e = CacheEntry("dev", "cpu", "matmul", "killed", "float32",
+                   (RankedCandidate("k", LatencyStats(1.0, 1.0, 1.0, 1.0, 1.0, 3)),))
+    artifacts.update_cache(sys.argv[1], [e])
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_writer_killed_before_rename_leaves_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "cache.json"
+    before = write(path, entry("old"))
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(path)], timeout=60)
+    assert proc.returncode == -9
+    assert path.read_bytes() == before
+    stale = list(tmp_path.glob(".cache.json.*.tmp"))
+    assert len(stale) == 1 and b'"killed"' in stale[0].read_bytes()
+    # the dead writer's lock is gone with it; the next writer cleans up after it
+    artifacts.update_cache(path, [entry("new")], timeout=10)
+    assert {e.bucket for e in artifacts.read_cache(path).entries()} == {"old", "new"}
+    assert not list(tmp_path.glob(".cache.json.*.tmp"))
+
+
+def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
+    import filelock
+
+    path = tmp_path / "cache.json"
+    before = write(path, entry())
+    with filelock.FileLock(str(artifacts.lock_path(path))):
+        code = ("import sys; from pytest_arbiter import artifacts\n"
+                "try:\n    artifacts.update_cache(sys.argv[1], [], timeout=0.2)\n"
+                "except artifacts.ArtifactError as e:\n    print(e); sys.exit(3)\n")
+        proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                              text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert "cache.json.lock stayed locked for 0.2 s" in proc.stdout
+    assert path.read_bytes() == before
+
+
+def test_write_error_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(artifacts.ArtifactError, match=r"no/such/c\.json"):
+        artifacts.update_cache(tmp_path / "no" / "such" / "c.json", [entry()])
+    assert os.listdir(tmp_path) == []
