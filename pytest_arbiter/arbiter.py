@@ -186,12 +186,26 @@ class _Step:
 
 @dataclass
 class _Plan:
+    """The memoised dispatch of one input signature.
+
+    ``accepts``, ``run`` and ``count_won`` are the first-ranked step's, lifted out so
+    the hot path reads them in one attribute load each (``None`` when there is no step).
+    """
+
     op: Op
     key: tuple[str, ...]
     steps: list[_Step]
     no_candidate: HistogramKey
     registry_generation: int
     cache_version: int
+    accepts: Callable[..., bool] | None = None
+    run: Callable[..., Any] | None = None
+    count_won: Callable[[], int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps:
+            first = self.steps[0]
+            self.accepts, self.run, self.count_won = first.accepts, first.run, first.count_won
 
 
 @dataclass
@@ -238,6 +252,9 @@ class Arbiter:
 
     def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
         """Run ``op`` on ``inputs`` with the arbitrated candidate and record the outcome."""
+        # The hot path (see docs/performance.md for the profile behind it): one signature
+        # tuple and dict lookup, two staleness checks, the ``accepts`` re-check, the call
+        # and one lock-free count. Everything else is in ``_plan`` / ``_run_unplanned``.
         try:
             if len(inputs) == 2:
                 a, b = inputs
@@ -251,22 +268,22 @@ class Arbiter:
         if (plan is None or plan.registry_generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._plan(op, inputs, target, sig)
-        steps = plan.steps
-        if steps:
-            first = steps[0]
-            if first.accepts(*inputs):
-                try:
-                    out = first.run(*inputs)
-                except Decline as dec:
-                    self.histogram.add(first.degraded)
-                    self.declines[first.degraded[:3]] = dec.reason
-                    return plan.op.reference(*inputs)
-                except Exception as exc:
-                    self.histogram.add(first.error)
-                    self.errors[first.error[:3]] = f"{type(exc).__name__}: {exc}"
-                    return self._run_unplanned(plan, inputs, start=1, accepted=True)
-                first.count_won()
-                return out
+        accepts = plan.accepts
+        if accepts is not None and accepts(*inputs):
+            try:
+                out = plan.run(*inputs)  # type: ignore[misc]
+            except Decline as dec:
+                first = plan.steps[0]
+                self.histogram.add(first.degraded)
+                self.declines[first.degraded[:3]] = dec.reason
+                return plan.op.reference(*inputs)
+            except Exception as exc:
+                first = plan.steps[0]
+                self.histogram.add(first.error)
+                self.errors[first.error[:3]] = f"{type(exc).__name__}: {exc}"
+                return self._run_unplanned(plan, inputs, start=1, accepted=True)
+            plan.count_won()  # type: ignore[misc]
+            return out
         return self._run_unplanned(plan, inputs)
 
     def _run_unplanned(self, plan: _Plan, inputs: Sequence[Any], *, start: int = 0,

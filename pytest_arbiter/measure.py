@@ -111,7 +111,7 @@ class ComparePolicy:
     budget_s: float = 0.01
     alpha: float = 1e-3
     tie_alpha: float = 0.05
-    tie_margin: float = 0.02
+    tie_margin: float = 0.01
     seed: int | None = 0
     disable_gc: bool = True
 
