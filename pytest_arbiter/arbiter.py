@@ -59,10 +59,14 @@ class Selection:
 
 
 def _screen(region: Region, candidates: Iterable[Candidate], inputs: Sequence[Any] | None,
-            passed_over: dict[str, str]) -> list[Candidate]:
-    """Candidates that apply, are available and accept ``inputs``, highest tier first."""
+            passed_over: dict[str, str], *, ranked: bool = False) -> list[Candidate]:
+    """Candidates that apply, are available and accept ``inputs``.
+
+    Highest tier first, unless ``ranked``: a cached ranking keeps its measured order.
+    """
     usable = []
-    for cand in sorted(candidates, key=lambda c: (-c.tier, c.name)):
+    ordered = list(candidates) if ranked else sorted(candidates, key=lambda c: (-c.tier, c.name))
+    for cand in ordered:
         if not cand.applies_to(region):
             passed_over[cand.name] = f"does not apply to {region.describe()}"
             continue
@@ -136,7 +140,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     if entry is not None and not remeasure:
         by_name = {c.name: c for c in pool}
         ranked = [by_name[r.name] for r in entry.ranking if r.name in by_name]
-        order = _screen(region, ranked, inputs, passed_over)
+        order = _screen(region, ranked, inputs, passed_over, ranked=True)
         for name, why in entry.rejected.items():
             passed_over.setdefault(name, why)
         if order:
@@ -354,7 +358,7 @@ class Arbiter:
                 by_name = {c.name: c for c in pool}
                 passed: dict[str, str] = {}
                 ranked = [by_name[r.name] for r in entry.ranking if r.name in by_name]
-                order = _screen(region, ranked, inputs, passed)
+                order = _screen(region, ranked, inputs, passed, ranked=True)
                 if order:
                     return Selection(region, order[0], order, "cached", passed, entry)
         selection = arbitrate(region, pool, inputs)
