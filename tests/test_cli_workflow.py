@@ -1,0 +1,88 @@
+"""ci/workflow.yml: it parses, and every pytest-arbiter command and --arbiter-* option
+it uses exists in this package (so a copied workflow cannot call something we dropped)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_arbiter.cli import build_parser
+from pytest_arbiter.settings import OPTIONS
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / "ci" / "workflow.yml"
+
+
+def _workflow() -> dict[str, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _scripts() -> list[tuple[str, str]]:
+    """(job, run script) for every step that runs a command."""
+    out = []
+    for name, job in _workflow()["jobs"].items():
+        for step in job["steps"]:
+            if "run" in step:
+                out.append((name, step["run"]))
+    return out
+
+
+def _commands(script: str) -> list[str]:
+    """The shell commands of a step: continuations joined, one per line."""
+    return [line.strip() for line in script.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def _expand(word: str) -> str:
+    return re.sub(r"\$\{\{[^}]*\}\}|\$\{[^}]*\}|\$[A-Z_]+", "X", word)
+
+
+def test_workflow_has_the_three_kinds_of_job() -> None:
+    data = _workflow()
+    assert {"push", "pull_request"} <= set(data.get("on", data.get(True, {})))
+    jobs = data["jobs"]
+    assert jobs["cpu"]["runs-on"] == "ubuntu-latest"
+    labels = [m["labels"] for m in jobs["gpu"]["strategy"]["matrix"]["include"]]
+    assert all("self-hosted" in ls for ls in labels)
+    assert {ls[-1] for ls in labels} == {"sm_120", "sm_90", "gfx1151"}
+    assert set(jobs["fleet"]["needs"]) == {"cpu", "gpu"}
+    uploads = [s for s in jobs["gpu"]["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert {u["with"]["name"].split("-")[0] for u in uploads} == {"shard", "reports"}
+
+
+def test_every_arbiter_option_used_exists() -> None:
+    known = {spec.flag for spec in OPTIONS}
+    used = {m for _, script in _scripts() for m in re.findall(r"--arbiter-[a-z-]+", script)}
+    assert used >= {"--arbiter-tune", "--arbiter-cache", "--arbiter-histogram",
+                    "--arbiter-baseline"}
+    assert used <= known, f"options the plugin does not define: {sorted(used - known)}"
+
+
+def test_every_cli_command_used_parses() -> None:
+    parser = build_parser()
+    seen = set()
+    for job, script in _scripts():
+        for line in _commands(script):
+            if "pytest-arbiter " not in line:
+                continue
+            command = re.split(r";|&&|\|\|", line[line.index("pytest-arbiter "):])[0]
+            argv = shlex.split(_expand(command))[1:]
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"job {job}: {command!r} does not parse")
+            seen.add(args.command)
+    assert seen == {"show", "merge", "diff", "gate"}
+
+
+def test_scripts_the_workflow_calls_are_in_the_repository() -> None:
+    for _, script in _scripts():
+        for path in re.findall(r"bash (\S+\.sh)", script):
+            assert (ROOT / path).is_file(), f"{path} is missing"
