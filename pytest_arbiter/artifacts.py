@@ -100,6 +100,23 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         return parse_json(text, str(p))
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def _mode_for(path: Path) -> int:
+    """The replaced file's permissions, else what the umask gives a new file."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
@@ -108,6 +125,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     except OSError as exc:
         raise ArtifactError(f"cannot write {p}: {exc.strerror or exc}") from None
     try:
+        # mkstemp makes the file 0600: give it the mode a plain open() would have had
+        os.chmod(tmp, _mode_for(p))
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

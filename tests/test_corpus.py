@@ -336,3 +336,15 @@ def test_write_error_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(artifacts.ArtifactError, match=r"no/such/c\.json"):
         artifacts.update_cache(tmp_path / "no" / "such" / "c.json", [entry()])
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_atomic_write_keeps_normal_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    write(path, entry())
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+    path.chmod(0o640)
+    write(path, entry("other"))
+    assert path.stat().st_mode & 0o777 == 0o640
