@@ -81,7 +81,7 @@ def _padded(kernel: Callable[..., object], args: tuple[object, ...], gap: float,
 
     lo, hi = sizes
     size, measured = hi, 0.0
-    for _ in range(8):
+    for _ in range(20):
         size = (lo + hi) // 2
         fn = with_pad(size)
         fast_ns, slow_ns = _interleaved_medians(
@@ -118,8 +118,8 @@ def _tuner_pair(kind: str) -> tuple[Op | str, tuple[np.ndarray, ...], list[Candi
         sizes = (1, len(scratch))
         the_op: Op | str = make_op("bench_sum", lambda v: np.asarray(np.add.reduce(v)))
     else:
-        a, b = rng.standard_normal((160, 160)), rng.standard_normal((160, 160))
-        s1, s2 = rng.standard_normal((160, 160)), rng.standard_normal((160, 80))
+        a, b = rng.standard_normal((132, 132)), rng.standard_normal((132, 132))
+        s1, s2 = rng.standard_normal((132, 132)), rng.standard_normal((132, 66))
 
         def fast(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # type: ignore[misc]
             out: np.ndarray = np.dot(a, b)
@@ -130,7 +130,7 @@ def _tuner_pair(kind: str) -> tuple[Op | str, tuple[np.ndarray, ...], list[Candi
             return lambda: np.dot(s1, part)
 
         inputs = (a, b)
-        sizes = (1, 80)
+        sizes = (1, 66)
         the_op = "matmul"
     slow, gap = _padded(fast, inputs, 0.05, pad_of, sizes)
     op_name = the_op if isinstance(the_op, str) else the_op.name
@@ -315,10 +315,35 @@ def artifacts_scale() -> list[Row]:
     return [("artifacts: 100k-entry load and merge", text, "< 1 s each", out.returncode == 0)]
 
 
+def _machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{model}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+            f"NumPy {np.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer trials, float32 only")
+    parser.add_argument("--blas-threads", type=int, default=1, metavar="N",
+                        help="OpenBLAS threads (default 1; 0 keeps the library's default). "
+                             "See docs/performance.md: on a shared 2-core machine a threaded "
+                             "GEMV swings 100x with the neighbours' load")
     args = parser.parse_args()
+    wanted = "" if args.blas_threads == 0 else str(args.blas_threads)
+    if os.environ.get("OPENBLAS_NUM_THREADS", "") != wanted:
+        # the thread count is read when NumPy loads: run again with it set
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if wanted:
+            env["OPENBLAS_NUM_THREADS"] = wanted
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    print(f"machine: {_machine()}; OpenBLAS threads: {wanted or 'library default'}")
     rows: list[Row] = []
     rows += hot_path()
     rows += tuner(50 if args.quick else 200)
