@@ -203,7 +203,8 @@ def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
 
 def _cache_text(entries: Iterable[CacheEntry]) -> str:
     try:
-        return cache_text(cache_document(entries))
+        with gc_paused():
+            return cache_text(cache_document(entries))
     except ValueError as exc:
         raise ArtifactError(f"cannot encode the cache: {exc}") from None
 
