@@ -348,3 +348,45 @@ def test_atomic_write_keeps_normal_permissions(tmp_path: Path) -> None:
     path.chmod(0o640)
     write(path, entry("other"))
     assert path.stat().st_mode & 0o777 == 0o640
+
+
+# -- the plugin's cache write -------------------------------------------------------------
+
+TUNE_TEST = """
+import numpy as np
+from pytest_arbiter import artifacts
+from pytest_arbiter.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.measure import LatencyStats
+
+def test_tune(arbiter):
+    a = np.ones((16, 16), np.float32)
+    arbiter.dispatch("matmul", a, a)
+    # another runner adds an entry to the same cache while this run is going
+    other = CacheEntry("other-runner-device", "cpu", "matmul", "b", "float32",
+                       (RankedCandidate("k", LatencyStats(1.0, 1.0, 1.0, 1.0, 1.0, 3)),))
+    artifacts.update_cache("cache.json", [other])
+"""
+
+
+def test_tune_merges_into_the_cache_and_keeps_what_others_wrote(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_tune=TUNE_TEST)
+    write(pytester.path / "cache.json", entry("from-the-corpus"))
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert result.ret == 0, result.stdout.str()
+    devices = {e.device: e.bucket for e in artifacts.read_cache(pytester.path / "cache.json")}
+    assert devices.pop("other-runner-device") == "b"
+    assert devices.pop("dev0") == "from-the-corpus"
+    assert list(devices) == [cpu_device().tag]
+
+
+def test_tune_with_a_truncated_cache_is_a_usage_error_and_writes_nothing(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_tune=TUNE_TEST.replace("artifacts.update_cache", "print"))
+    path = pytester.path / "cache.json"
+    full = write(path, entry("a"), entry("b"))
+    path.write_bytes(full[:-30])
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cache.json*not valid JSON*line*column*"])
+    assert path.read_bytes() == full[:-30]
