@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 from typing import Any
 
 from pytest_arbiter.measure import LatencyStats
@@ -249,6 +250,7 @@ _set = object.__setattr__
 _INF = math.inf
 _KEY_FIELDS = ("device", "target", "op", "bucket", "dtype")
 _STATS_FIELDS = RANKING_FIELDS[1:]
+_numbers_of = itemgetter(*_STATS_FIELDS[:5])
 _ENTRY_FIELDS = frozenset(f.name for f in fields(CacheEntry))
 # Loading a large cache is dominated by object creation. The frozen dataclasses here are
 # plain (no slots, no __post_init__), so an instance can adopt the freshly parsed dict
@@ -283,8 +285,7 @@ def _parse_row(row: Any) -> RankedCandidate:
     if type(samples) is not int or samples < 1:
         raise ValueError(f"{name}: samples must be a positive integer, got {samples!r}")
     try:
-        numbers = (row["median_ns"], row["min_ns"], row["q1_ns"], row["q3_ns"],
-                   row["max_ns"])
+        numbers = _numbers_of(row)
     except KeyError as exc:
         raise ValueError(f"{name}: {exc.args[0]!r} is missing") from None
     if len(row) != len(_STATS_FIELDS):
@@ -294,8 +295,14 @@ def _parse_row(row: Any) -> RankedCandidate:
             is type(numbers[4]) is float and 0 <= min(numbers) and max(numbers) < _INF):
         for field_name, value in zip(_STATS_FIELDS[:5], numbers, strict=True):
             row[field_name] = _number(value, f"{name}: {field_name}")
-    stats = _adopt(LatencyStats, row) if _ADOPT_STATS else LatencyStats(**row)
-    return _adopt(RankedCandidate, {"name": name, "stats": stats})
+    if _ADOPT_STATS:
+        stats = _new(LatencyStats)
+        _set(stats, "__dict__", row)
+    else:
+        stats = LatencyStats(**row)
+    cand = _new(RankedCandidate)
+    _set(cand, "__dict__", {"name": name, "stats": stats})
+    return cand
 
 
 def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
