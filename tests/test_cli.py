@@ -281,6 +281,19 @@ def test_junit_helpers() -> None:
         parse_property("arbiter:cpu/matmul/k/meh")
 
 
+def test_a_bare_testsuite_root_is_read(tmp_path: Path) -> None:
+    report = tmp_path / "r.xml"
+    report.write_text(
+        "<testsuite name='s'><testcase classname='t' name='x@g'><properties>"
+        "<property name='arbiter:cpu/matmul/k/degraded' value='2'/></properties></testcase>"
+        "</testsuite>")
+    fleet = read_junit(report)
+    assert fleet.counts == {("cpu", "matmul", "k", "degraded"): 2}
+    assert fleet.tests == {("cpu", "matmul", "k", "degraded"): {"t::x"}}
+    code, text = run("gate", "--baseline", tmp_path / "b.json", report)
+    assert code == 1 and "candidate=k (2 dispatches) in t::x" in text
+
+
 def test_expect_degrade_property_is_not_gated(tmp_path: Path) -> None:
     report = tmp_path / "r.xml"
     report.write_text(
