@@ -36,6 +36,10 @@ RUN_FIELDS = ("device_name", "host", "measured_at", "versions")
 RUN_REF = "run"
 """The provenance key that points an on-disk entry at its row of ``runs``."""
 
+CONFIDENT = 0.99
+"""An entry at or above this confidence (and not a tie) is a clear pick; two clear picks
+of different winners for one key are a merge conflict."""
+
 
 def stable_float(value: float) -> float:
     """``value`` at six significant digits: what the cache artifact stores.
@@ -127,11 +131,6 @@ class CacheEntry:
                    dict(data.get("rejected", {})), dict(data.get("provenance", {})))
 
 
-CONFIDENT = 0.99
-"""An entry at or above this confidence (and not a tie) is a clear pick; two clear picks
-of different winners for one key are a merge conflict."""
-
-
 class MeasureCache:
     """Winners by key; O(1) lookups, thread-safe updates, and a version counter that
     tells the arbiter's hot path when a memoised plan is stale."""
@@ -174,7 +173,7 @@ class MeasureCache:
         return key in self._entries
 
     def to_dict(self) -> dict[str, Any]:
-        return cache_document(self._entries.values())
+        return cache_document(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "cache") -> MeasureCache:
