@@ -23,6 +23,7 @@ from pytest_arbiter.candidates import REGISTRY
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.fixture import ArbiterFixture, GateCase
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
+from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 DEVICE_TARGETS = ("cpu", "nvidia", "amd")
@@ -177,6 +178,8 @@ class ArbiterSession:
             item.user_properties.append((_property_name(key), count))
         if expected:
             self.expected.merge(delta)
+            # so that `pytest-arbiter gate` on the JUnit file leaves them out too
+            item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         present: set[str] | None = None

@@ -6,6 +6,7 @@ into the process-global registry, so an autouse fixture removes them afterwards.
 
 from __future__ import annotations
 
+import io
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -181,11 +182,23 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
             arbiter.expect_degrade()
             arbiter.dispatch("matmul", A, B)
     """)
-    result = pytester.runpytest("--arbiter-histogram=h.json")
+    result = pytester.runpytest("--arbiter-histogram=h.json", "--junitxml=report.xml")
     assert result.ret == 0, result.stdout.str()
     # the histogram artifact still records them
     assert any(e["outcome"] == "degraded" and e["count"] == 2
                for e in _entries(pytester.path / "h.json"))
+    # and the fleet gate on the JUnit report leaves them out as the run's own gate did
+    from pytest_arbiter.cli import main
+
+    report = str(pytester.path / "report.xml")
+    baseline = str(pytester.path / "none-yet.json")
+    assert main(["gate", "--baseline", baseline, report], out=io.StringIO()) == 0
+    text = (pytester.path / "report.xml").read_text()
+    assert text.count('name="arbiter-expect-degrade"') == 2
+    # without the marker property the same dispatches are a new degrade
+    (pytester.path / "bare.xml").write_text(text.replace("arbiter-expect-degrade", "other"))
+    assert main(["gate", "--baseline", baseline, str(pytester.path / "bare.xml")],
+                out=io.StringIO()) == 1
 
 
 def test_ini_keys_are_read(pytester: pytest.Pytester) -> None:
