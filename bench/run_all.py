@@ -200,17 +200,20 @@ def idle_plugin(tests: int) -> list[Row]:
         with_plugin: list[float] = []
         without: list[float] = []
         imports: list[float] = []
-        for _ in range(5):
+        for _ in range(7):
             with_plugin.append(run())
             without.append(run("-p", "no:arbiter"))
             # what loading the plugin module costs by itself (it imports NumPy)
             imports.append(python("import pytest, pytest_arbiter.plugin")
                            - python("import pytest"))
+    # load only ever adds time, so the minima are the steadier estimate; the run is
+    # judged on the worse of the two ratios
     ratio = statistics.median(with_plugin) / statistics.median(without)
-    return [(f"idle plugin: {tests} trivial tests", f"{ratio:.3f}x "
+    by_min = min(with_plugin) / min(without)
+    return [(f"idle plugin: {tests} trivial tests", f"{ratio:.3f}x median, {by_min:.3f}x min "
              f"({statistics.median(with_plugin):.2f} s vs {statistics.median(without):.2f} s;"
-             f" import {statistics.median(imports) * 1e3:.0f} ms of it)",
-             "<= 1.05x", ratio <= 1.05)]
+             f" import {statistics.median(imports) * 1e3:.0f} ms)",
+             "<= 1.05x", max(ratio, by_min) <= 1.05)]
 
 
 def histogram_memory(dispatches: int) -> list[Row]:
