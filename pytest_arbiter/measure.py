@@ -170,8 +170,10 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     if pol.disable_gc:
         gc.disable()
     try:
-        for name in names:
-            for _ in range(pol.warmup):
+        # warm up in the rounds' own interleaved pattern, so the caches and the memory
+        # allocator reach the state the timed rounds will see
+        for _ in range(pol.warmup):
+            for name in names:
                 fns[name]()
         if len(names) == 1:
             only = names[0]
