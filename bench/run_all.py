@@ -59,6 +59,20 @@ def hot_path() -> list[Row]:
              extra <= 1500)]
 
 
+def _paired_gap(fast: Callable[[], object], slow: Callable[[], object], rounds: int) -> float:
+    """Median over rounds of slow's time over fast's, the two alternating in each round."""
+    clock = time.perf_counter_ns
+    ratios = []
+    for i in range(rounds):
+        times = [0.0, 0.0]
+        for j in ((0, 1) if i % 2 else (1, 0)):
+            start = clock()
+            (fast, slow)[j]()
+            times[j] = float(clock() - start)
+        ratios.append(times[1] / times[0])
+    return statistics.median(ratios) - 1.0
+
+
 def _padded(kernel: Callable[..., object], args: tuple[object, ...], gap: float,
             pad_of: Callable[[int], Callable[[], object]], sizes: tuple[int, int],
             ) -> tuple[Callable[..., object], float]:
@@ -66,8 +80,9 @@ def _padded(kernel: Callable[..., object], args: tuple[object, ...], gap: float,
 
     The slower twin does the same work and a little more (real work, not a sleep), so
     both stay correct, and the pad slows down with the kernel when the machine is
-    busy. The pad size is calibrated here, side by side (bisection over ``sizes``),
-    and the measured gap is returned so the table shows what was actually compared.
+    busy. The pad size is calibrated here, side by side (paired rounds, the size scaled
+    until the gap is within half a percent of ``gap``), and the measured gap is returned
+    so the table shows what was actually compared.
     """
 
     def with_pad(size: int) -> Callable[..., object]:
@@ -80,19 +95,14 @@ def _padded(kernel: Callable[..., object], args: tuple[object, ...], gap: float,
         return slower
 
     lo, hi = sizes
-    size, measured = hi, 0.0
-    for _ in range(20):
-        size = (lo + hi) // 2
+    size, measured = max(lo, hi // 8), 0.0
+    for _ in range(8):
         fn = with_pad(size)
-        fast_ns, slow_ns = _interleaved_medians(
-            [lambda: kernel(*args), lambda f=fn: f(*args)], 41, 3)  # type: ignore[misc]
-        measured = slow_ns / fast_ns - 1.0
-        if abs(measured - gap) < 0.003 or hi - lo <= 1:
+        measured = _paired_gap(lambda: kernel(*args), lambda f=fn: f(*args), 151)  # type: ignore[misc]
+        if abs(measured - gap) < 0.005:
             break
-        if measured < gap:
-            lo = size
-        else:
-            hi = size
+        scale = gap / measured if measured > 0.002 else 2.0
+        size = max(lo, min(hi, round(size * min(max(scale, 0.25), 4.0))))
     return with_pad(size), measured
 
 
@@ -154,6 +164,7 @@ def tuner(trials: int) -> list[Row]:
         right = ties = 0
         spent: list[float] = []
         timed: list[float] = []
+        seen: list[float] = []
         for trial in range(trials):
             sel = measured_arbitrate(op, inputs, cands, MeasureCache(),
                                      policy=ComparePolicy(seed=trial))
@@ -161,13 +172,15 @@ def tuner(trials: int) -> list[Row]:
             assert comp is not None and sel.candidate is not None
             right += sel.candidate.name == "fast"
             ties += comp.tie
+            seen.append(comp.ratios["slow"] / comp.ratios["fast"] - 1.0)
             spent.append(comp.spent_ns / 1e6)
             timed.append(comp.timed_ns / 1e6)
         share = right / trials
         over = sum(1 for t in spent if t > 10.0)
         rows += [
             (f"tuner ({kind}s): picks the 5%-faster of two", f"{share:.1%} of {trials}, "
-             f"{ties} ties (kernel ~{kernel_us:.0f} us, gap {gap:+.1%})", ">= 99%",
+             f"{ties} ties (kernel ~{kernel_us:.0f} us, gap {gap:+.1%} calibrated, "
+             f"{statistics.median(seen):+.1%} in the trials)", ">= 99%",
              share >= 0.99),
             (f"tuner ({kind}s): timing spent per pair", f"median {statistics.median(spent):.1f}"
              f" ms, max {max(spent):.1f} ms ({over} over 10 ms); timed calls max "
