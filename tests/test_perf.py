@@ -228,7 +228,7 @@ def test_paired_ratios_follow_the_leader_per_round() -> None:
             return self.times[self.last] * state["scale"]
 
     timer = DriftingTimer({"a": 100.0, "b": 110.0})
-    policy = ComparePolicy(min_rounds=5, max_rounds=9, budget_s=100.0, alpha=1e-9, seed=None)
+    policy = ComparePolicy(min_rounds=5, max_rounds=9, budget_s=100.0, alpha=1e-9, seed=3)
     comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
     assert comp.ranking[0] == "a"
     assert 1.0 < comp.ratios["b"]
