@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from pytest_arbiter.regions import Region
 
 TARGETS = ("cpu", "nvidia", "amd")
+_BUNDLED_LOCK = threading.RLock()
 
 
 class Decline(Exception):
@@ -97,12 +99,24 @@ class FunctionCandidate(Candidate):
 
 
 class CandidateRegistry:
-    """Candidates by unique name, thread-safe to register into."""
+    """Candidates by unique name, thread-safe to register into.
 
-    def __init__(self) -> None:
+    ``bundled``: the registry imports the bundled runtime (which registers its kernels
+    into :data:`REGISTRY`) the first time it is read, not when the package is imported.
+    """
+
+    def __init__(self, *, bundled: bool = False) -> None:
         self._by_name: dict[str, Candidate] = {}
         self._lock = threading.Lock()
+        self._bundled_pending = bundled
         self.generation = 0
+
+    def _load_bundled(self) -> None:
+        if self._bundled_pending:
+            with _BUNDLED_LOCK:  # reentrant: the runtime registers into this registry
+                if self._bundled_pending:
+                    importlib.import_module("pytest_arbiter.runtime")
+                    self._bundled_pending = False
 
     def add(self, cand: Candidate) -> Candidate:
         with self._lock:
@@ -122,6 +136,7 @@ class CandidateRegistry:
             self.generation += 1
 
     def get(self, name: str) -> Candidate:
+        self._load_bundled()
         try:
             return self._by_name[name]
         except KeyError:
@@ -129,18 +144,22 @@ class CandidateRegistry:
             raise KeyError(f"no candidate named {name!r}; registered: {known}") from None
 
     def __contains__(self, name: object) -> bool:
+        self._load_bundled()
         return name in self._by_name
 
     def for_op(self, op: str, target: str | None = None) -> list[Candidate]:
         """Candidates of ``op`` (optionally one target), highest tier first, then by name."""
+        self._load_bundled()
         found = [c for c in self._by_name.values()
                  if c.op == op and (target is None or c.target == target)]
         return sorted(found, key=lambda c: (-c.tier, c.name))
 
     def targets_for(self, op: str) -> list[str]:
+        self._load_bundled()
         return sorted({c.target for c in self._by_name.values() if c.op == op})
 
     def __iter__(self) -> Any:
+        self._load_bundled()
         return iter(list(self._by_name.values()))
 
     def extend(self, cands: Iterable[Candidate]) -> None:
@@ -148,7 +167,7 @@ class CandidateRegistry:
             self.add(c)
 
 
-REGISTRY = CandidateRegistry()
+REGISTRY = CandidateRegistry(bundled=True)
 
 
 def candidate(op: str, *, target: str, name: str | None = None, tier: int = 0,

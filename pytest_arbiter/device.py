@@ -81,6 +81,11 @@ def probe_device(target: str) -> DeviceInfo | str:
         return found
     probe = _PROBES.get(target)
     if probe is None:
+        # the GPU lanes register their probes when the bundled runtime is imported
+        import pytest_arbiter.runtime  # noqa: F401
+
+        probe = _PROBES.get(target)
+    if probe is None:
         found = f"no device probe is registered for target {target!r}"
     else:
         try:

@@ -3,28 +3,32 @@
 This module only wires pytest to plain objects. ``pytest_configure`` resolves the
 settings, builds an :class:`ArbiterSession` and registers it as a plugin; its methods
 are the hook implementations. State lives in ``config.stash`` under :data:`SESSION_KEY`.
+
+A run that never dispatches must cost next to nothing, so the arbiter, the kernels and
+NumPy are imported the first time a test asks for the ``arbiter`` fixture (or an
+artifact option needs them), not when pytest loads the plugin.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.arbiter import Arbiter, DispatchEvent
 from pytest_arbiter.baseline import BaselineVerdict, compare_to_baseline
-from pytest_arbiter.cache import MeasureCache
-from pytest_arbiter.candidates import REGISTRY
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
-from pytest_arbiter.fixture import ArbiterFixture, GateCase
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
-from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
+
+if TYPE_CHECKING:
+    from pytest_arbiter.arbiter import Arbiter, DispatchEvent
+    from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.fixture import ArbiterFixture
 
 DEVICE_TARGETS = ("cpu", "nvidia", "amd")
 
@@ -69,9 +73,11 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-def _read_cache(path: Path | None) -> MeasureCache:
+def _read_cache(path: Path | None) -> MeasureCache | None:
     if path is None or not path.exists():
-        return MeasureCache()
+        return None
+    from pytest_arbiter import artifacts
+
     try:
         return artifacts.read_cache(path)
     except artifacts.ArtifactError as exc:
@@ -83,6 +89,8 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
         return {}, "no --arbiter-baseline given: every degraded entry is new"
     if not path.exists():
         return {}, f"baseline {path} does not exist yet: it counts as empty"
+    from pytest_arbiter import artifacts
+
     try:
         return artifacts.read_histogram(path), f"baseline {path}"
     except artifacts.ArtifactError as exc:
@@ -91,6 +99,8 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
 
 def present_device_tags() -> set[str]:
     """The device tags of this machine, plus the plain target name of each present one."""
+    import pytest_arbiter.runtime  # noqa: F401  the GPU lanes register their device probes
+
     tags: set[str] = set()
     for target in DEVICE_TARGETS:
         tag = device_tag(target)
@@ -114,9 +124,10 @@ class ArbiterSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        cache = _read_cache(settings.cache)
+        self.loaded_cache = _read_cache(settings.cache)
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=settings.mode)
+        self.histogram = DispatchHistogram()
+        self._arbiter: Arbiter | None = None
         self.expected = DispatchHistogram()
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
@@ -128,11 +139,24 @@ class ArbiterSession:
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
 
+    @property
+    def arbiter(self) -> Arbiter:
+        """The run's arbiter, built (and the kernels imported) on first use."""
+        if self._arbiter is None:
+            from pytest_arbiter.arbiter import Arbiter
+            from pytest_arbiter.cache import MeasureCache
+            from pytest_arbiter.candidates import REGISTRY
+
+            cache = self.loaded_cache if self.loaded_cache is not None else MeasureCache()
+            self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
+                                    histogram=self.histogram)
+        return self._arbiter
+
     # -- counts -----------------------------------------------------------------------
 
     def counts(self) -> dict[HistogramKey, int]:
         """All dispatch counts of the run (this process plus the workers')."""
-        return merge_counts([self.arbiter.histogram.counts(), *self.worker_counts])
+        return merge_counts([self.histogram.counts(), *self.worker_counts])
 
     def expected_counts(self) -> dict[HistogramKey, int]:
         return merge_counts([self.expected.counts(), *self.worker_expected])
@@ -150,6 +174,8 @@ class ArbiterSession:
     # -- per test ---------------------------------------------------------------------
 
     def fixture_for(self, item: pytest.Item) -> ArbiterFixture:
+        from pytest_arbiter.fixture import ArbiterFixture
+
         nodeid = item.nodeid
         return ArbiterFixture(self.arbiter, fail=pytest.fail, skip=pytest.skip,
                               expect_degrade=lambda: self._expect.add(nodeid))
@@ -161,7 +187,7 @@ class ArbiterSession:
 
     def begin_test(self, item: pytest.Item) -> None:
         """Snapshot the counts before ``item`` can dispatch (the fixture's setup)."""
-        self._snapshots[item.nodeid] = self.arbiter.histogram.counts()
+        self._snapshots[item.nodeid] = self.histogram.counts()
         if item.get_closest_marker("arbiter_expect_degrade") is not None:
             self._expect.add(item.nodeid)
 
@@ -173,12 +199,14 @@ class ArbiterSession:
         self._expect.discard(nodeid)
         if before is None:
             return
-        delta = self.arbiter.histogram.minus(before)
+        delta = self.histogram.minus(before)
         for key, count in sorted(delta.items()):
             item.user_properties.append((_property_name(key), count))
         if expected:
             self.expected.merge(delta)
             # so that `pytest-arbiter gate` on the JUnit file leaves them out too
+            from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
+
             item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -214,14 +242,20 @@ class ArbiterSession:
 
     def pytest_make_parametrize_id(self, config: pytest.Config, val: object,
                                    argname: str) -> str | None:
-        return val.id if isinstance(val, GateCase) else None
+        # a GateCase exists only once its module was imported: don't import it for this
+        fixture_module = sys.modules.get("pytest_arbiter.fixture")
+        if fixture_module is not None and isinstance(val, fixture_module.GateCase):
+            return str(val.id)
+        return None
 
     # -- session end ------------------------------------------------------------------
 
     def _write(self, what: str, path: Path, write: Any) -> None:
+        from pytest_arbiter.artifacts import ArtifactError
+
         try:
             write(path)
-        except artifacts.ArtifactError as exc:
+        except ArtifactError as exc:
             self.errors.append(f"{what}: {exc}")
 
     def _fail_run(self, session: pytest.Session) -> None:
@@ -235,6 +269,8 @@ class ArbiterSession:
             return
         s = self.settings
         counts = self.counts()
+        if s.histogram is not None or s.write_baseline is not None or s.tune:
+            from pytest_arbiter import artifacts
         if s.histogram is not None:
             self._write("--arbiter-histogram", s.histogram,
                         lambda p: artifacts.write_histogram(p, counts))
@@ -254,11 +290,13 @@ class ArbiterSession:
         output = getattr(self.config, "workeroutput", None)
         if output is None:
             return
+        used = self._arbiter
         output["arbiter"] = {
-            "histogram": self.arbiter.histogram.to_dict(),
+            "histogram": self.histogram.to_dict(),
             "expected": self.expected.to_dict(),
-            "cache": self.arbiter.cache.to_dict(),
-            "events": [dataclasses.asdict(e) for e in self.arbiter.events.values()],
+            # None: this worker never dispatched, so it has nothing to add to the cache
+            "cache": used.cache.to_dict() if used is not None else None,
+            "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
         }
 
     # -- reporting --------------------------------------------------------------------
@@ -323,7 +361,8 @@ class ArbiterSession:
     def events(self) -> dict[tuple[str, ...], DispatchEvent]:
         """Dispatch events of this process and the workers; a measured one wins a key."""
         merged: dict[tuple[str, ...], DispatchEvent] = {}
-        for event in [*self.worker_events, *self.arbiter.events.values()]:
+        own = self._arbiter.events.values() if self._arbiter is not None else ()
+        for event in [*self.worker_events, *own]:
             key = (event.target, event.op, event.bucket, event.dtype)
             previous = merged.get(key)
             if previous is None or previous.source != "measured":
@@ -369,9 +408,13 @@ class XdistHooks:
                 payload["histogram"], source=f"worker {name}").counts())
             s.worker_expected.append(DispatchHistogram.from_dict(
                 payload["expected"], source=f"worker {name}").counts())
-            s.arbiter.cache.update(MeasureCache.from_dict(
-                payload["cache"], source=f"worker {name}").entries())
-            s.worker_events.extend(DispatchEvent(**e) for e in payload.get("events", []))
+            if payload["cache"] is not None:
+                from pytest_arbiter.arbiter import DispatchEvent
+                from pytest_arbiter.cache import MeasureCache
+
+                s.arbiter.cache.update(MeasureCache.from_dict(
+                    payload["cache"], source=f"worker {name}").entries())
+                s.worker_events.extend(DispatchEvent(**e) for e in payload.get("events", []))
         except (KeyError, TypeError, ValueError) as exc:
             s.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
 

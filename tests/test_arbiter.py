@@ -295,9 +295,36 @@ def test_decorator_registers_and_user_op_dispatches() -> None:
         reg.add(FunctionCandidate(np.add, "scale2_fast", "matmul", "cpu", 0, None, None))
 
 
-def test_import_leaves_pytest_and_cupy_out() -> None:
-    code = ("import sys, pytest_arbiter; "
-            "print(sorted(m for m in ('pytest', 'cupy', '_pytest') if m in sys.modules))")
+def _fresh_python(code: str) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip() == "[]"
+    return out.stdout.strip()
+
+
+def test_import_and_dispatch_leave_pytest_and_cupy_out() -> None:
+    code = ("import sys, numpy as np, pytest_arbiter; "
+            "arb = pytest_arbiter.Arbiter(mode='static'); "
+            "arb.dispatch('matmul', np.ones((4, 4)), np.ones((4, 4))); "
+            "arb.dispatch('matmul', np.ones((4, 4)), np.ones((4, 4)), target='nvidia'); "
+            "print(sorted(m for m in ('pytest', 'cupy', '_pytest') if m in sys.modules), "
+            "sorted(k[3] for k in arb.histogram.counts()))")
+    assert _fresh_python(code) == "[] ['no_candidate', 'won']"
+
+
+def test_loading_the_plugin_imports_neither_numpy_nor_the_kernels() -> None:
+    code = ("import sys, pytest_arbiter.plugin; "
+            "print(sorted(m for m in ('numpy', 'pytest_arbiter.runtime', "
+            "'pytest_arbiter.arbiter') if m in sys.modules))")
+    assert _fresh_python(code) == "[]"
+
+
+def test_the_registry_loads_the_bundled_kernels_on_first_read() -> None:
+    code = ("import sys; from pytest_arbiter.candidates import REGISTRY; "
+            "before = 'pytest_arbiter.runtime' in sys.modules; "
+            "names = {c.name for c in REGISTRY.for_op('matmul', 'cpu')}; "
+            "print(before, sorted(names))")
+    assert _fresh_python(code) == "False ['blas_matmul', 'dot_matmul', 'panel_matmul']"
+    # the GPU lanes' device probes come with them: no "no probe registered" here
+    code = ("from pytest_arbiter.device import probe_device; "
+            "print('no device probe is registered' in str(probe_device('nvidia')))")
+    assert _fresh_python(code) == "False"

@@ -531,3 +531,20 @@ def test_bad_worker_device_list_is_a_usage_error(pytester: pytest.Pytester) -> N
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*--arbiter-worker-devices: device '' in the worker device list is not one index*"])
+
+
+def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_idle="""
+        import sys
+
+        def test_a():
+            pass
+
+        def test_zz_last():
+            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.arbiter" in sys.modules)
+    """)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider",
+                                           "--arbiter-histogram=h.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*LOADED False False*"])
+    assert _entries(pytester.path / "h.json") == []
