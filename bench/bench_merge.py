@@ -7,6 +7,11 @@ times the real reader (``artifacts.read_cache``) on the first and ``corpus.merge
 both. Prints the best of R repeats as its last line and exits 0 only when load and
 merge each take under a second. bench/run_all.py shows that line.
 
+The load includes reading the file, parsing the JSON and validating every entry (a
+column-by-column check in C loops; see docs/artifacts.md); the ranking and provenance
+objects of an entry are built on first use, and the merge compares only the keys both
+shards hold. The second-to-last line prints every repeat and the load average.
+
 The cyclic garbage collector is off while timing, as in the ``pytest-arbiter`` CLI
 (which does the merging at scale): with it on, collections triggered by whatever
 allocates next rescan the million objects a 100k-entry load creates, and that cost
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import sys
 import tempfile
@@ -96,9 +102,10 @@ def main() -> int:
             del a, b, result
         gc.enable()
     load, merged = min(loads), min(merges)
+    busy = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"loads: {', '.join(f'{t:.2f}' for t in loads)} s; merges: "
           f"{', '.join(f'{t:.2f}' for t in merges)} s; write {write_s:.2f} s "
-          f"({size_mb:.0f} MB)")
+          f"({size_mb:.0f} MB); load average {busy} on {os.cpu_count()} CPUs")
     print(f"load {load:.2f} s, merge {merged:.2f} s ({n:,} entries, best of {args.repeat}, "
           "GC off as in the CLI)")
     return 0 if load < 1.0 and merged < 1.0 else 1

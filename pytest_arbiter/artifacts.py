@@ -23,8 +23,8 @@ from pytest_arbiter.cache import (
     CacheEntry,
     MeasureCache,
     cache_document,
-    entries_from_dict,
     gc_paused,
+    load_entries,
 )
 from pytest_arbiter.corpus import MergeResult, Part, merge
 from pytest_arbiter.histogram import (
@@ -53,13 +53,14 @@ def _line(value: Any) -> str:
 
 
 def cache_text(document: dict[str, Any]) -> str:
-    """The cache document as text: header first, then one line per run and per entry.
+    """The cache document as text: header (schema, version, ranking_fields) first, then
+    one line per run and per entry.
 
     One entry per line keeps a committed corpus's diffs to the entries that changed,
     and lets the C JSON encoder do the work (an indented dump is pure Python).
     """
     head = [f'  "{name}": {_line(document[name])},'
-            for name in ("schema", "version")]
+            for name in ("schema", "version", "ranking_fields")]
     parts = ["{", *head]
     for name, last in (("runs", False), ("entries", True)):
         rows = document[name]
@@ -185,13 +186,13 @@ def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
     with gc_paused():
         data = read_json(path)
         try:
-            entries = entries_from_dict(data, source=str(path))
+            keys, entries = load_entries(data, source=str(path))
         except ValueError as exc:
             raise ArtifactError(str(exc)) from None
-        cache = MeasureCache(entries)
-        if len(cache) != len(entries):
-            cache = merge(entries).cache()
-        return cache
+        by_key = dict(zip(keys, entries, strict=True))
+        if len(by_key) != len(entries):
+            return merge(entries).cache()
+        return MeasureCache.of_keyed(by_key)
 
 
 def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import gc
 import json
 import math
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.measure import LatencyStats
 
@@ -118,6 +120,21 @@ class CacheEntry:
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False,
                           separators=(",", ":"))
 
+    if not TYPE_CHECKING:  # hidden from mypy, so a misspelt attribute stays an error
+        def __getattr__(self, name: str) -> Any:
+            # Only called for attributes missing from the instance: an entry loaded from
+            # a file (entries_from_dict) keeps its validated raw ranking rows and
+            # provenance, and builds the objects on first use (docs/artifacts.md).
+            d = self.__dict__
+            if name == "ranking" and _RAW_RANKING in d:
+                value: Any = _ranking_of(d[_RAW_RANKING])
+            elif name == "provenance" and _RAW_PROVENANCE in d:
+                value = _provenance_of(*d[_RAW_PROVENANCE])
+            else:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute "
+                                     f"{name!r}")
+            return d.setdefault(name, value)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CacheEntry:
         ranking = tuple(RankedCandidate.from_dict(r) for r in data["ranking"])
@@ -141,6 +158,18 @@ class MeasureCache:
         self.version = 0
         for entry in entries:
             self._entries[entry.key] = entry
+
+    @classmethod
+    def of_keyed(cls, by_key: dict[CacheKey, CacheEntry]) -> MeasureCache:
+        """A cache that takes ``by_key`` over; each value's ``key`` must be its key."""
+        cache = cls()
+        cache._entries = by_key
+        return cache
+
+    def by_key(self) -> dict[CacheKey, CacheEntry]:
+        """A snapshot of the entries by key (a new dict)."""
+        with self._lock:
+            return dict(self._entries)
 
     def get(self, key: CacheKey) -> CacheEntry | None:
         return self._entries.get(key)
@@ -177,31 +206,150 @@ class MeasureCache:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "cache") -> MeasureCache:
-        return cls(entries_from_dict(data, source=source))
+        """The cache of a document (consumed); a key listed twice keeps the last entry."""
+        keys, entries = load_entries(data, source=source)
+        by_key = dict(zip(keys, entries, strict=True))
+        return cls.of_keyed(by_key) if len(by_key) == len(entries) else cls(entries)
 
 
 # -- the on-disk form ---------------------------------------------------------------------
+#
+# An entry is one JSON object (one line) with the fields of _ENTRY_KEYS; its ranking rows
+# are arrays in the order of RANKING_FIELDS (the document says so in "ranking_fields"),
+# latencies at six significant digits, written as integers when they are integral.
+
+_EXACT = float(2**53)
+_RAW_RANKING = "_rows"
+_RAW_PROVENANCE = "_prov"
+_ENTRY_KEYS = ("bucket", "confidence", "device", "dtype", "op", "provenance", "ranking",
+               "rejected", "target", "tie", "winner")
+_RUN_FIELD_SET = frozenset(RUN_FIELDS)
+_STATS_FIELDS = RANKING_FIELDS[1:]
+_new = object.__new__
+_set = object.__setattr__
+_INF = math.inf
+_MAX = sys.float_info.max
+_ZERO = 0.0
+_ONE = 1.0
+_MISSING = object()
+_KEY_FIELDS = ("device", "target", "op", "bucket", "dtype")
+_ENTRY_FIELDS = frozenset(f.name for f in fields(CacheEntry))
+_entry_values = itemgetter(*_ENTRY_KEYS)
+_first = itemgetter(0)
+# The frozen dataclasses here are plain (no slots, no __post_init__), so an instance can
+# adopt a dict as its __dict__: no object.__setattr__ per field. Checked, not assumed.
+_ADOPT_STATS = (tuple(f.name for f in fields(LatencyStats)) == _STATS_FIELDS
+                and not hasattr(LatencyStats, "__post_init__")
+                and not hasattr(LatencyStats, "__slots__"))
 
 
-def _row(cand: RankedCandidate) -> dict[str, Any]:
-    s = cand.stats
-    return {"name": cand.name, "median_ns": stable_float(s.median_ns),
-            "min_ns": stable_float(s.min_ns), "q1_ns": stable_float(s.q1_ns),
-            "q3_ns": stable_float(s.q3_ns), "max_ns": stable_float(s.max_ns),
-            "samples": s.samples}
+def latency_number(value: float) -> float | int:
+    """A latency as the artifact stores it: ``stable_float``, an int when integral.
+
+    ``2588610.0`` is written ``2588610``; reading it back gives the same float, so the
+    read-then-write round trip stays exact.
+    """
+    v = stable_float(value)
+    return int(v) if v.is_integer() and -_EXACT < v < _EXACT else v
+
+
+def _adopt(cls: type[Any], values: dict[str, Any]) -> Any:
+    obj = _new(cls)
+    _set(obj, "__dict__", values)
+    return obj
+
+
+def _candidate(row: list[Any]) -> RankedCandidate:
+    """A ranking row (already validated) as a RankedCandidate."""
+    name, median, low, q1, q3, high, samples = row
+    if _ADOPT_STATS:
+        stats = _adopt(LatencyStats, {"median_ns": float(median), "min_ns": float(low),
+                                      "q1_ns": float(q1), "q3_ns": float(q3),
+                                      "max_ns": float(high), "samples": samples})
+    else:  # pragma: no cover - LatencyStats grew slots or a __post_init__
+        stats = LatencyStats(float(median), float(low), float(q1), float(q3), float(high),
+                             samples)
+    cand: RankedCandidate = _adopt(RankedCandidate, {"name": name, "stats": stats})
+    return cand
+
+
+def _ranking_of(rows: list[list[Any]]) -> tuple[RankedCandidate, ...]:
+    return tuple([_candidate(row) for row in rows])
+
+
+def _provenance_of(prov: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    if RUN_REF not in prov:
+        return dict(prov)
+    rest = dict(prov)
+    return {**runs[rest.pop(RUN_REF)], **rest}
+
+
+def _lazy(entry: CacheEntry, name: str) -> Any:
+    """The raw (validated, not yet built) form of ``name`` of a loaded entry, or None."""
+    d = entry.__dict__
+    return None if name in d else d.get(
+        _RAW_RANKING if name == "ranking" else _RAW_PROVENANCE)
+
+
+def evidence(entry: CacheEntry) -> tuple[float, int, float]:
+    """(confidence, samples, -spread) of the winner: what the merge rule compares.
+
+    Read from the raw ranking row of an entry not built yet (the same numbers).
+    """
+    rows = _lazy(entry, "ranking")
+    if rows is None:
+        stats = entry.ranking[0].stats
+        return (entry.confidence, stats.samples, -stats.spread)
+    _, median, _, q1, q3, _, samples = rows[0]
+    median = float(median)
+    spread = (float(q3) - float(q1)) / median if median > 0 else 0.0
+    return (entry.confidence, samples, -spread)
+
+
+def _disk_rows(entry: CacheEntry) -> list[list[Any]]:
+    rows = _lazy(entry, "ranking")
+    num = latency_number
+    if rows is not None:
+        return [[r[0], num(r[1]), num(r[2]), num(r[3]), num(r[4]), num(r[5]), r[6]]
+                for r in rows]
+    out = []
+    for cand in entry.ranking:
+        s = cand.stats
+        out.append([cand.name, num(s.median_ns), num(s.min_ns), num(s.q1_ns),
+                    num(s.q3_ns), num(s.max_ns), s.samples])
+    return out
 
 
 def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
-    """The on-disk document of ``entries``: sorted, stable floats, shared provenance once.
+    """The on-disk document of ``entries``: sorted, stable numbers, shared provenance once.
 
     Each entry's provenance fields named in :data:`RUN_FIELDS` go to one row of ``runs``
     (rows sorted by their canonical JSON); the entry keeps ``"run": index`` and its own
-    fields (rounds, timed_ns, shapes, ...).
+    fields (rounds, timed_ns, shapes, ...). Ranking rows are arrays in the order of
+    ``ranking_fields`` (:data:`RANKING_FIELDS`).
     """
     by_key = sorted(entries, key=lambda e: e.key)
     shared: list[tuple[CacheEntry, dict[str, Any], str | None]] = []
     runs: dict[str, dict[str, Any]] = {}
+    tags: dict[int, str] = {}  # id of a loaded runs row -> its tag
     for entry in by_key:
+        raw = _lazy(entry, "provenance")
+        tag: str | None
+        if raw is not None:
+            # a loaded entry: its run row is shared, so its tag is computed once
+            prov_raw, src_runs = raw
+            ref = prov_raw.get(RUN_REF)
+            if ref is not None and src_runs[ref] and _RUN_FIELD_SET.isdisjoint(prov_raw) \
+                    and _RUN_FIELD_SET.issuperset(src_runs[ref]):
+                row = src_runs[ref]
+                tag = tags.get(id(row))
+                if tag is None:
+                    tag = tags[id(row)] = json.dumps(row, sort_keys=True, allow_nan=False)
+                    runs.setdefault(tag, row)
+                prov = dict(prov_raw)
+                del prov[RUN_REF]
+                shared.append((entry, prov, tag))
+                continue
         prov = dict(entry.provenance)
         if RUN_REF in prov:
             raise ValueError(f"{'/'.join(entry.key)}: provenance key {RUN_REF!r} is reserved")
@@ -216,14 +364,16 @@ def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
     for entry, prov, tag in shared:
         if tag is not None:
             prov[RUN_REF] = index[tag]
+        ranking = _disk_rows(entry)
         rows.append({
             "device": entry.device, "target": entry.target, "op": entry.op,
-            "bucket": entry.bucket, "dtype": entry.dtype, "winner": entry.winner,
-            "ranking": [_row(r) for r in entry.ranking],
+            "bucket": entry.bucket, "dtype": entry.dtype, "winner": ranking[0][0],
+            "ranking": ranking,
             "confidence": stable_float(entry.confidence), "tie": bool(entry.tie),
             "rejected": dict(entry.rejected), "provenance": prov,
         })
     return {"schema": CACHE_SCHEMA, "version": CACHE_VERSION,
+            "ranking_fields": list(RANKING_FIELDS),
             "runs": [runs[tag] for tag in order], "entries": rows}
 
 
@@ -244,67 +394,111 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-_new = object.__new__
-_set = object.__setattr__
-_INF = math.inf
-_KEY_FIELDS = ("device", "target", "op", "bucket", "dtype")
-_STATS_FIELDS = RANKING_FIELDS[1:]
-_numbers_of = itemgetter(*_STATS_FIELDS[:5])
-_ENTRY_FIELDS = frozenset(f.name for f in fields(CacheEntry))
-# Loading a large cache is dominated by object creation. The frozen dataclasses here are
-# plain (no slots, no __post_init__), so an instance can adopt the freshly parsed dict
-# as its __dict__: no copy, no object.__setattr__ per field. Checked here, not assumed.
-_ADOPT_STATS = (tuple(f.name for f in fields(LatencyStats)) == _STATS_FIELDS
-                and not hasattr(LatencyStats, "__post_init__")
-                and not hasattr(LatencyStats, "__slots__"))
+# -- reading: a fast check of the whole document, else entry by entry ---------------------
 
 
-def _adopt(cls: type[Any], values: dict[str, Any]) -> Any:
-    obj = _new(cls)
-    _set(obj, "__dict__", values)
-    return obj
+def _types(values: Iterable[Any]) -> set[type]:
+    return set(map(type, values))
+
+
+def _finite_non_negative(numbers: list[Any]) -> bool:
+    """Every value an int or float (not a bool), finite and non-negative.
+
+    ``sum`` refuses what is not a number and turns NaN and infinities (and ints too
+    large for a float) into a non-finite sum or an OverflowError. ``True in`` also
+    matches 1 and 1.0 (``False in``, 0): only then are the types checked one by one.
+    """
+    if not numbers:
+        return True
+    try:
+        total = sum(numbers)
+    except (TypeError, OverflowError):
+        return False
+    if not (0 <= total <= _MAX and min(numbers) >= 0):
+        return False
+    return not (True in numbers or False in numbers) or _types(numbers) <= {int, float}
+
+
+def _checked_keys(raw: list[Any], n_runs: int) -> list[CacheKey] | None:
+    """The keys of ``raw`` if every entry is valid in the exact form the writer writes
+    (all fields present, none unknown, a float confidence), else None.
+
+    Column by column, in C loops: the same checks as :func:`_parse_entry` (which finds
+    and names the first bad entry when this says None); a check that is unsure says
+    None too.
+    """
+    if not raw:
+        return []
+    try:
+        # (a non-object entry makes len or the item getter raise TypeError)
+        if set(map(len, raw)) != {len(_ENTRY_KEYS)}:
+            return None  # a field missing, or an unknown one
+        (bucket, confidence, device, dtype, op, provenance, ranking, rejected, target,
+         tie, winner) = zip(*map(_entry_values, raw), strict=True)
+        # str.join refuses anything but strings; dict.values anything but objects
+        "".join(chain(bucket, device, dtype, op, target, winner))
+        "".join(chain.from_iterable(map(dict.values, rejected)))
+        if _types(confidence) != {float} or _types(tie) != {bool}:
+            return None
+        if not (0.0 <= sum(confidence) <= len(raw) and min(confidence) >= 0.0
+                and max(confidence) <= 1.0):
+            return None  # NaN makes the sum NaN
+        n = len(raw)
+        refs = list(map(dict.get, provenance, repeat(RUN_REF, n), repeat(_MISSING, n)))
+        kinds = _types(refs)
+        if not kinds <= {int, object}:
+            return None
+        if object in kinds:
+            refs = [r for r in refs if r is not _MISSING]
+        if refs and (min(refs) < 0 or max(refs) >= n_runs):
+            return None
+        if _types(ranking) != {list} or min(map(len, ranking)) < 1:
+            return None
+        rows = list(chain.from_iterable(ranking))
+        width = len(RANKING_FIELDS)
+        if set(map(len, rows)) != {width}:
+            return None
+        # rows of `width` values, flattened: a row that is an object or a string puts
+        # strings among the numbers, which the sum below refuses
+        flat = list(chain.from_iterable(rows))
+        names, samples = flat[0::width], flat[width - 1::width]
+        "".join(names)
+        if not all(names) or _types(samples) != {int} or min(samples) < 1:
+            return None
+        if not all(_finite_non_negative(flat[i::width]) for i in range(1, width - 1)):
+            return None
+        if tuple(map(_first, map(_first, ranking))) != winner:
+            return None
+    except (TypeError, KeyError, ValueError, OverflowError):
+        return None
+    return list(zip(device, target, op, bucket, dtype, strict=True))
 
 
 def _number(value: Any, what: str) -> float:
     kind = type(value)
     if kind is float or kind is int:
-        if not 0 <= value < _INF:
+        if not 0 <= value <= _MAX:
             raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
         return float(value)
     raise ValueError(f"{what} must be a number, got {value!r}")
 
 
 def _parse_row(row: Any) -> RankedCandidate:
-    if type(row) is not dict:
-        raise ValueError(f"a ranking row must be an object, got {row!r}")
-    name = row.pop("name", None)
+    if type(row) is not list or len(row) != len(RANKING_FIELDS):
+        raise ValueError(f"a ranking row must be a list of {len(RANKING_FIELDS)} values "
+                         f"({', '.join(RANKING_FIELDS)}), got {row!r}")
+    name, samples = row[0], row[-1]
     if type(name) is not str or not name:
         raise ValueError(f"candidate name must be a non-empty string, got {name!r}")
-    samples = row.get("samples")
     if type(samples) is not int or samples < 1:
         raise ValueError(f"{name}: samples must be a positive integer, got {samples!r}")
-    try:
-        numbers = _numbers_of(row)
-    except KeyError as exc:
-        raise ValueError(f"{name}: {exc.args[0]!r} is missing") from None
-    if len(row) != len(_STATS_FIELDS):
-        extra = sorted(set(row) - set(_STATS_FIELDS))
-        raise ValueError(f"{name}: unknown ranking fields {extra}")
-    if not (type(numbers[0]) is type(numbers[1]) is type(numbers[2]) is type(numbers[3])
-            is type(numbers[4]) is float and 0 <= min(numbers) and max(numbers) < _INF):
-        for field_name, value in zip(_STATS_FIELDS[:5], numbers, strict=True):
-            row[field_name] = _number(value, f"{name}: {field_name}")
-    if _ADOPT_STATS:
-        stats = _new(LatencyStats)
-        _set(stats, "__dict__", row)
-    else:
-        stats = LatencyStats(**row)
-    cand = _new(RankedCandidate)
-    _set(cand, "__dict__", {"name": name, "stats": stats})
-    return cand
+    for field_name, value in zip(_STATS_FIELDS[:5], row[1:6], strict=True):
+        _number(value, f"{name}: {field_name}")
+    return _candidate(row)
 
 
 def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
+    """One entry, checked field by field and built now (the slow, precise path)."""
     if type(item) is not dict:
         raise ValueError(f"an entry must be an object, got {type(item).__name__}")
     for name in _KEY_FIELDS:
@@ -342,13 +536,29 @@ def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
         item["provenance"] = {**runs[ref], **prov}
     if len(item) != len(_ENTRY_FIELDS):
         raise ValueError(f"unknown fields {sorted(set(item) - _ENTRY_FIELDS)}")
-    return _adopt(CacheEntry, item)
+    entry: CacheEntry = _adopt(CacheEntry, item)
+    return entry
 
 
-def entries_from_dict(data: Mapping[str, Any], *, source: str = "cache") -> list[CacheEntry]:
-    """Parse a cache document; ``ValueError`` naming ``source`` and the bad entry.
+def _loaded(item: dict[str, Any], runs: list[dict[str, Any]]) -> CacheEntry:
+    """An entry that passed :func:`_checked_keys`; ranking and provenance built on use."""
+    item[_RAW_RANKING] = item.pop("ranking")
+    item[_RAW_PROVENANCE] = (item.pop("provenance"), runs)
+    del item["winner"]
+    entry: CacheEntry = _adopt(CacheEntry, item)
+    return entry
 
-    The entries adopt the document's dicts (it is consumed): pass a freshly parsed one.
+
+def load_entries(data: Mapping[str, Any], *, source: str = "cache"
+                 ) -> tuple[list[CacheKey], list[CacheEntry]]:
+    """Parse a cache document into (keys, entries); ``ValueError`` naming ``source`` and
+    the first bad entry's index.
+
+    Every entry is validated here. When the whole document is in the writer's exact form
+    (checked column by column, in C loops), each entry keeps its validated raw ranking
+    rows and provenance and builds those objects on first use; otherwise each entry is
+    checked and built one by one, which also names the first bad one. The entries adopt
+    the document's dicts (it is consumed): pass a freshly parsed one.
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
@@ -360,17 +570,37 @@ def entries_from_dict(data: Mapping[str, Any], *, source: str = "cache") -> list
     if version > CACHE_VERSION:
         raise ValueError(f"{source}: cache schema version {version} is newer than version "
                          f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
+    order = data.get("ranking_fields", list(RANKING_FIELDS))
+    if order != list(RANKING_FIELDS):
+        raise ValueError(f"{source}: 'ranking_fields' is {order!r}, expected "
+                         f"{list(RANKING_FIELDS)!r}")
     runs = data.get("runs", [])
     if type(runs) is not list or not all(type(r) is dict for r in runs):
         raise ValueError(f"{source}: 'runs' must be a list of objects")
     raw = data.get("entries")
     if type(raw) is not list:
         raise ValueError(f"{source}: 'entries' must be a list")
-    entries = []
+    entries: list[CacheEntry] = []
     with gc_paused():
+        keys = _checked_keys(raw, len(runs))
+        if keys is not None:
+            append = entries.append
+            for item in raw:  # _loaded(item, runs), inlined: it runs 100k times a second
+                item[_RAW_RANKING] = item.pop("ranking")
+                item[_RAW_PROVENANCE] = (item.pop("provenance"), runs)
+                del item["winner"]
+                entry = _new(CacheEntry)
+                _set(entry, "__dict__", item)
+                append(entry)
+            return keys, entries
         for i, item in enumerate(raw):
             try:
                 entries.append(_parse_entry(item, runs))
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: entries[{i}] is invalid: {exc}") from None
-    return entries
+        return [e.key for e in entries], entries
+
+
+def entries_from_dict(data: Mapping[str, Any], *, source: str = "cache") -> list[CacheEntry]:
+    """Parse a cache document (see :func:`load_entries`)."""
+    return load_entries(data, source=source)[1]

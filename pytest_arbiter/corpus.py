@@ -14,10 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
-
-
-def _evidence(entry: CacheEntry) -> tuple[float, int, float]:
-    return (entry.confidence, entry.samples, -entry.spread)
+from pytest_arbiter.cache import evidence as _evidence
 
 
 def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
@@ -71,25 +68,47 @@ def _entries_of(part: Part) -> Iterable[CacheEntry]:
 
 
 def merge(*parts: Part) -> MergeResult:
-    """Merge caches (or iterables of entries) by the merge rule; O(total entries)."""
+    """Merge caches (or iterables of entries) by the merge rule; O(total entries).
+
+    A key only one part has is taken over in bulk (dict operations); only keys that
+    several parts hold are compared, entry by entry.
+    """
     merged: dict[CacheKey, CacheEntry] = {}
     contested: dict[CacheKey, list[CacheEntry]] = {}
+
+    def meet(key: CacheKey, held: CacheEntry, entry: CacheEntry) -> None:
+        ea, eb = _evidence(held), _evidence(entry)
+        if ea == eb and (held is entry or held == entry):
+            return  # equal entries have equal evidence: compared in full only then
+        # every clear pick of a key met twice, so conflicts never depend on order
+        seen = contested.get(key)
+        if seen is None:
+            seen = contested[key] = [held] if held.confident else []
+        if entry.confident:
+            seen.append(entry)
+        if ea != eb:
+            merged[key] = held if ea > eb else entry
+        else:
+            merged[key] = held if held.canonical() <= entry.canonical() else entry
+
     for part in parts:
+        if isinstance(part, MeasureCache):
+            # a cache holds each entry under its own key, once
+            mine = part.by_key()
+            common = mine.keys() & merged.keys()
+            held_of = {key: merged[key] for key in common}
+            merged.update(mine)
+            for key in common:
+                merged[key] = held_of[key]
+                meet(key, held_of[key], mine[key])
+            continue
         for entry in _entries_of(part):
             key = entry.key
             held = merged.get(key)
             if held is None:
                 merged[key] = entry
-                continue
-            if held is entry or held == entry:
-                continue
-            # every clear pick of a key met twice, so conflicts never depend on order
-            seen = contested.get(key)
-            if seen is None:
-                seen = contested[key] = [held] if held.confident else []
-            if entry.confident:
-                seen.append(entry)
-            merged[key] = prefer(held, entry)
+            else:
+                meet(key, held, entry)
     conflicts: list[Conflict] = []
     for key in sorted(contested):
         kept = merged[key]

@@ -86,7 +86,10 @@ def test_document_is_sorted_and_shares_run_provenance() -> None:
     assert [r["host"] for r in doc["runs"]] == ["h1", "h2"]
     assert {e["provenance"]["run"] for e in doc["entries"]} == {0, 1}
     assert "host" not in doc["entries"][0]["provenance"]
-    assert doc["entries"][0]["ranking"][0]["name"] == "a"
+    assert doc["ranking_fields"] == ["name", "median_ns", "min_ns", "q1_ns", "q3_ns",
+                                     "max_ns", "samples"]
+    # ranking rows are arrays in that order; integral latencies are written as integers
+    assert doc["entries"][0]["ranking"][0] == ["a", 1000, 900, 950, 1050, 1150, 25]
 
 
 def test_stable_float_is_idempotent() -> None:
@@ -108,10 +111,18 @@ def test_newer_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (lambda e: e["ranking"][0].pop("median_ns"), r"entries\[0\].*'median_ns' is missing"),
+    (lambda e: e["ranking"][0].pop(1), r"entries\[0\].*a ranking row must be a list of 7"),
+    (lambda e: e["ranking"][0].__setitem__(1, "fast"), r"a: median_ns must be a number"),
+    (lambda e: e["ranking"][0].__setitem__(0, ""), r"candidate name must be a non-empty"),
+    (lambda e: e.update(ranking=[]), r"'ranking' must be a non-empty list"),
     (lambda e: e.update(winner="b"), r"entries\[0\].*winner 'b' is not first"),
-    (lambda e: e["ranking"][0].update(samples=0), r"samples must be a positive integer"),
-    (lambda e: e["ranking"][0].update(min_ns=-1.0), r"min_ns must be finite and non-neg"),
+    (lambda e: e["ranking"][0].__setitem__(6, 0), r"samples must be a positive integer"),
+    (lambda e: e["ranking"][0].__setitem__(6, True), r"samples must be a positive integer"),
+    (lambda e: e["ranking"][0].__setitem__(2, -1.0), r"min_ns must be finite and non-neg"),
+    (lambda e: e["ranking"][1].__setitem__(5, 10**400), r"max_ns must be finite and non-neg"),
+    (lambda e: e.update(tie=1), r"'tie' must be true or false"),
+    (lambda e: e.update(rejected={"x": 1}), r"'rejected' must map candidate names"),
+    (lambda e: e["provenance"].update(run=None), r"provenance 'run' None is not an index"),
     (lambda e: e.update(confidence=1.5), r"'confidence' must be in \[0, 1\]"),
     (lambda e: e.update(device=7), r"'device' must be a string"),
     (lambda e: e["provenance"].update(run=9), r"provenance 'run' 9 is not an index"),
@@ -125,6 +136,57 @@ def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: object,
     path.write_text(json.dumps(data))
     with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
         artifacts.read_cache(path)
+
+
+def test_the_first_bad_entry_is_named_after_valid_hand_written_ones(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry("a"), entry("b"), entry("c")))
+    # hand-written but valid: no winner, an integer confidence, no provenance
+    del data["entries"][0]["winner"]
+    data["entries"][0]["confidence"] = 1
+    del data["entries"][0]["provenance"]
+    data["entries"][2]["ranking"][0][3] = "x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(artifacts.ArtifactError,
+                       match=r"c\.json: entries\[2\] is invalid: a: q1_ns must be a number"):
+        artifacts.read_cache(path)
+    del data["entries"][2]
+    path.write_text(json.dumps(data))
+    loaded = artifacts.read_cache(path).entries()
+    assert [e.confidence for e in loaded] == [1.0, 0.999]
+    assert loaded[0].winner == "a" and loaded[0].provenance == {}
+    assert loaded[1].provenance["host"] == "h1"
+
+
+def test_ranking_fields_in_another_order_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry()))
+    data["ranking_fields"][1:3] = ["min_ns", "median_ns"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(artifacts.ArtifactError, match=r"c\.json: 'ranking_fields' is \["):
+        artifacts.read_cache(path)
+
+
+def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
+    """Entries read from a file build their ranking and provenance on first use; they
+    compare, merge and write exactly as the entries they were written from."""
+    built = [entry("a"), entry("b", "b", runner_up="a", host="h2", confidence=0.5),
+             entry("c", runner_up=None, spread=0.0)]
+    path = tmp_path / "c.json"
+    text = write(path, *built)
+    loaded = artifacts.read_cache(path)
+    assert merge(loaded).entries == merge(built).entries  # before anything is built
+    again = tmp_path / "again.json"
+    artifacts.write_cache(again, loaded)
+    assert again.read_bytes() == text
+    assert loaded.entries() == sorted(built, key=lambda e: e.key)
+    for e in loaded:  # now built
+        assert isinstance(e.ranking[0].stats.median_ns, float)
+        assert e.to_dict() == next(b for b in built if b.key == e.key).to_dict()
+    artifacts.write_cache(again, loaded)
+    assert again.read_bytes() == text
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        loaded.entries()[0].nonesuch  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_non_finite_numbers_are_refused(tmp_path: Path) -> None:
@@ -175,7 +237,7 @@ def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
     weaker = json.loads(json.dumps(data["entries"][0]))
     weaker["confidence"] = 0.5
     weaker["ranking"].reverse()
-    weaker["winner"] = weaker["ranking"][0]["name"]
+    weaker["winner"] = weaker["ranking"][0][0]
     data["entries"].insert(0, weaker)
     path.write_text(json.dumps(data))
     assert artifacts.read_cache(path).entries()[0].winner == "a"
