@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.measure import LatencyStats
@@ -227,15 +225,9 @@ _RUN_FIELD_SET = frozenset(RUN_FIELDS)
 _STATS_FIELDS = RANKING_FIELDS[1:]
 _new = object.__new__
 _set = object.__setattr__
-_INF = math.inf
 _MAX = sys.float_info.max
-_ZERO = 0.0
-_ONE = 1.0
-_MISSING = object()
 _KEY_FIELDS = ("device", "target", "op", "bucket", "dtype")
 _ENTRY_FIELDS = frozenset(f.name for f in fields(CacheEntry))
-_entry_values = itemgetter(*_ENTRY_KEYS)
-_first = itemgetter(0)
 # The frozen dataclasses here are plain (no slots, no __post_init__), so an instance can
 # adopt a dict as its __dict__: no object.__setattr__ per field. Checked, not assumed.
 _ADOPT_STATS = (tuple(f.name for f in fields(LatencyStats)) == _STATS_FIELDS
@@ -419,59 +411,91 @@ def _finite_non_negative(numbers: list[Any]) -> bool:
     return not (True in numbers or False in numbers) or _types(numbers) <= {int, float}
 
 
-def _checked_keys(raw: list[Any], n_runs: int) -> list[CacheKey] | None:
-    """The keys of ``raw`` if every entry is valid in the exact form the writer writes
-    (all fields present, none unknown, a float confidence), else None.
+def _rows_valid(ranking: list[list[Any]]) -> bool:
+    """Every ranking row of every entry valid (see :func:`_parse_row`), in C loops."""
+    rows = list(chain.from_iterable(ranking))
+    width = len(RANKING_FIELDS)
+    if set(map(len, rows)) != {width}:
+        return False
+    # rows of `width` values, flattened: a row that is an object or a string puts
+    # strings among the numbers, which _finite_non_negative refuses
+    flat = list(chain.from_iterable(rows))
+    names, samples = flat[0::width], flat[width - 1::width]
+    "".join(names)  # refuses anything but strings
+    if not all(names) or _types(samples) != {int} or min(samples) < 1:
+        return False
+    return all(_finite_non_negative(flat[i::width]) for i in range(1, width - 1))
 
-    Column by column, in C loops: the same checks as :func:`_parse_entry` (which finds
-    and names the first bad entry when this says None); a check that is unsure says
-    None too.
+
+def _unload(entries: list[CacheEntry]) -> None:
+    """Give the dicts :func:`_load_fast` adopted back their on-disk form."""
+    for entry in entries:
+        item = entry.__dict__
+        rows = item.pop(_RAW_RANKING)
+        item["ranking"] = rows
+        item["provenance"] = item.pop(_RAW_PROVENANCE)[0]
+        item["winner"] = rows[0][0]
+
+
+def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
+               ) -> tuple[list[CacheKey], list[CacheEntry]] | None:
+    """(keys, entries) if every entry of ``raw`` is valid in the exact form the writer
+    writes (all fields present, none unknown, a float confidence), else None, with
+    ``raw`` as it was.
+
+    One pass over the entries checks their fields and adopts each dict as a
+    CacheEntry that keeps its raw ranking rows and provenance (built on first use);
+    the rows of all entries are then checked at once, in C loops. The checks are those
+    of :func:`_parse_entry`, which finds and names the first bad entry when this says
+    None (or reads a hand-written file in another valid form).
     """
-    if not raw:
-        return []
+    n_runs = len(runs)
+    keys: list[CacheKey] = []
+    entries: list[CacheEntry] = []
+    add_key, add_entry = keys.append, entries.append
+    n_fields = len(_ENTRY_KEYS)
+    kind, str_, dict_, list_ = type, str, dict, list
     try:
-        # (a non-object entry makes len or the item getter raise TypeError)
-        if set(map(len, raw)) != {len(_ENTRY_KEYS)}:
-            return None  # a field missing, or an unknown one
-        (bucket, confidence, device, dtype, op, provenance, ranking, rejected, target,
-         tie, winner) = zip(*map(_entry_values, raw), strict=True)
-        # str.join refuses anything but strings; dict.values anything but objects
-        "".join(chain(bucket, device, dtype, op, target, winner))
-        "".join(chain.from_iterable(map(dict.values, rejected)))
-        if _types(confidence) != {float} or _types(tie) != {bool}:
-            return None
-        if not (0.0 <= sum(confidence) <= len(raw) and min(confidence) >= 0.0
-                and max(confidence) <= 1.0):
-            return None  # NaN makes the sum NaN
-        n = len(raw)
-        refs = list(map(dict.get, provenance, repeat(RUN_REF, n), repeat(_MISSING, n)))
-        kinds = _types(refs)
-        if not kinds <= {int, object}:
-            return None
-        if object in kinds:
-            refs = [r for r in refs if r is not _MISSING]
-        if refs and (min(refs) < 0 or max(refs) >= n_runs):
-            return None
-        if _types(ranking) != {list} or min(map(len, ranking)) < 1:
-            return None
-        rows = list(chain.from_iterable(ranking))
-        width = len(RANKING_FIELDS)
-        if set(map(len, rows)) != {width}:
-            return None
-        # rows of `width` values, flattened: a row that is an object or a string puts
-        # strings among the numbers, which the sum below refuses
-        flat = list(chain.from_iterable(rows))
-        names, samples = flat[0::width], flat[width - 1::width]
-        "".join(names)
-        if not all(names) or _types(samples) != {int} or min(samples) < 1:
-            return None
-        if not all(_finite_non_negative(flat[i::width]) for i in range(1, width - 1)):
-            return None
-        if tuple(map(_first, map(_first, ranking))) != winner:
-            return None
-    except (TypeError, KeyError, ValueError, OverflowError):
-        return None
-    return list(zip(device, target, op, bucket, dtype, strict=True))
+        for item in raw:
+            if kind(item) is not dict_ or len(item) != n_fields:
+                raise TypeError  # not an object, or a field missing or unknown
+            device, target, op = item["device"], item["target"], item["op"]
+            bucket, dtype = item["bucket"], item["dtype"]
+            if not (kind(device) is kind(target) is kind(op) is kind(bucket) is kind(dtype)
+                    is str_):
+                raise TypeError
+            confidence = item["confidence"]
+            if kind(confidence) is not float or not 0.0 <= confidence <= 1.0 \
+                    or kind(item["tie"]) is not bool:
+                raise TypeError
+            rejected = item["rejected"]
+            if kind(rejected) is not dict_ or (rejected and _types(rejected.values())
+                                                != {str_}):
+                raise TypeError
+            prov = item["provenance"]
+            if kind(prov) is not dict_:
+                raise TypeError
+            if RUN_REF in prov:
+                ref = prov[RUN_REF]
+                if kind(ref) is not int or not 0 <= ref < n_runs:
+                    raise TypeError
+            rows = item["ranking"]
+            if kind(rows) is not list_ or not rows or item["winner"] != rows[0][0]:
+                raise TypeError
+            # valid so far: adopt the dict (the rows are checked below, all at once)
+            del item["ranking"], item["provenance"], item["winner"]
+            item[_RAW_RANKING] = rows
+            item[_RAW_PROVENANCE] = (prov, runs)
+            entry = _new(CacheEntry)
+            _set(entry, "__dict__", item)
+            add_entry(entry)
+            add_key((device, target, op, bucket, dtype))
+        if _rows_valid([e.__dict__[_RAW_RANKING] for e in entries]):
+            return keys, entries
+    except (TypeError, KeyError, IndexError, ValueError, OverflowError):
+        pass
+    _unload(entries)
+    return None
 
 
 def _number(value: Any, what: str) -> float:
@@ -540,15 +564,6 @@ def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
     return entry
 
 
-def _loaded(item: dict[str, Any], runs: list[dict[str, Any]]) -> CacheEntry:
-    """An entry that passed :func:`_checked_keys`; ranking and provenance built on use."""
-    item[_RAW_RANKING] = item.pop("ranking")
-    item[_RAW_PROVENANCE] = (item.pop("provenance"), runs)
-    del item["winner"]
-    entry: CacheEntry = _adopt(CacheEntry, item)
-    return entry
-
-
 def load_entries(data: Mapping[str, Any], *, source: str = "cache"
                  ) -> tuple[list[CacheKey], list[CacheEntry]]:
     """Parse a cache document into (keys, entries); ``ValueError`` naming ``source`` and
@@ -580,19 +595,11 @@ def load_entries(data: Mapping[str, Any], *, source: str = "cache"
     raw = data.get("entries")
     if type(raw) is not list:
         raise ValueError(f"{source}: 'entries' must be a list")
-    entries: list[CacheEntry] = []
     with gc_paused():
-        keys = _checked_keys(raw, len(runs))
-        if keys is not None:
-            append = entries.append
-            for item in raw:  # _loaded(item, runs), inlined: it runs 100k times a second
-                item[_RAW_RANKING] = item.pop("ranking")
-                item[_RAW_PROVENANCE] = (item.pop("provenance"), runs)
-                del item["winner"]
-                entry = _new(CacheEntry)
-                _set(entry, "__dict__", item)
-                append(entry)
-            return keys, entries
+        fast = _load_fast(raw, runs)
+        if fast is not None:
+            return fast
+        entries: list[CacheEntry] = []
         for i, item in enumerate(raw):
             try:
                 entries.append(_parse_entry(item, runs))
