@@ -397,8 +397,9 @@ def _finite_non_negative(numbers: list[Any]) -> bool:
     """Every value an int or float (not a bool), finite and non-negative.
 
     ``sum`` refuses what is not a number and turns NaN and infinities (and ints too
-    large for a float) into a non-finite sum or an OverflowError. ``True in`` also
-    matches 1 and 1.0 (``False in``, 0): only then are the types checked one by one.
+    large for a float) into a non-finite sum or an OverflowError; ``min`` finds a
+    negative. A bool counts as 0 or 1 in both, so only when the smallest value is at
+    most 1 are the types checked one by one.
     """
     if not numbers:
         return True
@@ -406,9 +407,10 @@ def _finite_non_negative(numbers: list[Any]) -> bool:
         total = sum(numbers)
     except (TypeError, OverflowError):
         return False
-    if not (0 <= total <= _MAX and min(numbers) >= 0):
+    if not 0 <= total <= _MAX:
         return False
-    return not (True in numbers or False in numbers) or _types(numbers) <= {int, float}
+    least = min(numbers)
+    return least > 1 or (least >= 0 and _types(numbers) <= {int, float})
 
 
 def _rows_valid(ranking: list[list[Any]]) -> bool:
@@ -452,7 +454,8 @@ def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
     n_runs = len(runs)
     keys: list[CacheKey] = []
     entries: list[CacheEntry] = []
-    add_key, add_entry = keys.append, entries.append
+    rankings: list[list[Any]] = []
+    add_key, add_entry, add_ranking = keys.append, entries.append, rankings.append
     n_fields = len(_ENTRY_KEYS)
     kind, str_, dict_, list_ = type, str, dict, list
     try:
@@ -490,7 +493,8 @@ def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
             _set(entry, "__dict__", item)
             add_entry(entry)
             add_key((device, target, op, bucket, dtype))
-        if _rows_valid([e.__dict__[_RAW_RANKING] for e in entries]):
+            add_ranking(rows)
+        if _rows_valid(rankings):
             return keys, entries
     except (TypeError, KeyError, IndexError, ValueError, OverflowError):
         pass

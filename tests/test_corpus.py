@@ -118,6 +118,7 @@ def test_newer_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
     (lambda e: e.update(winner="b"), r"entries\[0\].*winner 'b' is not first"),
     (lambda e: e["ranking"][0].__setitem__(6, 0), r"samples must be a positive integer"),
     (lambda e: e["ranking"][0].__setitem__(6, True), r"samples must be a positive integer"),
+    (lambda e: e["ranking"][0].__setitem__(2, True), r"a: min_ns must be a number, got True"),
     (lambda e: e["ranking"][0].__setitem__(2, -1.0), r"min_ns must be finite and non-neg"),
     (lambda e: e["ranking"][1].__setitem__(5, 10**400), r"max_ns must be finite and non-neg"),
     (lambda e: e.update(tie=1), r"'tie' must be true or false"),
@@ -174,7 +175,9 @@ def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
     """Entries read from a file build their ranking and provenance on first use; they
     compare, merge and write exactly as the entries they were written from."""
     built = [entry("a"), entry("b", "b", runner_up="a", host="h2", confidence=0.5),
-             entry("c", runner_up=None, spread=0.0)]
+             entry("c", runner_up=None, spread=0.0),
+             CacheEntry("dev0", "cpu", "matmul", "d", "float32",
+                        (RankedCandidate("z", LatencyStats(1.5, 0.0, 1.0, 2.0, 3.0, 1)),))]
     path = tmp_path / "c.json"
     text = write(path, *built)
     loaded = artifacts.read_cache(path)
