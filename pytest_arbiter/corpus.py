@@ -110,15 +110,17 @@ def merge(*parts: Part) -> MergeResult:
             else:
                 meet(key, held, entry)
     conflicts: list[Conflict] = []
-    for key in sorted(contested):
+    for key, seen in contested.items():
         kept = merged[key]
+        if not seen or not kept.confident:
+            continue
         others: dict[str, CacheEntry] = {}
-        for entry in contested[key]:
+        for entry in seen:
             if entry.confident and entry.winner != kept.winner:
                 best = others.get(entry.winner)
                 others[entry.winner] = entry if best is None else prefer(best, entry)
-        if kept.confident:
-            conflicts.extend(Conflict(key, kept, others[w]) for w in sorted(others))
+        conflicts.extend(Conflict(key, kept, others[w]) for w in others)
+    conflicts.sort(key=lambda c: (c.key, c.other.winner))  # by key, then other winner
     return MergeResult(merged, conflicts)
 
 
