@@ -1,10 +1,12 @@
 """The MeasureCache: measured winners keyed by (device, target, op, bucket, dtype).
 
 The on-disk form (schema ``pytest-arbiter/cache``, version 1, docs/artifacts.md) is
-built by :func:`cache_document` and read by :func:`entries_from_dict`. It is
-deterministic: entries sorted by key, latencies written with six significant digits,
-the provenance every entry of one run shares written once in a ``runs`` table. Reading
-a document and writing it again gives the same bytes.
+built by :func:`cache_document` and read by :func:`load_entries`. It is deterministic:
+entries sorted by key, ranking rows as arrays in the order of ``ranking_fields``,
+latencies written with six significant digits (integral ones as integers), the
+provenance every entry of one run shares written once in a ``runs`` table. Reading a
+document and writing it again gives the same bytes. Loaded entries are validated on
+load and build their ranking and provenance objects on first use.
 """
 
 from __future__ import annotations
@@ -574,9 +576,10 @@ def load_entries(data: Mapping[str, Any], *, source: str = "cache"
     the first bad entry's index.
 
     Every entry is validated here. When the whole document is in the writer's exact form
-    (checked column by column, in C loops), each entry keeps its validated raw ranking
-    rows and provenance and builds those objects on first use; otherwise each entry is
-    checked and built one by one, which also names the first bad one. The entries adopt
+    (:func:`_load_fast`: one pass over the entries, then all ranking rows in C loops),
+    each entry keeps its validated raw ranking rows and provenance and builds those
+    objects on first use; otherwise each entry is checked and built one by one, which
+    also names the first bad one. The entries adopt
     the document's dicts (it is consumed): pass a freshly parsed one.
     """
     if not isinstance(data, Mapping):
