@@ -251,11 +251,11 @@ class ArbiterSession:
     # -- session end ------------------------------------------------------------------
 
     def _write(self, what: str, path: Path, write: Any) -> None:
-        from pytest_arbiter.artifacts import ArtifactError
+        from pytest_arbiter import artifacts  # the same module object the writers come from
 
         try:
             write(path)
-        except ArtifactError as exc:
+        except artifacts.ArtifactError as exc:
             self.errors.append(f"{what}: {exc}")
 
     def _fail_run(self, session: pytest.Session) -> None:

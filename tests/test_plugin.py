@@ -255,9 +255,13 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
     winners = {e["winner"] for e in cache["entries"]}
     assert len(cache["entries"]) == 2 and "plugin_fast_wrong" not in winners
     for entry in cache["entries"]:
-        assert "plugin_fast_wrong" not in [r["name"] for r in entry["ranking"]]
+        assert "plugin_fast_wrong" not in [r[0] for r in entry["ranking"]]
     result.stdout.fnmatch_lines(["*2 measured*",
                                  "*passed over plugin_fast_wrong: failed the F4 gate*"])
+    explained = result.stdout.str()
+    assert "passed over plugin_aligned: declined the inputs" in explained  # the 24-row key
+    assert "% " not in explained or "slower by" in explained
+    assert explained.count("passed over") >= 4
     # a second run reuses the cache and measures nothing
     result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
     assert result.ret == 0
