@@ -128,6 +128,7 @@ class ArbiterSession:
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
         self.histogram = DispatchHistogram()
         self._arbiter: Arbiter | None = None
+        self._read_entries: dict[Any, Any] = {}
         self.expected = DispatchHistogram()
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
@@ -148,6 +149,7 @@ class ArbiterSession:
             from pytest_arbiter.candidates import REGISTRY
 
             cache = self.loaded_cache if self.loaded_cache is not None else MeasureCache()
+            self._read_entries = cache.by_key()
             self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
                                     histogram=self.histogram)
         return self._arbiter
@@ -291,11 +293,19 @@ class ArbiterSession:
         if output is None:
             return
         used = self._arbiter
+        measured = None
+        if used is not None:
+            from pytest_arbiter.cache import MeasureCache
+
+            # only what this worker measured: the controller read the same cache file
+            read = self._read_entries
+            measured = MeasureCache([e for key, e in used.cache.by_key().items()
+                                     if read.get(key) is not e]).to_dict()
         output["arbiter"] = {
             "histogram": self.histogram.to_dict(),
             "expected": self.expected.to_dict(),
             # None: this worker never dispatched, so it has nothing to add to the cache
-            "cache": used.cache.to_dict() if used is not None else None,
+            "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
         }
 

@@ -470,6 +470,16 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
         pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_tune=TUNE_PROJECT)
+    # workers send the controller only the cache entries they measured
+    pytester.makeconftest("""
+        import pathlib
+
+        def pytest_testnodedown(node, error):
+            payload = node.workeroutput["arbiter"]["cache"]
+            sent = len(payload["entries"]) if payload else 0
+            with pathlib.Path("sent.txt").open("a") as out:
+                out.write(f"{sent}\\n")
+    """)
     one = pytester.runpytest("-n", "0", "-p", "no:benchmark", "--arbiter-tune",
                              "--arbiter-histogram=one.json", "--arbiter-cache=one-cache.json")
     assert one.ret == 0, one.stdout.str()
@@ -483,6 +493,16 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
     keys = {(e["op"], e["bucket"]) for e in json.loads(
         (pytester.path / "two-cache.json").read_text())["entries"]}
     assert len(keys) == 7
+    sent = pytester.path / "sent.txt"
+    assert sum(int(n) for n in sent.read_text().split()) >= 7
+    sent.unlink()
+    # replaying with that cache, the workers measure nothing and send nothing back
+    again = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-tune",
+                               "--arbiter-cache=two-cache.json")
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines(["*0 measured, 7 reused from cache*"])
+    assert sent.read_text().split() == ["0", "0"]
+    assert len(json.loads((pytester.path / "two-cache.json").read_text())["entries"]) == 7
 
 
 def test_plugin_loads_and_gates_with_xdist_disabled(pytester: pytest.Pytester) -> None:
