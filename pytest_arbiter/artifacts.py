@@ -33,6 +33,7 @@ from pytest_arbiter.histogram import (
     HistogramKey,
     counts_from_dict,
     entries_of,
+    expected_from_dict,
 )
 
 LOCK_TIMEOUT_S = 120.0
@@ -233,10 +234,23 @@ def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
         raise ArtifactError(str(exc)) from None
 
 
-def histogram_document(counts: dict[HistogramKey, int]) -> dict[str, Any]:
+def read_histogram_expected(path: str | os.PathLike[str]
+                            ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts of a histogram file and how many of them were degrades on purpose."""
+    data = read_json(path)
+    try:
+        return (counts_from_dict(data, source=str(path)),
+                expected_from_dict(data, source=str(path)))
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def histogram_document(counts: dict[HistogramKey, int],
+                       expected: dict[HistogramKey, int] | None = None) -> dict[str, Any]:
     return {"schema": HISTOGRAM_SCHEMA, "version": HISTOGRAM_VERSION,
-            "entries": entries_of(counts)}
+            "entries": entries_of(counts, expected)}
 
 
-def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int]) -> None:
-    write_text_atomic(path, dumps(histogram_document(counts)))
+def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int],
+                    expected: dict[HistogramKey, int] | None = None) -> None:
+    write_text_atomic(path, dumps(histogram_document(counts, expected)))

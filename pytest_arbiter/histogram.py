@@ -102,10 +102,38 @@ class DispatchHistogram:
         return cls(counts_from_dict(data, source=source))
 
 
-def entries_of(counts: Mapping[HistogramKey, int]) -> list[dict[str, Any]]:
-    """Sorted entry dicts for a counts mapping, so a committed file diffs cleanly."""
-    return [{"target": t, "op": o, "selected": s, "outcome": out, "count": c}
-            for (t, o, s, out), c in sorted(counts.items())]
+def entries_of(counts: Mapping[HistogramKey, int],
+               expected: Mapping[HistogramKey, int] | None = None) -> list[dict[str, Any]]:
+    """Sorted entry dicts for a counts mapping, so a committed file diffs cleanly.
+
+    ``expected``: how many of each key's dispatches came from tests that degrade on
+    purpose; written as the entry's ``"expected"`` where it is not zero.
+    """
+    entries = []
+    for (t, o, s, out), c in sorted(counts.items()):
+        entry: dict[str, Any] = {"target": t, "op": o, "selected": s, "outcome": out,
+                                 "count": c}
+        on_purpose = min(c, (expected or {}).get((t, o, s, out), 0))
+        if on_purpose > 0:
+            entry["expected"] = on_purpose
+        entries.append(entry)
+    return entries
+
+
+def expected_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
+                       ) -> dict[HistogramKey, int]:
+    """The ``"expected"`` counts of a histogram dict already read by :func:`counts_from_dict`."""
+    expected: dict[HistogramKey, int] = {}
+    for i, entry in enumerate(data["entries"]):
+        on_purpose = entry.get("expected", 0)
+        key, count = _parse_entry(entry, f"{source}: entries[{i}]")
+        if (not isinstance(on_purpose, int) or isinstance(on_purpose, bool)
+                or not 0 <= on_purpose <= count):
+            raise ValueError(f"{source}: entries[{i}]: 'expected' must be an integer between "
+                             f"0 and its count {count}, got {on_purpose!r}")
+        if on_purpose:
+            expected[key] = expected.get(key, 0) + on_purpose
+    return expected
 
 
 def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"

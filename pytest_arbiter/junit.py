@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_arbiter.artifacts import ArtifactError, read_histogram
+from pytest_arbiter.artifacts import ArtifactError, read_histogram_expected
 from pytest_arbiter.histogram import OUTCOMES, HistogramKey
 
 PROPERTY_PREFIX = "arbiter:"
@@ -135,7 +135,8 @@ def read_report(path: str | os.PathLike[str]) -> FleetCounts:
         return read_junit(p)
     if head.startswith(b"{"):
         out = FleetCounts(sources=[str(p)])
-        for key, count in read_histogram(p).items():
+        counts, out.expected = read_histogram_expected(p)
+        for key, count in counts.items():
             out.add(key, count)
         return out
     raise ArtifactError(f"{p} is neither JUnit XML nor a pytest-arbiter histogram "

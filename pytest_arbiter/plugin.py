@@ -274,8 +274,9 @@ class ArbiterSession:
         if s.histogram is not None or s.write_baseline is not None or s.tune:
             from pytest_arbiter import artifacts
         if s.histogram is not None:
+            expected = self.expected_counts()
             self._write("--arbiter-histogram", s.histogram,
-                        lambda p: artifacts.write_histogram(p, counts))
+                        lambda p: artifacts.write_histogram(p, counts, expected))
         if s.write_baseline is not None:
             self._write("--arbiter-write-baseline", s.write_baseline,
                         lambda p: artifacts.write_histogram(p, counts))

@@ -19,6 +19,7 @@ import pytest
 from pytest_arbiter import REGISTRY, gate_matrix
 from pytest_arbiter.arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.cli import main
 from pytest_arbiter.fixture import ArbiterFixture, GateCase
 from pytest_arbiter.runtime import register_bundled
 from pytest_arbiter.settings import OPTIONS, ArbiterSettings, resolve
@@ -184,12 +185,10 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
     """)
     result = pytester.runpytest("--arbiter-histogram=h.json", "--junitxml=report.xml")
     assert result.ret == 0, result.stdout.str()
-    # the histogram artifact still records them
-    assert any(e["outcome"] == "degraded" and e["count"] == 2
-               for e in _entries(pytester.path / "h.json"))
+    # the histogram artifact still records them, saying they were on purpose
+    assert [(e["count"], e.get("expected")) for e in _entries(pytester.path / "h.json")
+            if e["outcome"] == "degraded"] == [(2, 2)]
     # and the fleet gate on the JUnit report leaves them out as the run's own gate did
-    from pytest_arbiter.cli import main
-
     report = str(pytester.path / "report.xml")
     baseline = str(pytester.path / "none-yet.json")
     assert main(["gate", "--baseline", baseline, report], out=io.StringIO()) == 0
@@ -199,6 +198,17 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
     (pytester.path / "bare.xml").write_text(text.replace("arbiter-expect-degrade", "other"))
     assert main(["gate", "--baseline", baseline, str(pytester.path / "bare.xml")],
                 out=io.StringIO()) == 1
+    # the same holds for the histogram file; a bad "expected" is unreadable input
+    histogram = pytester.path / "h.json"
+    assert main(["gate", "--baseline", baseline, str(histogram)], out=io.StringIO()) == 0
+    data = json.loads(histogram.read_text())
+    for entry in data["entries"]:
+        entry.pop("expected", None)
+    histogram.write_text(json.dumps(data))
+    assert main(["gate", "--baseline", baseline, str(histogram)], out=io.StringIO()) == 1
+    data["entries"][0]["expected"] = data["entries"][0]["count"] + 1
+    histogram.write_text(json.dumps(data))
+    assert main(["gate", "--baseline", baseline, str(histogram)], out=io.StringIO()) == 2
 
 
 def test_ini_keys_are_read(pytester: pytest.Pytester) -> None:
