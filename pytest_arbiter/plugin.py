@@ -27,7 +27,7 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
-    from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.cache import CacheEntry, MeasureCache
     from pytest_arbiter.fixture import ArbiterFixture
 
 DEVICE_TARGETS = ("cpu", "nvidia", "amd")
@@ -153,6 +153,19 @@ class ArbiterSession:
             self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
                                     histogram=self.histogram)
         return self._arbiter
+
+    def take_measured(self, entries: Iterable[CacheEntry]) -> None:
+        """Add a worker's measured entries: they replace what the run read, and two
+        workers' entries for one key resolve by the merge rule, not by who came last."""
+        from pytest_arbiter.corpus import prefer
+
+        cache = self.arbiter.cache
+        read = self._read_entries
+        for entry in entries:
+            held = cache.get(entry.key)
+            if held is not None and read.get(entry.key) is not held:
+                entry = prefer(held, entry)
+            cache.put(entry)
 
     # -- counts -----------------------------------------------------------------------
 
@@ -423,7 +436,7 @@ class XdistHooks:
                 from pytest_arbiter.arbiter import DispatchEvent
                 from pytest_arbiter.cache import MeasureCache
 
-                s.arbiter.cache.update(MeasureCache.from_dict(
+                s.take_measured(MeasureCache.from_dict(
                     payload["cache"], source=f"worker {name}").entries())
                 s.worker_events.extend(DispatchEvent(**e) for e in payload.get("events", []))
         except (KeyError, TypeError, ValueError) as exc:

@@ -582,3 +582,32 @@ def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*LOADED False False*"])
     assert _entries(pytester.path / "h.json") == []
+
+
+def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
+        tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pytest_arbiter import artifacts
+    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+    from pytest_arbiter.measure import LatencyStats
+    from pytest_arbiter.plugin import ArbiterSession
+
+    def entry(winner: str, confidence: float, host: str) -> CacheEntry:
+        stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 25)
+        return CacheEntry("dev0", "cpu", "matmul", "32x16x32/a16.16.16", "float32",
+                          (RankedCandidate(winner, stats),), confidence, False, {},
+                          {"host": host})
+
+    corpus = tmp_path / "corpus.json"
+    artifacts.write_cache(corpus, MeasureCache([entry("old", 0.9999, "committed")]))
+    session = ArbiterSession(SimpleNamespace(), ArbiterSettings(cache=corpus))  # type: ignore[arg-type]
+    key = entry("x", 1.0, "x").key
+    # what a worker measured this run replaces what the run read, even a surer entry
+    session.take_measured([entry("first", 0.95, "gw0")])
+    assert session.arbiter.cache.get(key).winner == "first"  # type: ignore[union-attr]
+    # between two workers' entries the merge rule decides, whichever arrives last
+    session.take_measured([entry("weaker", 0.90, "gw1")])
+    assert session.arbiter.cache.get(key).winner == "first"  # type: ignore[union-attr]
+    session.take_measured([entry("surer", 0.99, "gw2")])
+    assert session.arbiter.cache.get(key).winner == "surer"  # type: ignore[union-attr]
