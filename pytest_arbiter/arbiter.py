@@ -336,8 +336,15 @@ class Arbiter:
                            (resolved, the_op.name, c.name, "error"), c.accepts, c.run,
                            self.histogram.counter((resolved, the_op.name, c.name, "won")))
                      for c in selection.order]
-            plan = _Plan(the_op, key, steps, (resolved, the_op.name, NO_CANDIDATE, "no_candidate"),
-                         generation, version)
+            fallback: HistogramKey = (resolved, the_op.name, NO_CANDIDATE, "no_candidate")
+            if not selection.order and selection.gate_reports:
+                # candidates could run these inputs but none passed the F4 gate, so the
+                # reference runs in their place: the silent degrade, not "nothing applied"
+                first = next(iter(selection.gate_reports))
+                fallback = (resolved, the_op.name, first, "degraded")
+                self.declines[fallback[:3]] = (
+                    f"failed the F4 gate: {selection.gate_reports[first].reason}")
+            plan = _Plan(the_op, key, steps, fallback, generation, version)
             if sig is not None and not remeasure:
                 self._plans[sig] = plan
         return plan

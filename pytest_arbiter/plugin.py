@@ -84,6 +84,18 @@ def _read_cache(path: Path | None) -> MeasureCache | None:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
 
 
+def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
+    path = settings.cache
+    if path is None:
+        return None
+    if read is not None:
+        return f"cache {path}: {len(read)} entries read"
+    if settings.tune:
+        return f"cache {path} does not exist yet: this run creates it"
+    return (f"cache {path} does not exist: every key falls to the static tier order "
+            "(a typo in the path? tune with --arbiter-tune to create it)")
+
+
 def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
     if path is None:
         return {}, "no --arbiter-baseline given: every degraded entry is new"
@@ -125,6 +137,7 @@ class ArbiterSession:
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
         self.loaded_cache = _read_cache(settings.cache)
+        self.cache_note = _cache_note(settings, self.loaded_cache)
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
         self.histogram = DispatchHistogram()
         self._arbiter: Arbiter | None = None
@@ -353,6 +366,8 @@ class ArbiterSession:
         if expected:
             lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
                 f"{'/'.join(k)}={v}" for k, v in sorted(expected.items())))
+        if self.cache_note is not None:
+            lines.append(self.cache_note)
         sources = self._sources()
         if sources:
             lines.append("keys: " + ", ".join(

@@ -611,3 +611,44 @@ def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
     assert session.arbiter.cache.get(key).winner == "first"  # type: ignore[union-attr]
     session.take_measured([entry("surer", 0.99, "gw2")])
     assert session.arbiter.cache.get(key).winner == "surer"  # type: ignore[union-attr]
+
+
+def test_tune_run_fails_on_a_candidate_that_declines_in_the_gate(
+        pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-explain")
+    # the other bundled candidates pass the gate and win: nothing degrades
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*passed over plugin_declining: failed the F4 gate*"])
+    pytester.makepyfile(test_one="""
+        import numpy as np
+
+        def test_dispatch(arbiter):
+            arbiter.dispatch("plugin_scale3", np.ones(4))
+    """)
+    pytester.makeconftest(DECLINING_CONFTEST + """
+import numpy as np
+
+pytest_arbiter.op("plugin_scale3", reference=lambda x: x * 3)
+
+@pytest_arbiter.candidate("plugin_scale3", target="cpu", name="scale3_declines")
+def scale3(x):
+    raise pytest_arbiter.Decline("not yet")
+""")
+    result = pytester.runpytest("--arbiter-tune")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=plugin_scale3 "
+                                 "candidate=scale3_declines (1 dispatches)*"])
+
+
+def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest("--arbiter-cache=typo/corpus.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*cache *typo/corpus.json does not exist: every key falls "
+                                 "to the static tier order*", "*1 static tier order on a miss*"])
+    result = pytester.runpytest("--arbiter-cache=c.json", "--arbiter-tune")
+    result.stdout.fnmatch_lines(["*cache *c.json does not exist yet: this run creates it*"])
+    result = pytester.runpytest("--arbiter-cache=c.json")
+    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*"])
