@@ -311,23 +311,23 @@ class Arbiter:
             return out
         if plan.steps and not accepted and not replanned:
             # none of the planned candidates can run these inputs (strides, say):
-            # plan afresh for them, re-measuring only now
+            # plan afresh for them: the cached ranking first, measuring only if none can
             target = plan.key[0]
-            fresh = self._plan(plan.op.name, inputs, target, None, remeasure=True)
+            fresh = self._plan(plan.op.name, inputs, target, None)
             return self._run_unplanned(fresh, inputs, replanned=True)
         if not accepted:
             self.histogram.add(plan.no_candidate)
         return plan.op.reference(*inputs)  # every candidate raised; errors are recorded
 
-    def _plan(self, op_name: str, inputs: Sequence[Any], target: str | None, sig: Any,
-              remeasure: bool = False) -> _Plan:
+    def _plan(self, op_name: str, inputs: Sequence[Any], target: str | None,
+              sig: Any) -> _Plan:
         the_op = self.ops.get(op_name)
         the_op.validate(*inputs)
         resolved = target if target is not None else (
             target_of_array(inputs[0]) if inputs else "cpu")
         with self._lock:
             generation = self.registry.generation
-            selection = self._select(the_op, inputs, resolved, remeasure)
+            selection = self._select(the_op, inputs, resolved)
             version = self.cache.version
             key = (resolved, the_op.name, selection.region.bucket(), selection.region.dtype)
             self._note(key, selection)
@@ -345,17 +345,15 @@ class Arbiter:
                 self.declines[fallback[:3]] = (
                     f"failed the F4 gate: {selection.gate_reports[first].reason}")
             plan = _Plan(the_op, key, steps, fallback, generation, version)
-            if sig is not None and not remeasure:
+            if sig is not None:
                 self._plans[sig] = plan
         return plan
 
-    def _select(self, the_op: Op, inputs: Sequence[Any], target: str,
-                remeasure: bool) -> Selection:
+    def _select(self, the_op: Op, inputs: Sequence[Any], target: str) -> Selection:
         pool = self.registry.for_op(the_op.name, target)
         if self.mode == "tune":
             return measured_arbitrate(the_op, inputs, pool, self.cache, target=target,
-                                      policy=self.policy, gate_seed=self.gate_seed,
-                                      remeasure=remeasure)
+                                      policy=self.policy, gate_seed=self.gate_seed)
         region = the_op.region_of(*inputs)
         found = probe_device(target)
         if isinstance(found, DeviceInfo):

@@ -22,6 +22,7 @@ from pytest_arbiter import (
     measure_latency,
     measured_arbitrate,
 )
+from pytest_arbiter.cache import CacheEntry, RankedCandidate
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate, candidate
 from pytest_arbiter.device import cpu_device
 from pytest_arbiter.measure import CPU_TIMER, LatencyStats
@@ -354,3 +355,27 @@ def test_tune_records_degraded_when_every_candidate_that_could_run_fails_the_gat
     arb = Arbiter(registry=CandidateRegistry(), mode="tune", policy=FAST)
     arb.dispatch("matmul", *mats(8, 8, 8))
     assert arb.histogram.counts() == {("cpu", "matmul", "none", "no_candidate"): 1}
+
+
+def test_other_strides_use_the_cached_ranking_without_measuring_again() -> None:
+    def c_only(a: np.ndarray, b: np.ndarray) -> bool:
+        return bool(a.flags.c_contiguous)
+
+    def f_only(a: np.ndarray, b: np.ndarray) -> bool:
+        return bool(a.flags.f_contiguous and not a.flags.c_contiguous)
+
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(np.matmul, "x_c", "matmul", "cpu", 0, c_only, None))
+    reg.add(FunctionCandidate(np.dot, "z_f", "matmul", "cpu", 0, f_only, None))
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    a, b = mats(32, 16, 32)
+    region = MatmulRegion.of(32, 16, 32, "float32")
+    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1100.0, 9)
+    seeded = CacheEntry(cpu_device().tag, "cpu", "matmul", region.bucket(), "float32",
+                        (RankedCandidate("x_c", stats), RankedCandidate("z_f", stats)))
+    arb.cache.put(seeded)
+    arb.dispatch("matmul", a, b)
+    arb.dispatch("matmul", np.asfortranarray(a), b)  # same signature, other strides
+    assert arb.histogram.counts() == {("cpu", "matmul", "x_c", "won"): 1,
+                                      ("cpu", "matmul", "z_f", "won"): 1}
+    assert arb.cache.get(seeded.key) is seeded  # nothing measured, nothing rewritten
