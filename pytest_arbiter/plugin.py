@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_arbiter.baseline import BaselineVerdict, compare_to_baseline
+from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
@@ -149,6 +149,7 @@ class ArbiterSession:
         self.crashed_nodes: list[str] = []
         self.errors: list[str] = []
         self.verdict: BaselineVerdict | None = None
+        self.unchecked: list[HistogramKey] = []
         self._snapshots: dict[str, dict[HistogramKey, int]] = {}
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
@@ -309,7 +310,9 @@ class ArbiterSession:
         if s.tune and s.cache is not None:
             self._write("--arbiter-cache", s.cache,
                         lambda p: artifacts.update_cache(p, self.arbiter.cache))
-        self.verdict = compare_to_baseline(self.gated_counts(), self.baseline)
+        # a baseline entry counts as fixed only if this run dispatched its target and op
+        fleet = gate_fleet(self.gated_counts(), self.baseline)
+        self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
         if self.errors or self.crashed_nodes:
             self._fail_run(session)
         elif not self.verdict.passed and s.write_baseline is None:
@@ -385,6 +388,9 @@ class ArbiterSession:
             lines.append(self.baseline_note)
             lines.extend(verdict.describe_new())
             lines.extend(verdict.describe_fixed())
+            if self.unchecked:
+                lines.append(f"{len(self.unchecked)} baseline entries not checked: this run "
+                             "did not dispatch their target and op")
             if not verdict.passed:
                 if self.settings.write_baseline is not None:
                     lines.append("new degraded entries recorded by --arbiter-write-baseline "

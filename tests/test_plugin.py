@@ -652,3 +652,20 @@ def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["*cache *c.json does not exist yet: this run creates it*"])
     result = pytester.runpytest("--arbiter-cache=c.json")
     result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*"])
+
+
+def test_fixed_entries_only_for_what_the_run_dispatched(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    baseline = {"schema": "pytest-arbiter/histogram", "version": 1, "entries": [
+        {"target": "cpu", "op": "matmul", "selected": "gone_kernel", "outcome": "degraded",
+         "count": 2},
+        {"target": "nvidia", "op": "matmul", "selected": "wmma", "outcome": "degraded",
+         "count": 1}]}
+    (pytester.path / "base.json").write_text(json.dumps(baseline))
+    result = pytester.runpytest("--arbiter-baseline=base.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*fixed degraded: target=cpu op=matmul candidate=gone_kernel*tighten the baseline*",
+        "*1 baseline entries not checked: this run did not dispatch their target and op*",
+        "*degrade gate passed*"])
+    assert "candidate=wmma" not in result.stdout.str()
