@@ -27,6 +27,8 @@ from pytest_arbiter.ops import OPS, Op, OpRegistry
 from pytest_arbiter.regions import Region
 
 MODES = ("tune", "static", "strict")
+MAX_PLANS = 4096
+"""Memoised dispatch plans (one per input signature) kept at most, per arbiter."""
 _TIMERS: dict[str, Callable[[], Timer]] = {"cpu": lambda: CPU_TIMER}
 
 
@@ -346,6 +348,8 @@ class Arbiter:
                     f"failed the F4 gate: {selection.gate_reports[first].reason}")
             plan = _Plan(the_op, key, steps, fallback, generation, version)
             if sig is not None:
+                if len(self._plans) >= MAX_PLANS:
+                    self._plans.clear()  # bounded memory; a dropped plan is rebuilt from the cache
                 self._plans[sig] = plan
         return plan
 

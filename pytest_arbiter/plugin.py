@@ -379,6 +379,8 @@ class ArbiterSession:
                                    ("static", "static tier order on a miss"))))
         if self.settings.explain:
             lines.extend(self._explain_lines())
+        else:
+            lines.extend(self._winner_lines())
         for name in self.crashed_nodes:
             lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
         for error in self.errors:
@@ -416,6 +418,19 @@ class ArbiterSession:
 
     def _sources(self) -> dict[str, str]:
         return {"/".join(k): e.source for k, e in self.events().items()}
+
+    def _winner_lines(self, most: int = 20) -> list[str]:
+        picked = [(key, event) for key, event in sorted(self.events().items())
+                  if event.order and event.source in ("measured", "cached")]
+        if not picked:
+            return []
+        lines = ["winners:"]
+        for key, event in picked[:most]:
+            how = "measured" if event.source == "measured" else "reused from cache"
+            lines.append(f"  {'/'.join(key)}: {event.order[0]} ({how})")
+        if len(picked) > most:
+            lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
+        return lines
 
     def _explain_lines(self) -> list[str]:
         lines = []

@@ -336,3 +336,16 @@ def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
         arb = Arbiter(registry=reg, cache=cache, mode=mode)
         arb.dispatch("matmul", a, b)
         assert arb.histogram.counts() == {("cpu", "matmul", "low", "won"): 1}, mode
+
+
+def test_memoised_plans_stay_bounded_and_dispatch_keeps_working(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_arbiter.arbiter as arbiter_module
+
+    monkeypatch.setattr(arbiter_module, "MAX_PLANS", 8)
+    arb = arbiter_module.Arbiter(mode="static")
+    for n in range(1, 30):
+        out = arb.dispatch("softmax", np.zeros((2, n), np.float32))
+        np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-6)
+        assert len(arb._plans) <= 8
+    assert sum(arb.histogram.counts().values()) == 29

@@ -651,7 +651,9 @@ def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> N
     result = pytester.runpytest("--arbiter-cache=c.json", "--arbiter-tune")
     result.stdout.fnmatch_lines(["*cache *c.json does not exist yet: this run creates it*"])
     result = pytester.runpytest("--arbiter-cache=c.json")
-    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*"])
+    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*",
+                                 "winners:", "  cpu/matmul/4x2x4/a4.2.1/float32: *_matmul "
+                                 "(reused from cache)"])
 
 
 def test_fixed_entries_only_for_what_the_run_dispatched(pytester: pytest.Pytester) -> None:
