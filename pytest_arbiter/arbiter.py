@@ -89,6 +89,14 @@ def _screen(region: Region, candidates: Iterable[Candidate], inputs: Sequence[An
     return usable
 
 
+def _cached_order(entry: CacheEntry, pool: Iterable[Candidate], region: Region,
+                  inputs: Sequence[Any], passed_over: dict[str, str]) -> list[Candidate]:
+    """The cached ranking's candidates that can run ``inputs``, in their measured order."""
+    by_name = {c.name: c for c in pool}
+    ranked = [by_name[r.name] for r in entry.ranking if r.name in by_name]
+    return _screen(region, ranked, inputs, passed_over, ranked=True)
+
+
 def arbitrate(region: Region, candidates: Iterable[Candidate],
               inputs: Sequence[Any] | None = None) -> Selection:
     """Static pick: the highest-tier candidate that applies, is available and accepts."""
@@ -140,9 +148,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     key: CacheKey = (device.tag, target, the_op.name, region.bucket(), region.dtype)
     entry = cache.get(key)
     if entry is not None and not remeasure:
-        by_name = {c.name: c for c in pool}
-        ranked = [by_name[r.name] for r in entry.ranking if r.name in by_name]
-        order = _screen(region, ranked, inputs, passed_over, ranked=True)
+        order = _cached_order(entry, pool, region, inputs, passed_over)
         for name, why in entry.rejected.items():
             passed_over.setdefault(name, why)
         if order:
@@ -364,10 +370,8 @@ class Arbiter:
             entry = self.cache.get((found.tag, target, the_op.name, region.bucket(),
                                     region.dtype))
             if entry is not None:
-                by_name = {c.name: c for c in pool}
                 passed: dict[str, str] = {}
-                ranked = [by_name[r.name] for r in entry.ranking if r.name in by_name]
-                order = _screen(region, ranked, inputs, passed, ranked=True)
+                order = _cached_order(entry, pool, region, inputs, passed)
                 if order:
                     return Selection(region, order[0], order, "cached", passed, entry)
         selection = arbitrate(region, pool, inputs)

@@ -31,9 +31,9 @@ from pytest_arbiter.histogram import (
     HISTOGRAM_SCHEMA,
     HISTOGRAM_VERSION,
     HistogramKey,
+    counts_and_expected,
     counts_from_dict,
     entries_of,
-    expected_from_dict,
 )
 
 LOCK_TIMEOUT_S = 120.0
@@ -239,8 +239,7 @@ def read_histogram_expected(path: str | os.PathLike[str]
     """The counts of a histogram file and how many of them were degrades on purpose."""
     data = read_json(path)
     try:
-        return (counts_from_dict(data, source=str(path)),
-                expected_from_dict(data, source=str(path)))
+        return counts_and_expected(data, source=str(path))
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
 

@@ -120,25 +120,16 @@ def entries_of(counts: Mapping[HistogramKey, int],
     return entries
 
 
-def expected_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
-                       ) -> dict[HistogramKey, int]:
-    """The ``"expected"`` counts of a histogram dict already read by :func:`counts_from_dict`."""
-    expected: dict[HistogramKey, int] = {}
-    for i, entry in enumerate(data["entries"]):
-        on_purpose = entry.get("expected", 0)
-        key, count = _parse_entry(entry, f"{source}: entries[{i}]")
-        if (not isinstance(on_purpose, int) or isinstance(on_purpose, bool)
-                or not 0 <= on_purpose <= count):
-            raise ValueError(f"{source}: entries[{i}]: 'expected' must be an integer between "
-                             f"0 and its count {count}, got {on_purpose!r}")
-        if on_purpose:
-            expected[key] = expected.get(key, 0) + on_purpose
-    return expected
-
-
 def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
                      ) -> dict[HistogramKey, int]:
     """Parse a histogram dict; ``ValueError`` naming ``source`` and the bad part."""
+    return counts_and_expected(data, source=source)[0]
+
+
+def counts_and_expected(data: Mapping[str, Any], *, source: str = "histogram"
+                        ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts of a histogram dict and, per key, how many were degrades on purpose
+    (the entries' optional ``"expected"``); ``ValueError`` naming ``source``."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
     schema = data.get("schema")
@@ -152,10 +143,19 @@ def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
     if not isinstance(raw, list):
         raise ValueError(f"{source}: 'entries' must be a list")
     counts: dict[HistogramKey, int] = {}
+    expected: dict[HistogramKey, int] = {}
     for i, entry in enumerate(raw):
-        counts_key, count = _parse_entry(entry, f"{source}: entries[{i}]")
-        counts[counts_key] = counts.get(counts_key, 0) + count
-    return counts
+        where = f"{source}: entries[{i}]"
+        key, count = _parse_entry(entry, where)
+        counts[key] = counts.get(key, 0) + count
+        on_purpose = entry.get("expected", 0)
+        if (not isinstance(on_purpose, int) or isinstance(on_purpose, bool)
+                or not 0 <= on_purpose <= count):
+            raise ValueError(f"{where}: 'expected' must be an integer between 0 and its "
+                             f"count {count}, got {on_purpose!r}")
+        if on_purpose:
+            expected[key] = expected.get(key, 0) + on_purpose
+    return counts, expected
 
 
 def _parse_entry(entry: Any, where: str) -> tuple[HistogramKey, int]:

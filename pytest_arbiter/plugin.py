@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,7 +28,7 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
-    from pytest_arbiter.cache import CacheEntry, MeasureCache
+    from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
     from pytest_arbiter.fixture import ArbiterFixture
 
 DEVICE_TARGETS = ("cpu", "nvidia", "amd")
@@ -141,7 +142,7 @@ class ArbiterSession:
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
         self.histogram = DispatchHistogram()
         self._arbiter: Arbiter | None = None
-        self._read_entries: dict[Any, Any] = {}
+        self._read_entries: dict[CacheKey, CacheEntry] = {}
         self.expected = DispatchHistogram()
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
@@ -279,11 +280,13 @@ class ArbiterSession:
 
     # -- session end ------------------------------------------------------------------
 
-    def _write(self, what: str, path: Path, write: Any) -> None:
-        from pytest_arbiter import artifacts  # the same module object the writers come from
+    def _write(self, what: str, path: Path, write: Callable[[ModuleType, Path], None]
+               ) -> None:
+        """``write(artifacts, path)``, an error naming ``what`` and ``path`` on failure."""
+        from pytest_arbiter import artifacts  # only when an artifact is to be written
 
         try:
-            write(path)
+            write(artifacts, path)
         except artifacts.ArtifactError as exc:
             self.errors.append(f"{what}: {exc}")
 
@@ -298,18 +301,16 @@ class ArbiterSession:
             return
         s = self.settings
         counts = self.counts()
-        if s.histogram is not None or s.write_baseline is not None or s.tune:
-            from pytest_arbiter import artifacts
         if s.histogram is not None:
             expected = self.expected_counts()
             self._write("--arbiter-histogram", s.histogram,
-                        lambda p: artifacts.write_histogram(p, counts, expected))
+                        lambda a, p: a.write_histogram(p, counts, expected))
         if s.write_baseline is not None:
             self._write("--arbiter-write-baseline", s.write_baseline,
-                        lambda p: artifacts.write_histogram(p, counts))
+                        lambda a, p: a.write_histogram(p, counts))
         if s.tune and s.cache is not None:
             self._write("--arbiter-cache", s.cache,
-                        lambda p: artifacts.update_cache(p, self.arbiter.cache))
+                        lambda a, p: a.update_cache(p, self.arbiter.cache))
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(self.gated_counts(), self.baseline)
         self.verdict, self.unchecked = fleet.verdict, fleet.unchecked

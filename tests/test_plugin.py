@@ -270,7 +270,7 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
                                  "*passed over plugin_fast_wrong: failed the F4 gate*"])
     explained = result.stdout.str()
     assert "passed over plugin_aligned: declined the inputs" in explained  # the 24-row key
-    assert "% " not in explained or "slower by" in explained
+    assert "slower by" in explained  # the measured keys' runners-up, with the margin
     assert explained.count("passed over") >= 4
     # a second run reuses the cache and measures nothing
     result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")

@@ -77,3 +77,14 @@ def input_count_problem(inputs: tuple[Any, ...], expected: int, op: str) -> str 
     if len(inputs) != expected:
         return f"{op} takes {expected} array(s), got {len(inputs)}"
     return None
+
+
+def matmul_inputs_problem(inputs: tuple[Any, ...], dtypes: Collection[str]) -> str | None:
+    """Why ``inputs`` are not a valid ``(A, B)`` for a GPU matmul here, or ``None``."""
+    return input_count_problem(inputs, 2, "matmul") or matmul_problem(
+        inputs[0], inputs[1], dtypes)
+
+
+def softmax_inputs_problem(inputs: tuple[Any, ...], dtypes: Collection[str]) -> str | None:
+    """Why ``inputs`` are not a valid ``(x,)`` for a GPU softmax here, or ``None``."""
+    return input_count_problem(inputs, 1, "softmax") or softmax_problem(inputs[0], dtypes)

@@ -16,9 +16,8 @@ from pytest_arbiter.device import DeviceInfo
 from pytest_arbiter.runtime.cuda import sources
 from pytest_arbiter.runtime.cuda.checks import (
     device_pointer,
-    input_count_problem,
-    matmul_problem,
-    softmax_problem,
+    matmul_inputs_problem,
+    softmax_inputs_problem,
 )
 from pytest_arbiter.runtime.cuda.device import compute_capability, cupy_or_reason, is_hip
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
@@ -78,8 +77,7 @@ class TiledSgemm(EmittedCandidate):
     arity = 2
 
     def problem(self, *inputs: Any) -> str | None:
-        return input_count_problem(inputs, 2, "matmul") or matmul_problem(
-            inputs[0], inputs[1], self.dtypes)
+        return matmul_inputs_problem(inputs, self.dtypes)
 
     def launch(self, cp: Any, *inputs: Any) -> Any:
         a, b = inputs
@@ -106,8 +104,7 @@ class MmaMatmul(EmittedCandidate):
     align_m, align_n, align_k = 16, 8, sources.MMA_TILE[2]
 
     def problem(self, *inputs: Any) -> str | None:
-        found = input_count_problem(inputs, 2, "matmul") or matmul_problem(
-            inputs[0], inputs[1], self.dtypes)
+        found = matmul_inputs_problem(inputs, self.dtypes)
         if found is not None:
             return found
         a, b = inputs
@@ -154,8 +151,7 @@ class FusedSoftmax(EmittedCandidate):
     """One block per row: max, sum of exp and the normalised write in one launch."""
 
     def problem(self, *inputs: Any) -> str | None:
-        found = input_count_problem(inputs, 1, "softmax") or softmax_problem(
-            inputs[0], self.dtypes)
+        found = softmax_inputs_problem(inputs, self.dtypes)
         if found is not None:
             return found
         n = inputs[0].shape[-1]

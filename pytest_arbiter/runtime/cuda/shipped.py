@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_arbiter.runtime.cuda.checks import (
-    input_count_problem,
-    matmul_problem,
-    softmax_problem,
+    matmul_inputs_problem,
+    softmax_inputs_problem,
 )
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
 
@@ -25,8 +24,7 @@ class LibraryMatmul(GpuCandidate):
     arity = 2
 
     def problem(self, *inputs: Any) -> str | None:
-        return input_count_problem(inputs, 2, "matmul") or matmul_problem(
-            inputs[0], inputs[1], self.dtypes)
+        return matmul_inputs_problem(inputs, self.dtypes)
 
     def launch(self, cp: Any, *inputs: Any) -> Any:
         a, b = inputs
@@ -39,8 +37,7 @@ class LibrarySoftmax(GpuCandidate):
     lane = "shipped"
 
     def problem(self, *inputs: Any) -> str | None:
-        return input_count_problem(inputs, 1, "softmax") or softmax_problem(
-            inputs[0], self.dtypes)
+        return softmax_inputs_problem(inputs, self.dtypes)
 
     def launch(self, cp: Any, *inputs: Any) -> Any:
         (x,) = inputs
