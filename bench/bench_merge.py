@@ -63,7 +63,9 @@ def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheE
                 "versions": {"pytest-arbiter": "0.1.0", "numpy": "2.1.3", "python": "3.12.7"},
                 "measured_at": f"2026-12-03T0{i % 4}:1{i % 6}:00Z",
                 "shapes": [[64, 32], [32, 16]] if op == "matmul" else [[64, 32]],
-                "rounds": rnd.randint(7, 200), "timed_ns": rnd.randint(10**5, 10**7)}
+                "rounds": rnd.randint(7, 200), "timed_ns": rnd.randint(10**5, 10**7),
+                "spent_ns": rnd.randint(10**6, 10**8),
+                "p_value": rnd.randint(1, 99) * 0.5 ** rnd.randint(7, 20)}
         bucket = f"m{2 ** (i % 13)}-n{2 ** (i // 13 % 11)}-k{i // 143}"
         dtype = ("float32", "float16", "bfloat16")[i % 3]
         out.append(CacheEntry(device, target, op, bucket, dtype, ranking,

@@ -54,14 +54,14 @@ def _line(value: Any) -> str:
 
 
 def cache_text(document: dict[str, Any]) -> str:
-    """The cache document as text: header (schema, version, ranking_fields) first, then
-    one line per run and per entry.
+    """The cache document as text: the header (schema, version, entry_fields and
+    ranking_fields) first, then one line per run and per entry.
 
     One entry per line keeps a committed corpus's diffs to the entries that changed,
     and lets the C JSON encoder do the work (an indented dump is pure Python).
     """
     head = [f'  "{name}": {_line(document[name])},'
-            for name in ("schema", "version", "ranking_fields")]
+            for name in ("schema", "version", "entry_fields", "ranking_fields")]
     parts = ["{", *head]
     for name, last in (("runs", False), ("entries", True)):
         rows = document[name]

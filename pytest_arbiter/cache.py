@@ -2,8 +2,8 @@
 
 The on-disk form (schema ``pytest-arbiter/cache``, version 1, docs/artifacts.md) is
 built by :func:`cache_document` and read by :func:`load_entries`. It is deterministic:
-entries sorted by key, ranking rows as arrays in the order of ``ranking_fields``,
-latencies written with six significant digits (integral ones as integers), the
+entries sorted by key, each an array in the order of ``entry_fields``, each ranking row
+one string in the order of ``ranking_fields`` with latencies in whole nanoseconds, the
 provenance every entry of one run shares written once in a ``runs`` table. Reading a
 document and writing it again gives the same bytes. Loaded entries are validated on
 load and build their ranking and provenance objects on first use.
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from itertools import chain
+from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.measure import LatencyStats
@@ -29,8 +30,12 @@ CACHE_VERSION = 1
 CacheKey = tuple[str, str, str, str, str]
 """(device, target, op, bucket, dtype)."""
 
+ENTRY_FIELDS = ("device", "target", "op", "bucket", "dtype", "confidence", "tie", "ranking",
+                "rejected", "provenance")
+"""The fields of one entry in the on-disk form, an array in this order."""
+
 RANKING_FIELDS = ("name", "median_ns", "min_ns", "q1_ns", "q3_ns", "max_ns", "samples")
-"""The fields of one ranking row in the on-disk form."""
+"""The fields of one ranking row in the on-disk form, a string of them one space apart."""
 
 RUN_FIELDS = ("device_name", "host", "measured_at", "versions")
 """Provenance fields that every entry of one run shares: written once, in ``runs``."""
@@ -120,20 +125,15 @@ class CacheEntry:
         return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False,
                           separators=(",", ":"))
 
-    if not TYPE_CHECKING:  # hidden from mypy, so a misspelt attribute stays an error
-        def __getattr__(self, name: str) -> Any:
-            # Only called for attributes missing from the instance: an entry loaded from
-            # a file (entries_from_dict) keeps its validated raw ranking rows and
-            # provenance, and builds the objects on first use (docs/artifacts.md).
-            d = self.__dict__
-            if name == "ranking" and _RAW_RANKING in d:
-                value: Any = _ranking_of(d[_RAW_RANKING])
-            elif name == "provenance" and _RAW_PROVENANCE in d:
-                value = _provenance_of(*d[_RAW_PROVENANCE])
-            else:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute "
-                                     f"{name!r}")
-            return d.setdefault(name, value)
+    def _values(self) -> tuple[Any, ...]:
+        return (self.device, self.target, self.op, self.bucket, self.dtype, self.ranking,
+                self.confidence, self.tie, self.rejected, self.provenance)
+
+    def __eq__(self, other: object) -> bool:
+        # by content, so an entry read from a file equals the one that was written
+        if not isinstance(other, CacheEntry):
+            return NotImplemented
+        return self._values() == other._values()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CacheEntry:
@@ -214,61 +214,107 @@ class MeasureCache:
 
 # -- the on-disk form ---------------------------------------------------------------------
 #
-# An entry is one JSON object (one line) with the fields of _ENTRY_KEYS; its ranking rows
-# are arrays in the order of RANKING_FIELDS (the document says so in "ranking_fields"),
-# latencies at six significant digits, written as integers when they are integral.
+# An entry is one JSON array (one line) in the order of ENTRY_FIELDS; each of its ranking
+# rows is one string, "name median_ns min_ns q1_ns q3_ns max_ns samples", latencies in
+# whole nanoseconds. Far fewer JSON values to parse than an object per entry and an array
+# per row: that is most of what loading a large corpus costs (docs/artifacts.md).
 
-_EXACT = float(2**53)
-_RAW_RANKING = "_rows"
-_RAW_PROVENANCE = "_prov"
-_ENTRY_KEYS = ("bucket", "confidence", "device", "dtype", "op", "provenance", "ranking",
-               "rejected", "target", "tie", "winner")
+_RANKING = ENTRY_FIELDS.index("ranking")
+_PROVENANCE = ENTRY_FIELDS.index("provenance")
+_KEY_FIELDS = ENTRY_FIELDS[:5]
 _RUN_FIELD_SET = frozenset(RUN_FIELDS)
 _STATS_FIELDS = RANKING_FIELDS[1:]
+_MAX = sys.float_info.max
 _new = object.__new__
 _set = object.__setattr__
-_MAX = sys.float_info.max
-_KEY_FIELDS = ("device", "target", "op", "bucket", "dtype")
-_ENTRY_FIELDS = frozenset(f.name for f in fields(CacheEntry))
-# The frozen dataclasses here are plain (no slots, no __post_init__), so an instance can
-# adopt a dict as its __dict__: no object.__setattr__ per field. Checked, not assumed.
-_ADOPT_STATS = (tuple(f.name for f in fields(LatencyStats)) == _STATS_FIELDS
-                and not hasattr(LatencyStats, "__post_init__")
-                and not hasattr(LatencyStats, "__slots__"))
+_ABSENT = object()
+_DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_MAX_ROW_LEN = 300
+"""The fast path's bound on a row's length: six whole numbers that short are finite."""
+_NO_DIGITS = str.maketrans("", "", "0123456789")
+_ZERO_SAMPLES = re.compile(r" 0[0-9]*(?:\n|\Z)")
+_SIX_SPACES = " " * 6
 
 
-def latency_number(value: float) -> float | int:
-    """A latency as the artifact stores it: ``stable_float``, an int when integral.
+def latency_ns(value: float) -> int:
+    """A latency as the artifact stores it: whole nanoseconds.
 
-    ``2588610.0`` is written ``2588610``; reading it back gives the same float, so the
-    read-then-write round trip stays exact.
+    Reading ``2435734`` back gives ``2435734.0``, which is written ``2435734`` again, so
+    the read-then-write round trip is exact.
     """
-    v = stable_float(value)
-    return int(v) if v.is_integer() and -_EXACT < v < _EXACT else v
+    return round(value)
 
 
-def _adopt(cls: type[Any], values: dict[str, Any]) -> Any:
-    obj = _new(cls)
-    _set(obj, "__dict__", values)
-    return obj
+def ranking_row(candidate: RankedCandidate) -> str:
+    """The on-disk row of one ranked candidate (see :data:`RANKING_FIELDS`)."""
+    s = candidate.stats
+    return (f"{candidate.name} {round(s.median_ns)} {round(s.min_ns)} {round(s.q1_ns)} "
+            f"{round(s.q3_ns)} {round(s.max_ns)} {s.samples}")
 
 
-def _candidate(row: list[Any]) -> RankedCandidate:
-    """A ranking row (already validated) as a RankedCandidate."""
-    name, median, low, q1, q3, high, samples = row
-    if _ADOPT_STATS:
-        stats = _adopt(LatencyStats, {"median_ns": float(median), "min_ns": float(low),
-                                      "q1_ns": float(q1), "q3_ns": float(q3),
-                                      "max_ns": float(high), "samples": samples})
-    else:  # pragma: no cover - LatencyStats grew slots or a __post_init__
-        stats = LatencyStats(float(median), float(low), float(q1), float(q3), float(high),
-                             samples)
-    cand: RankedCandidate = _adopt(RankedCandidate, {"name": name, "stats": stats})
-    return cand
+class _LoadedEntry(CacheEntry):
+    """An entry of a file the fast path validated: it reads its fields from its on-disk
+    row and builds its ranking and provenance on first use.
+
+    Creating one costs two slot writes, not a dict and ten attributes: a 100k-entry
+    corpus loads in a fraction of the time (bench/bench_merge.py).
+    """
+
+    __slots__ = ("_row", "_runs")
+    _row: list[Any]
+    _runs: list[dict[str, Any]]
+
+    if not TYPE_CHECKING:  # to mypy these are the dataclass's fields, which they serve
+        device = property(lambda self: self._row[0])
+        target = property(lambda self: self._row[1])
+        op = property(lambda self: self._row[2])
+        bucket = property(lambda self: self._row[3])
+        dtype = property(lambda self: self._row[4])
+        confidence = property(lambda self: self._row[5])
+        tie = property(lambda self: self._row[6])
+        rejected = property(lambda self: self._row[8])
+
+        @property
+        def ranking(self) -> tuple[RankedCandidate, ...]:
+            built = self.__dict__.get("ranking")
+            if built is None:
+                built = self.__dict__["ranking"] = tuple(map(_candidate, self._row[_RANKING]))
+            return built
+
+        @property
+        def provenance(self) -> dict[str, Any]:
+            built = self.__dict__.get("provenance")
+            if built is None:
+                built = self.__dict__["provenance"] = _provenance_of(
+                    self._row[_PROVENANCE], self._runs)
+            return built
+
+    @property
+    def key(self) -> CacheKey:
+        row = self._row
+        return (row[0], row[1], row[2], row[3], row[4])
+
+    def raw_ranking(self) -> list[str] | None:
+        """The on-disk ranking rows, while the ranking is not built."""
+        return None if "ranking" in self.__dict__ else self._row[_RANKING]
+
+    def raw_provenance(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The on-disk provenance and the document's ``runs``, while not built."""
+        return None if "provenance" in self.__dict__ else (self._row[_PROVENANCE], self._runs)
 
 
-def _ranking_of(rows: list[list[Any]]) -> tuple[RankedCandidate, ...]:
-    return tuple([_candidate(row) for row in rows])
+def _loaded(row: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:
+    entry = _new(_LoadedEntry)
+    _set(entry, "_row", row)
+    _set(entry, "_runs", runs)
+    return entry
+
+
+def _candidate(row: str) -> RankedCandidate:
+    """A ranking row the fast path validated, as a RankedCandidate."""
+    name, median, low, q1, q3, high, samples = row.rsplit(" ", 6)
+    return RankedCandidate(name, LatencyStats(float(median), float(low), float(q1),
+                                              float(q3), float(high), int(samples)))
 
 
 def _provenance_of(prov: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -278,48 +324,34 @@ def _provenance_of(prov: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str
     return {**runs[rest.pop(RUN_REF)], **rest}
 
 
-def _lazy(entry: CacheEntry, name: str) -> Any:
-    """The raw (validated, not yet built) form of ``name`` of a loaded entry, or None."""
-    d = entry.__dict__
-    return None if name in d else d.get(
-        _RAW_RANKING if name == "ranking" else _RAW_PROVENANCE)
-
-
 def evidence(entry: CacheEntry) -> tuple[float, int, float]:
     """(confidence, samples, -spread) of the winner: what the merge rule compares.
 
-    Read from the raw ranking row of an entry not built yet (the same numbers).
+    Read from the on-disk row of a loaded entry whose ranking is not built yet.
     """
-    rows = _lazy(entry, "ranking")
+    rows = entry.raw_ranking() if type(entry) is _LoadedEntry else None
     if rows is None:
         stats = entry.ranking[0].stats
         return (entry.confidence, stats.samples, -stats.spread)
-    _, median, _, q1, q3, _, samples = rows[0]
-    median = float(median)
+    _, median_text, _, q1, q3, _, samples = rows[0].rsplit(" ", 6)
+    median = float(median_text)
     spread = (float(q3) - float(q1)) / median if median > 0 else 0.0
-    return (entry.confidence, samples, -spread)
+    return (entry.confidence, int(samples), -spread)
 
 
-def _disk_rows(entry: CacheEntry) -> list[list[Any]]:
-    rows = _lazy(entry, "ranking")
-    num = latency_number
-    if rows is not None:
-        return [[r[0], num(r[1]), num(r[2]), num(r[3]), num(r[4]), num(r[5]), r[6]]
-                for r in rows]
-    out = []
-    for cand in entry.ranking:
-        s = cand.stats
-        out.append([cand.name, num(s.median_ns), num(s.min_ns), num(s.q1_ns),
-                    num(s.q3_ns), num(s.max_ns), s.samples])
-    return out
+def _disk_rows(entry: CacheEntry) -> list[str]:
+    rows = entry.raw_ranking() if type(entry) is _LoadedEntry else None
+    return list(rows) if rows is not None else [ranking_row(c) for c in entry.ranking]
 
 
 def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
-    """The on-disk document of ``entries``: sorted, stable numbers, shared provenance once.
+    """The on-disk document of ``entries``: sorted, whole-nanosecond latencies, shared
+    provenance once.
 
     Each entry's provenance fields named in :data:`RUN_FIELDS` go to one row of ``runs``
     (rows sorted by their canonical JSON); the entry keeps ``"run": index`` and its own
-    fields (rounds, timed_ns, shapes, ...). Ranking rows are arrays in the order of
+    fields (rounds, timed_ns, shapes, ...). An entry is an array in the order of
+    ``entry_fields`` (:data:`ENTRY_FIELDS`), its ranking rows strings in the order of
     ``ranking_fields`` (:data:`RANKING_FIELDS`).
     """
     by_key = sorted(entries, key=lambda e: e.key)
@@ -327,7 +359,7 @@ def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     tags: dict[int, str] = {}  # id of a loaded runs row -> its tag
     for entry in by_key:
-        raw = _lazy(entry, "provenance")
+        raw = entry.raw_provenance() if type(entry) is _LoadedEntry else None
         tag: str | None
         if raw is not None:
             # a loaded entry: its run row is shared, so its tag is computed once
@@ -358,16 +390,11 @@ def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
     for entry, prov, tag in shared:
         if tag is not None:
             prov[RUN_REF] = index[tag]
-        ranking = _disk_rows(entry)
-        rows.append({
-            "device": entry.device, "target": entry.target, "op": entry.op,
-            "bucket": entry.bucket, "dtype": entry.dtype, "winner": ranking[0][0],
-            "ranking": ranking,
-            "confidence": stable_float(entry.confidence), "tie": bool(entry.tie),
-            "rejected": dict(entry.rejected), "provenance": prov,
-        })
+        rows.append([entry.device, entry.target, entry.op, entry.bucket, entry.dtype,
+                     stable_float(entry.confidence), bool(entry.tie), _disk_rows(entry),
+                     dict(entry.rejected), prov])
     return {"schema": CACHE_SCHEMA, "version": CACHE_VERSION,
-            "ranking_fields": list(RANKING_FIELDS),
+            "entry_fields": list(ENTRY_FIELDS), "ranking_fields": list(RANKING_FIELDS),
             "runs": [runs[tag] for tag in order], "entries": rows}
 
 
@@ -395,142 +422,124 @@ def _types(values: Iterable[Any]) -> set[type]:
     return set(map(type, values))
 
 
-def _finite_non_negative(numbers: list[Any]) -> bool:
-    """Every value an int or float (not a bool), finite and non-negative.
+def _rows_valid(rows: list[Any]) -> bool:
+    """Every ranking row in the writer's exact form, checked in C loops: a string of a
+    non-empty name without spaces and six whole numbers without a sign, one space
+    apart, the last (samples) not starting with a zero. Such latencies are
+    non-negative and, in a short row, finite; such samples are positive.
 
-    ``sum`` refuses what is not a number and turns NaN and infinities (and ints too
-    large for a float) into a non-finite sum or an OverflowError; ``min`` finds a
-    negative. A bool counts as 0 or 1 in both, so only when the smallest value is at
-    most 1 are the types checked one by one.
+    Anything else (a name with a space, a decimal, a list) is left to
+    :func:`_parse_row`, which reads every valid form and names what is wrong.
     """
-    if not numbers:
-        return True
-    try:
-        total = sum(numbers)
-    except (TypeError, OverflowError):
+    if _types(rows) != {str} or set(map(str.count, rows, repeat(" "))) != {6} \
+            or max(map(len, rows)) > _MAX_ROW_LEN:
         return False
-    if not 0 <= total <= _MAX:
+    text = "\n".join(rows)
+    if text.count("\n") != len(rows) - 1:
+        return False  # a row with a line break: the lines of text below must be the rows
+    # seven non-empty fields a row
+    spaced = text.replace("\n", " ")
+    if spaced[0] == " " or spaced[-1] == " " or "  " in spaced:
         return False
-    least = min(numbers)
-    return least > 1 or (least >= 0 and _types(numbers) <= {int, float})
-
-
-def _rows_valid(ranking: list[list[Any]]) -> bool:
-    """Every ranking row of every entry valid (see :func:`_parse_row`), in C loops."""
-    rows = list(chain.from_iterable(ranking))
-    width = len(RANKING_FIELDS)
-    if set(map(len, rows)) != {width}:
+    if _ZERO_SAMPLES.search(text):
         return False
-    # rows of `width` values, flattened: a row that is an object or a string puts
-    # strings among the numbers, which _finite_non_negative refuses
-    flat = list(chain.from_iterable(rows))
-    names, samples = flat[0::width], flat[width - 1::width]
-    "".join(names)  # refuses anything but strings
-    if not all(names) or _types(samples) != {int} or min(samples) < 1:
-        return False
-    return all(_finite_non_negative(flat[i::width]) for i in range(1, width - 1))
-
-
-def _unload(entries: list[CacheEntry]) -> None:
-    """Give the dicts :func:`_load_fast` adopted back their on-disk form."""
-    for entry in entries:
-        item = entry.__dict__
-        rows = item.pop(_RAW_RANKING)
-        item["ranking"] = rows
-        item["provenance"] = item.pop(_RAW_PROVENANCE)[0]
-        item["winner"] = rows[0][0]
+    # without its digits a row is its name's other characters and then its six spaces,
+    # together at the end only if the six numbers are all digits
+    letters = text.translate(_NO_DIGITS)
+    return letters.endswith(_SIX_SPACES) and letters.count(_SIX_SPACES + "\n") == len(rows) - 1
 
 
 def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
                ) -> tuple[list[CacheKey], list[CacheEntry]] | None:
-    """(keys, entries) if every entry of ``raw`` is valid in the exact form the writer
-    writes (all fields present, none unknown, a float confidence), else None, with
-    ``raw`` as it was.
+    """(keys, entries) if every entry of ``raw`` is in the writer's exact form (an array
+    of :data:`ENTRY_FIELDS`, a float confidence, rows as :func:`_rows_valid` says), else
+    None.
 
-    One pass over the entries checks their fields and adopts each dict as a
-    CacheEntry that keeps its raw ranking rows and provenance (built on first use);
-    the rows of all entries are then checked at once, in C loops. The checks are those
-    of :func:`_parse_entry`, which finds and names the first bad entry when this says
-    None (or reads a hand-written file in another valid form).
+    The checks run column by column and row by row in C loops, and they are those of
+    :func:`_parse_entry`, which finds and names the first bad entry when this says None
+    (or reads a hand-written file in another valid form).
     """
-    n_runs = len(runs)
-    keys: list[CacheKey] = []
-    entries: list[CacheEntry] = []
-    rankings: list[list[Any]] = []
-    add_key, add_entry, add_ranking = keys.append, entries.append, rankings.append
-    n_fields = len(_ENTRY_KEYS)
-    kind, str_, dict_, list_ = type, str, dict, list
-    try:
-        for item in raw:
-            if kind(item) is not dict_ or len(item) != n_fields:
-                raise TypeError  # not an object, or a field missing or unknown
-            device, target, op = item["device"], item["target"], item["op"]
-            bucket, dtype = item["bucket"], item["dtype"]
-            if not (kind(device) is kind(target) is kind(op) is kind(bucket) is kind(dtype)
-                    is str_):
-                raise TypeError
-            confidence = item["confidence"]
-            if kind(confidence) is not float or not 0.0 <= confidence <= 1.0 \
-                    or kind(item["tie"]) is not bool:
-                raise TypeError
-            rejected = item["rejected"]
-            if kind(rejected) is not dict_ or (rejected and _types(rejected.values())
-                                                != {str_}):
-                raise TypeError
-            prov = item["provenance"]
-            if kind(prov) is not dict_:
-                raise TypeError
-            if RUN_REF in prov:
-                ref = prov[RUN_REF]
-                if kind(ref) is not int or not 0 <= ref < n_runs:
-                    raise TypeError
-            rows = item["ranking"]
-            if kind(rows) is not list_ or not rows or item["winner"] != rows[0][0]:
-                raise TypeError
-            # valid so far: adopt the dict (the rows are checked below, all at once)
-            del item["ranking"], item["provenance"], item["winner"]
-            item[_RAW_RANKING] = rows
-            item[_RAW_PROVENANCE] = (prov, runs)
-            entry = _new(CacheEntry)
-            _set(entry, "__dict__", item)
-            add_entry(entry)
-            add_key((device, target, op, bucket, dtype))
-            add_ranking(rows)
-        if _rows_valid(rankings):
-            return keys, entries
-    except (TypeError, KeyError, IndexError, ValueError, OverflowError):
-        pass
-    _unload(entries)
-    return None
+    if not raw:
+        return [], []
+    if _types(raw) != {list} or set(map(len, raw)) != {len(ENTRY_FIELDS)}:
+        return None
+    columns = list(zip(*raw, strict=True))
+    device, target, op, bucket, dtype, confidence, tie, ranking, rejected, prov = columns
+    if any(_types(column) != {str} for column in columns[:5]):
+        return None
+    if _types(confidence) != {float} or not 0.0 <= min(confidence) <= max(confidence) <= 1.0:
+        return None
+    if _types(tie) != {bool} or _types(rejected) != {dict} or _types(prov) != {dict}:
+        return None
+    if not _types(chain.from_iterable(map(dict.values, rejected))) <= {str}:
+        return None
+    refs = [r for r in map(dict.get, prov, repeat(RUN_REF), repeat(_ABSENT)) if r is not _ABSENT]
+    if refs and (_types(refs) != {int} or min(refs) < 0 or max(refs) >= len(runs)):
+        return None
+    if _types(ranking) != {list} or min(map(len, ranking)) < 1:
+        return None
+    if not _rows_valid(list(chain.from_iterable(ranking))):
+        return None
+    keys = list(zip(device, target, op, bucket, dtype, strict=True))
+    return keys, list(map(_loaded, raw, repeat(runs)))
 
 
 def _number(value: Any, what: str) -> float:
+    number = value
     kind = type(value)
-    if kind is float or kind is int:
-        if not 0 <= value <= _MAX:
-            raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
-        return float(value)
-    raise ValueError(f"{what} must be a number, got {value!r}")
+    if kind is str and _DECIMAL.fullmatch(value):
+        number = float(value)
+    elif kind is not float and kind is not int:
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    if not 0 <= number <= _MAX:
+        raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
+    return float(number)
+
+
+def _row_values(row: Any) -> list[Any]:
+    """The values of a ranking row: a string of them one space apart, or an array."""
+    if type(row) is str:
+        values: list[Any] = row.rsplit(" ", len(RANKING_FIELDS) - 1)
+        if len(values) == len(RANKING_FIELDS) and values[-1].isascii() \
+                and values[-1].isdigit():
+            values[-1] = int(values[-1])
+    else:
+        values = row
+    if type(values) is not list or len(values) != len(RANKING_FIELDS):
+        raise ValueError(f"a ranking row must be a string '{' '.join(RANKING_FIELDS)}' or "
+                         f"an array of those {len(RANKING_FIELDS)} values, got {row!r}")
+    return values
 
 
 def _parse_row(row: Any) -> RankedCandidate:
-    if type(row) is not list or len(row) != len(RANKING_FIELDS):
-        raise ValueError(f"a ranking row must be a list of {len(RANKING_FIELDS)} values "
-                         f"({', '.join(RANKING_FIELDS)}), got {row!r}")
-    name, samples = row[0], row[-1]
+    name, *latencies, samples = _row_values(row)
     if type(name) is not str or not name:
         raise ValueError(f"candidate name must be a non-empty string, got {name!r}")
     if type(samples) is not int or samples < 1:
         raise ValueError(f"{name}: samples must be a positive integer, got {samples!r}")
-    for field_name, value in zip(_STATS_FIELDS[:5], row[1:6], strict=True):
-        _number(value, f"{name}: {field_name}")
-    return _candidate(row)
+    median, low, q1, q3, high = (_number(value, f"{name}: {field_name}")
+                                 for field_name, value in zip(_STATS_FIELDS, latencies,
+                                                              strict=False))
+    return RankedCandidate(name, LatencyStats(median, low, q1, q3, high, samples))
 
 
 def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
-    """One entry, checked field by field and built now (the slow, precise path)."""
-    if type(item) is not dict:
-        raise ValueError(f"an entry must be an object, got {type(item).__name__}")
+    """One entry, checked field by field and built now (the slow, precise path).
+
+    Reads the writer's form (an array of :data:`ENTRY_FIELDS`) and the hand-written one
+    (an object of those fields, all but the key and ``ranking`` optional, and an optional
+    ``winner`` that must be first in the ranking); rows as strings or arrays.
+    """
+    if type(item) is list:
+        if len(item) != len(ENTRY_FIELDS):
+            raise ValueError(f"an entry array must have {len(ENTRY_FIELDS)} values "
+                             f"({', '.join(ENTRY_FIELDS)}), got {len(item)}")
+        item = dict(zip(ENTRY_FIELDS, item, strict=True))
+    elif type(item) is not dict:
+        raise ValueError(f"an entry must be an array or an object, got {type(item).__name__}")
+    unknown = set(item) - {*ENTRY_FIELDS, "winner"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
     for name in _KEY_FIELDS:
         value = item.get(name)
         if type(value) is not str:
@@ -539,35 +548,31 @@ def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
     if type(raw) is not list or not raw:
         raise ValueError("'ranking' must be a non-empty list")
     ranking = tuple([_parse_row(row) for row in raw])
-    winner = item.pop("winner", ranking[0].name)
+    winner = item.get("winner", ranking[0].name)
     if winner != ranking[0].name:
         raise ValueError(f"winner {winner!r} is not first in the ranking")
-    item["ranking"] = ranking
-    confidence = item.setdefault("confidence", 1.0)
-    if type(confidence) is not float:
-        if type(confidence) is not int:
-            raise ValueError(f"'confidence' must be a number, got {confidence!r}")
-        confidence = item["confidence"] = float(confidence)
+    confidence = item.get("confidence", 1.0)
+    if type(confidence) is not float and type(confidence) is not int:
+        raise ValueError(f"'confidence' must be a number, got {confidence!r}")
     if not 0.0 <= confidence <= 1.0:
         raise ValueError(f"'confidence' must be in [0, 1], got {confidence!r}")
-    if type(item.setdefault("tie", False)) is not bool:
-        raise ValueError(f"'tie' must be true or false, got {item['tie']!r}")
-    rejected = item.setdefault("rejected", {})
+    tie = item.get("tie", False)
+    if type(tie) is not bool:
+        raise ValueError(f"'tie' must be true or false, got {tie!r}")
+    rejected = item.get("rejected", {})
     if type(rejected) is not dict or not all(type(v) is str for v in rejected.values()):
         raise ValueError(f"'rejected' must map candidate names to reasons, got {rejected!r}")
-    prov = item.setdefault("provenance", {})
+    prov = item.get("provenance", {})
     if type(prov) is not dict:
         raise ValueError(f"'provenance' must be an object, got {prov!r}")
     if RUN_REF in prov:
-        ref = prov.pop(RUN_REF)
+        ref = prov[RUN_REF]
         if type(ref) is not int or not 0 <= ref < len(runs):
             raise ValueError(f"provenance 'run' {ref!r} is not an index into 'runs' "
                              f"(which has {len(runs)} rows)")
-        item["provenance"] = {**runs[ref], **prov}
-    if len(item) != len(_ENTRY_FIELDS):
-        raise ValueError(f"unknown fields {sorted(set(item) - _ENTRY_FIELDS)}")
-    entry: CacheEntry = _adopt(CacheEntry, item)
-    return entry
+    return CacheEntry(item["device"], item["target"], item["op"], item["bucket"],
+                      item["dtype"], ranking, float(confidence), tie, rejected,
+                      _provenance_of(prov, runs))
 
 
 def load_entries(data: Mapping[str, Any], *, source: str = "cache"
@@ -576,11 +581,11 @@ def load_entries(data: Mapping[str, Any], *, source: str = "cache"
     the first bad entry's index.
 
     Every entry is validated here. When the whole document is in the writer's exact form
-    (:func:`_load_fast`: one pass over the entries, then all ranking rows in C loops),
-    each entry keeps its validated raw ranking rows and provenance and builds those
-    objects on first use; otherwise each entry is checked and built one by one, which
-    also names the first bad one. The entries adopt
-    the document's dicts (it is consumed): pass a freshly parsed one.
+    (:func:`_load_fast`: every check a C loop over a column or over all ranking rows),
+    each entry reads its fields from its on-disk array and builds its ranking and
+    provenance objects on first use; otherwise each entry is checked and built one by
+    one, which also names the first bad one. The entries keep the document's arrays:
+    pass a freshly parsed document and leave it alone.
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
@@ -592,10 +597,10 @@ def load_entries(data: Mapping[str, Any], *, source: str = "cache"
     if version > CACHE_VERSION:
         raise ValueError(f"{source}: cache schema version {version} is newer than version "
                          f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
-    order = data.get("ranking_fields", list(RANKING_FIELDS))
-    if order != list(RANKING_FIELDS):
-        raise ValueError(f"{source}: 'ranking_fields' is {order!r}, expected "
-                         f"{list(RANKING_FIELDS)!r}")
+    for header, expected in (("entry_fields", ENTRY_FIELDS), ("ranking_fields", RANKING_FIELDS)):
+        order = data.get(header, list(expected))
+        if order != list(expected):
+            raise ValueError(f"{source}: {header!r} is {order!r}, expected {list(expected)!r}")
     runs = data.get("runs", [])
     if type(runs) is not list or not all(type(r) is dict for r in runs):
         raise ValueError(f"{source}: 'runs' must be a list of objects")

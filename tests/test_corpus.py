@@ -8,20 +8,26 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_arbiter import artifacts
 from pytest_arbiter.arbiter import measured_arbitrate
 from pytest_arbiter.cache import (
     CACHE_VERSION,
+    ENTRY_FIELDS,
     CacheEntry,
     MeasureCache,
     RankedCandidate,
+    _candidate,
+    _parse_row,
+    _rows_valid,
     cache_document,
     stable_float,
 )
@@ -72,7 +78,7 @@ def test_write_read_write_is_byte_identical(tmp_path: Path, registry: CandidateR
     again = tmp_path / "again.json"
     artifacts.write_cache(again, artifacts.read_cache(first))
     assert again.read_bytes() == text
-    # and the entries survive (floats at six significant digits)
+    # and the entries survive (latencies in whole nanoseconds)
     loaded = artifacts.read_cache(first)
     assert len(loaded) == 3
     measured = next(e for e in loaded.entries() if e.device == cpu_device().tag)
@@ -80,16 +86,37 @@ def test_write_read_write_is_byte_identical(tmp_path: Path, registry: CandidateR
     assert measured.samples >= 1 and measured.spread >= 0
 
 
+F = {name: i for i, name in enumerate(ENTRY_FIELDS)}
+"""Position of each field in an on-disk entry array."""
+
+
 def test_document_is_sorted_and_shares_run_provenance() -> None:
     doc = cache_document([entry("z"), entry("a"), entry("m", host="h2")])
-    assert [e["bucket"] for e in doc["entries"]] == ["a", "m", "z"]
+    assert [e[F["bucket"]] for e in doc["entries"]] == ["a", "m", "z"]
     assert [r["host"] for r in doc["runs"]] == ["h1", "h2"]
-    assert {e["provenance"]["run"] for e in doc["entries"]} == {0, 1}
-    assert "host" not in doc["entries"][0]["provenance"]
+    assert {e[F["provenance"]]["run"] for e in doc["entries"]} == {0, 1}
+    assert "host" not in doc["entries"][0][F["provenance"]]
+    assert doc["entry_fields"] == ["device", "target", "op", "bucket", "dtype", "confidence",
+                                   "tie", "ranking", "rejected", "provenance"]
     assert doc["ranking_fields"] == ["name", "median_ns", "min_ns", "q1_ns", "q3_ns",
                                      "max_ns", "samples"]
-    # ranking rows are arrays in that order; integral latencies are written as integers
-    assert doc["entries"][0]["ranking"][0] == ["a", 1000, 900, 950, 1050, 1150, 25]
+    # an entry is an array in that order, a ranking row one string, latencies in whole ns
+    assert doc["entries"][0] == ["dev0", "cpu", "matmul", "a", "float32", 0.999, False,
+                                 ["a 1000 900 950 1050 1150 25", "b 1500 1350 1425 1575 1725 25"],
+                                 {"slow": "failed the F4 gate: too far"},
+                                 {"rounds": 25, "run": 0, "shapes": [[32, 32], [32, 16]],
+                                  "timed_ns": 12345}]
+
+
+def test_latencies_are_written_in_whole_nanoseconds(tmp_path: Path) -> None:
+    fractional = CacheEntry("dev0", "cpu", "matmul", "f", "float32", (
+        RankedCandidate("k", LatencyStats(1181.75, 0.4, 1100.5, 1250.5, 2e12 + 0.25, 3)),))
+    path = tmp_path / "c.json"
+    text = write(path, fractional)
+    assert b'"k 1182 0 1100 1250 2000000000000 3"' in text  # round half to even
+    stats_back = artifacts.read_cache(path).entries()[0].ranking[0].stats
+    assert stats_back == LatencyStats(1182.0, 0.0, 1100.0, 1250.0, 2e12, 3)
+    assert write(tmp_path / "again.json", *artifacts.read_cache(path).entries()) == text
 
 
 def test_stable_float_is_idempotent() -> None:
@@ -110,30 +137,78 @@ def test_newer_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
         artifacts.read_cache(path)
 
 
+def _set_row(index: int, row: object) -> Callable[[list[Any]], None]:
+    def mutate(e: list[Any]) -> None:
+        e[F["ranking"]][index] = row
+    return mutate
+
+
+def _set(name: str, value: object) -> Callable[[list[Any]], None]:
+    def mutate(e: list[Any]) -> None:
+        e[F[name]] = value
+    return mutate
+
+
 @pytest.mark.parametrize(("mutate", "message"), [
-    (lambda e: e["ranking"][0].pop(1), r"entries\[0\].*a ranking row must be a list of 7"),
-    (lambda e: e["ranking"][0].__setitem__(1, "fast"), r"a: median_ns must be a number"),
-    (lambda e: e["ranking"][0].__setitem__(0, ""), r"candidate name must be a non-empty"),
-    (lambda e: e.update(ranking=[]), r"'ranking' must be a non-empty list"),
-    (lambda e: e.update(winner="b"), r"entries\[0\].*winner 'b' is not first"),
-    (lambda e: e["ranking"][0].__setitem__(6, 0), r"samples must be a positive integer"),
-    (lambda e: e["ranking"][0].__setitem__(6, True), r"samples must be a positive integer"),
-    (lambda e: e["ranking"][0].__setitem__(2, True), r"a: min_ns must be a number, got True"),
-    (lambda e: e["ranking"][0].__setitem__(2, -1.0), r"min_ns must be finite and non-neg"),
-    (lambda e: e["ranking"][1].__setitem__(5, 10**400), r"max_ns must be finite and non-neg"),
-    (lambda e: e.update(tie=1), r"'tie' must be true or false"),
-    (lambda e: e.update(rejected={"x": 1}), r"'rejected' must map candidate names"),
-    (lambda e: e["provenance"].update(run=None), r"provenance 'run' None is not an index"),
-    (lambda e: e.update(confidence=1.5), r"'confidence' must be in \[0, 1\]"),
-    (lambda e: e.update(device=7), r"'device' must be a string"),
-    (lambda e: e["provenance"].update(run=9), r"provenance 'run' 9 is not an index"),
-    (lambda e: e.update(color="red"), r"unknown fields \['color'\]"),
+    (_set_row(0, "a 1000 900 950 1050 1150"),
+     r"entries\[0\].*a ranking row must be a string 'name median_ns min_ns q1_ns q3_ns "
+     r"max_ns samples' or an array of those 7 values, got 'a 1000 900 950 1050 1150'"),
+    (_set_row(0, "a fast 900 950 1050 1150 25"), r"a: median_ns must be a number, got 'fast'"),
+    (_set_row(0, " 1000 900 950 1050 1150 25"), r"candidate name must be a non-empty"),
+    (_set_row(0, "a 1000 900 950 1050 1150 0"), r"a: samples must be a positive integer, got 0"),
+    (_set_row(0, "a 1000 900 950 1050 1150 x"), r"samples must be a positive integer, got 'x'"),
+    (_set_row(0, "a 1000 900 950 1050 1150 2.5"), r"samples must be a positive integer"),
+    (_set_row(0, "a 1000 -1 950 1050 1150 25"), r"a: min_ns must be finite and non-negative, "
+                                                r"got '-1'"),
+    (_set_row(1, "b 1 2 3 4 1" + "0" * 400 + " 25"), r"b: max_ns must be finite and non-neg"),
+    (_set_row(0, "a 1000 nan 950 1050 1150 25"), r"a: min_ns must be a number, got 'nan'"),
+    (_set_row(0, "a 1000 1e999 950 1050 1150 25"), r"a: min_ns must be finite"),
+    (_set_row(0, ["a", 1000, True, 950, 1050, 1150, 25]), r"a: min_ns must be a number, got True"),
+    (_set_row(0, ["a", 1000, 900, 950, 1050, 1150, True]), r"samples must be a positive integer"),
+    (_set_row(0, {"name": "a"}), r"a ranking row must be a string"),
+    (_set("ranking", []), r"'ranking' must be a non-empty list"),
+    (_set("tie", 1), r"'tie' must be true or false"),
+    (_set("rejected", {"x": 1}), r"'rejected' must map candidate names"),
+    (_set("confidence", 1.5), r"'confidence' must be in \[0, 1\]"),
+    (_set("confidence", "high"), r"'confidence' must be a number"),
+    (_set("device", 7), r"'device' must be a string"),
+    (_set("provenance", []), r"'provenance' must be an object"),
+    (lambda e: e[F["provenance"]].update(run=None), r"provenance 'run' None is not an index"),
+    (lambda e: e[F["provenance"]].update(run=9), r"provenance 'run' 9 is not an index"),
+    (lambda e: e.append("red"), r"an entry array must have 10 values"),
 ])
-def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: object,
+def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: Callable[[list[Any]], None],
                                              message: str) -> None:
     path = tmp_path / "c.json"
     data = json.loads(write(path, entry()))
-    mutate(data["entries"][0])  # type: ignore[operator]
+    mutate(data["entries"][0])
+    path.write_text(json.dumps(data))
+    with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
+        artifacts.read_cache(path)
+
+
+def hand_written(e: CacheEntry) -> dict[str, Any]:
+    """``e`` as someone would write it by hand: an object, rows as arrays, a winner."""
+    return {"device": e.device, "target": e.target, "op": e.op, "bucket": e.bucket,
+            "dtype": e.dtype, "winner": e.winner, "confidence": e.confidence, "tie": e.tie,
+            "ranking": [[r.name, *list(r.stats.to_dict().values())] for r in e.ranking],
+            "rejected": dict(e.rejected), "provenance": dict(e.provenance)}
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda e: e.update(winner="b"), r"entries\[1\].*winner 'b' is not first"),
+    (lambda e: e.update(color="red"), r"entries\[1\].*unknown fields \['color'\]"),
+    (lambda e: e.pop("ranking"), r"entries\[1\].*'ranking' must be a non-empty list"),
+    (lambda e: e.pop("dtype"), r"entries\[1\].*'dtype' must be a string, got None"),
+])
+def test_invalid_hand_written_entries_are_named(tmp_path: Path,
+                                                mutate: Callable[[dict[str, Any]], None],
+                                                message: str) -> None:
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry("a")))
+    item = hand_written(entry("b"))
+    mutate(item)
+    data["entries"].append(item)
     path.write_text(json.dumps(data))
     with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
         artifacts.read_cache(path)
@@ -141,12 +216,13 @@ def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: object,
 
 def test_the_first_bad_entry_is_named_after_valid_hand_written_ones(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    data = json.loads(write(path, entry("a"), entry("b"), entry("c")))
-    # hand-written but valid: no winner, an integer confidence, no provenance
-    del data["entries"][1]["winner"]
-    data["entries"][1]["confidence"] = 1
-    del data["entries"][1]["provenance"]
-    data["entries"][2]["ranking"][0][3] = "x"
+    data = json.loads(write(path, entry("a"), entry("c")))
+    # hand-written but valid: an object, no winner, an integer confidence, no provenance
+    item = hand_written(entry("b"))
+    del item["winner"], item["provenance"]
+    item["confidence"] = 1
+    data["entries"].insert(1, item)
+    data["entries"][2][F["ranking"]][0] = "a 1000 900 x 1050 1150 25"
     path.write_text(json.dumps(data))
     with pytest.raises(artifacts.ArtifactError,
                        match=r"c\.json: entries\[2\] is invalid: a: q1_ns must be a number"):
@@ -162,12 +238,13 @@ def test_the_first_bad_entry_is_named_after_valid_hand_written_ones(tmp_path: Pa
                                              entry("b").rejected, {})]
 
 
-def test_ranking_fields_in_another_order_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("header", ["entry_fields", "ranking_fields"])
+def test_fields_in_another_order_are_refused(tmp_path: Path, header: str) -> None:
     path = tmp_path / "c.json"
     data = json.loads(write(path, entry()))
-    data["ranking_fields"][1:3] = ["min_ns", "median_ns"]
+    data[header][1:3] = reversed(data[header][1:3])
     path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError, match=r"c\.json: 'ranking_fields' is \["):
+    with pytest.raises(artifacts.ArtifactError, match=rf"c\.json: '{header}' is \["):
         artifacts.read_cache(path)
 
 
@@ -177,10 +254,11 @@ def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
     built = [entry("a"), entry("b", "b", runner_up="a", host="h2", confidence=0.5),
              entry("c", runner_up=None, spread=0.0),
              CacheEntry("dev0", "cpu", "matmul", "d", "float32",
-                        (RankedCandidate("z", LatencyStats(1.5, 0.0, 1.0, 2.0, 3.0, 1)),))]
+                        (RankedCandidate("z", LatencyStats(2.0, 0.0, 1.0, 2.0, 3.0, 1)),))]
     path = tmp_path / "c.json"
     text = write(path, *built)
     loaded = artifacts.read_cache(path)
+    assert {type(e).__name__ for e in loaded} == {"_LoadedEntry"}  # the fast path read it
     assert merge(loaded).entries == merge(built).entries  # before anything is built
     again = tmp_path / "again.json"
     artifacts.write_cache(again, loaded)
@@ -195,9 +273,60 @@ def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
         loaded.entries()[0].nonesuch  # type: ignore[attr-defined]  # noqa: B018
 
 
+@pytest.mark.parametrize("row", [
+    "name with spaces 1000 900 950 1050 1150 25",  # a name with spaces
+    "a 1181.75 900 950 1050 1150 25",  # a decimal latency
+    "a 1000 900 950 1050 1150 025",  # samples with a leading zero
+    "a 1e3 900 950 1050 1150 25",  # an exponent
+])
+def test_other_valid_rows_read_the_same_on_the_precise_path(tmp_path: Path, row: str) -> None:
+    """A row the fast check does not take sends the whole file down the entry-by-entry
+    path, which reads it as the same values."""
+    path = tmp_path / "c.json"
+    data = json.loads(write(path, entry("a"), entry("b")))
+    data["entries"][1][F["ranking"]][0] = row
+    path.write_text(json.dumps(data))
+    loaded = artifacts.read_cache(path).entries()
+    assert {type(e).__name__ for e in loaded} == {"CacheEntry"}
+    name, *numbers, samples = row.rsplit(" ", 6)
+    assert loaded[1].ranking[0] == RankedCandidate(
+        name, LatencyStats(*(float(n) for n in numbers), int(samples)))
+    assert loaded[0] == entry("a")
+
+
+_clean_row = st.tuples(
+    st.text(alphabet="ab_019", min_size=1, max_size=6),
+    st.lists(st.text(alphabet="0123456789", min_size=1, max_size=5), min_size=6, max_size=6),
+).map(lambda row: " ".join([row[0], *row[1]]))
+# near misses: a clean row with a few characters put in or cut out somewhere
+_near_miss = st.tuples(_clean_row, st.integers(0, 40), st.integers(0, 2),
+                       st.text(alphabet="a0 1.-e\n+", max_size=2)).map(
+    lambda t: t[0][:t[1]] + t[3] + t[0][t[1] + t[2]:])
+rows_st = st.lists(st.one_of(_clean_row, _near_miss), min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows_st)
+@example(["a 1 2 3 4 5 6\n7", "b 1 2 3 4 5 6"])  # a line break inside a row
+@example(["a 1 2 3 4 5 0"])  # zero samples
+@example(["a 1 2 3 4 5 00", "b 1 2 3 4 5 6"])
+@example(["a 1 2 3 4 \u0665 6"])  # a digit that is not ASCII
+@example(["a 1  2 3 4 5"])  # an empty field
+@example(["a 1 2 3 4 5 "])
+@example([" 1 2 3 4 5 6"])  # an empty name
+@example(["a 1 2 3 4 -5 6"])
+@example(["a\nb 1 2 3 4 5 6"])  # a line break in the name
+def test_the_fast_row_check_only_takes_rows_the_precise_path_reads_the_same(
+        rows: list[str]) -> None:
+    if not _rows_valid(rows):
+        return
+    for row in rows:
+        assert _candidate(row) == _parse_row(row)
+
+
 def test_non_finite_numbers_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    text = write(path, entry()).decode().replace('"confidence": 0.999', '"confidence": NaN')
+    text = write(path, entry()).decode().replace('"float32", 0.999,', '"float32", NaN,')
     path.write_text(text)
     with pytest.raises(artifacts.ArtifactError, match=r"c\.json is not valid JSON: NaN"):
         artifacts.read_cache(path)
@@ -226,7 +355,7 @@ def test_an_entry_of_another_device_is_never_used(tmp_path: Path,
                                policy=FAST)
     mine = cache.entries()[0]
     foreign = CacheEntry("other-device", mine.target, mine.op, mine.bucket, mine.dtype,
-                         (RankedCandidate("no_such_kernel", stats(1.0)),), 1.0)
+                         (RankedCandidate("no_such_kernel", stats(1000.0)),), 1.0)
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([foreign]))
     loaded = artifacts.read_cache(path)
@@ -241,9 +370,8 @@ def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     data = json.loads(write(path, entry(confidence=0.999)))
     weaker = json.loads(json.dumps(data["entries"][0]))
-    weaker["confidence"] = 0.5
-    weaker["ranking"].reverse()
-    weaker["winner"] = weaker["ranking"][0][0]
+    weaker[F["confidence"]] = 0.5
+    weaker[F["ranking"]].reverse()
     data["entries"].insert(0, weaker)
     path.write_text(json.dumps(data))
     assert artifacts.read_cache(path).entries()[0].winner == "a"
@@ -335,7 +463,7 @@ def test_merging_caches_and_loaded_caches_is_the_same_merge(a: dict, b: dict, c:
         got = merge(*parts)
         _same(got.entries, want.entries)
         assert got.conflicts == want.conflicts
-    # numbers go through the file at six significant digits: the stored entries are fixed
+    # latencies go through the file in whole nanoseconds: the stored entries are fixed
     _same(merge(_loaded(a)).entries, merge(_loaded(_loaded(a).by_key())).entries)
 
 

@@ -16,7 +16,7 @@ from typing import NoReturn
 import numpy as np
 import pytest
 
-from pytest_arbiter import REGISTRY, gate_matrix
+from pytest_arbiter import REGISTRY, artifacts, gate_matrix
 from pytest_arbiter.arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.cli import main
@@ -261,11 +261,10 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
     assert result.ret == 0, result.stdout.str()
     entries = _entries(pytester.path / "h.json")
     assert entries and not [e for e in entries if e["outcome"] != "won"]
-    cache = json.loads((pytester.path / "cache.json").read_text())
-    winners = {e["winner"] for e in cache["entries"]}
-    assert len(cache["entries"]) == 2 and "plugin_fast_wrong" not in winners
-    for entry in cache["entries"]:
-        assert "plugin_fast_wrong" not in [r[0] for r in entry["ranking"]]
+    cache = artifacts.read_cache(pytester.path / "cache.json").entries()
+    assert len(cache) == 2 and "plugin_fast_wrong" not in {e.winner for e in cache}
+    for entry in cache:
+        assert "plugin_fast_wrong" not in [r.name for r in entry.ranking]
     result.stdout.fnmatch_lines(["*2 measured*",
                                  "*passed over plugin_fast_wrong: failed the F4 gate*"])
     explained = result.stdout.str()
@@ -500,8 +499,7 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
     assert _totals(pytester.path / "one.json") == expected
     assert _totals(pytester.path / "two.json") == expected
     # the controller wrote one cache holding every worker's measured keys
-    keys = {(e["op"], e["bucket"]) for e in json.loads(
-        (pytester.path / "two-cache.json").read_text())["entries"]}
+    keys = {(e.op, e.bucket) for e in artifacts.read_cache(pytester.path / "two-cache.json")}
     assert len(keys) == 7
     sent = pytester.path / "sent.txt"
     assert sum(int(n) for n in sent.read_text().split()) >= 7
