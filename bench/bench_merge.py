@@ -7,11 +7,12 @@ times the real reader (``artifacts.read_cache``) on the first and ``corpus.merge
 both. Prints the best of R repeats as its last line and exits 0 only when load and
 merge each take under a second. bench/run_all.py shows that line.
 
-The load includes reading the file, parsing the JSON and validating every entry (one
-pass over the entries, then the ranking rows in C loops; see docs/artifacts.md); the
-ranking and provenance objects of an entry are built on first use, and the merge
-compares only the keys both shards hold. The second-to-last line prints every repeat
-and the load average.
+The load includes reading the file, parsing the JSON and validating every entry
+(column by column and all ranking rows at once, in C loops; see docs/artifacts.md); an
+entry builds its ranking and provenance objects on first use, and the merge compares
+only the keys both shards hold. The entries carry the provenance the tuner writes
+(rounds, timed_ns, spent_ns, p_value, shapes and a ``runs`` row). The second-to-last
+line prints every repeat and the load average.
 
 The cyclic garbage collector is off while timing, as in the ``pytest-arbiter`` CLI
 (which does the merging at scale): with it on, collections triggered by whatever

@@ -206,7 +206,8 @@ class MeasureCache:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "cache") -> MeasureCache:
-        """The cache of a document (consumed); a key listed twice keeps the last entry."""
+        """The cache of a document (its arrays are kept, not copied: pass a freshly parsed
+        one); a key listed twice keeps the last entry."""
         keys, entries = load_entries(data, source=source)
         by_key = dict(zip(keys, entries, strict=True))
         return cls.of_keyed(by_key) if len(by_key) == len(entries) else cls(entries)
@@ -247,38 +248,40 @@ def latency_ns(value: float) -> int:
 
 def ranking_row(candidate: RankedCandidate) -> str:
     """The on-disk row of one ranked candidate (see :data:`RANKING_FIELDS`)."""
-    s = candidate.stats
-    return (f"{candidate.name} {round(s.median_ns)} {round(s.min_ns)} {round(s.q1_ns)} "
-            f"{round(s.q3_ns)} {round(s.max_ns)} {s.samples}")
+    s, ns = candidate.stats, latency_ns
+    return (f"{candidate.name} {ns(s.median_ns)} {ns(s.min_ns)} {ns(s.q1_ns)} "
+            f"{ns(s.q3_ns)} {ns(s.max_ns)} {s.samples}")
+
+
+def _field(name: str) -> Any:
+    """A read-only attribute that reads field ``name`` of a loaded entry's array."""
+    index = ENTRY_FIELDS.index(name)
+    return property(lambda self: self._array[index])
 
 
 class _LoadedEntry(CacheEntry):
     """An entry of a file the fast path validated: it reads its fields from its on-disk
-    row and builds its ranking and provenance on first use.
+    array and builds its ranking and provenance on first use.
 
     Creating one costs two slot writes, not a dict and ten attributes: a 100k-entry
-    corpus loads in a fraction of the time (bench/bench_merge.py).
+    corpus loads in a fraction of the time (docs/performance.md, artifacts).
     """
 
-    __slots__ = ("_row", "_runs")
-    _row: list[Any]
+    __slots__ = ("_array", "_runs")
+    _array: list[Any]
     _runs: list[dict[str, Any]]
 
     if not TYPE_CHECKING:  # to mypy these are the dataclass's fields, which they serve
-        device = property(lambda self: self._row[0])
-        target = property(lambda self: self._row[1])
-        op = property(lambda self: self._row[2])
-        bucket = property(lambda self: self._row[3])
-        dtype = property(lambda self: self._row[4])
-        confidence = property(lambda self: self._row[5])
-        tie = property(lambda self: self._row[6])
-        rejected = property(lambda self: self._row[8])
+        device, target, op = _field("device"), _field("target"), _field("op")
+        bucket, dtype = _field("bucket"), _field("dtype")
+        confidence, tie, rejected = _field("confidence"), _field("tie"), _field("rejected")
 
         @property
         def ranking(self) -> tuple[RankedCandidate, ...]:
             built = self.__dict__.get("ranking")
             if built is None:
-                built = self.__dict__["ranking"] = tuple(map(_candidate, self._row[_RANKING]))
+                built = self.__dict__["ranking"] = tuple(
+                    map(_candidate, self._array[_RANKING]))
             return built
 
         @property
@@ -286,26 +289,28 @@ class _LoadedEntry(CacheEntry):
             built = self.__dict__.get("provenance")
             if built is None:
                 built = self.__dict__["provenance"] = _provenance_of(
-                    self._row[_PROVENANCE], self._runs)
+                    self._array[_PROVENANCE], self._runs)
             return built
 
     @property
     def key(self) -> CacheKey:
-        row = self._row
-        return (row[0], row[1], row[2], row[3], row[4])
+        array = self._array
+        return (array[0], array[1], array[2], array[3], array[4])
 
     def raw_ranking(self) -> list[str] | None:
         """The on-disk ranking rows, while the ranking is not built."""
-        return None if "ranking" in self.__dict__ else self._row[_RANKING]
+        return None if "ranking" in self.__dict__ else self._array[_RANKING]
 
     def raw_provenance(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The on-disk provenance and the document's ``runs``, while not built."""
-        return None if "provenance" in self.__dict__ else (self._row[_PROVENANCE], self._runs)
+        if "provenance" in self.__dict__:
+            return None
+        return (self._array[_PROVENANCE], self._runs)
 
 
-def _loaded(row: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:
+def _loaded(array: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:
     entry = _new(_LoadedEntry)
-    _set(entry, "_row", row)
+    _set(entry, "_array", array)
     _set(entry, "_runs", runs)
     return entry
 

@@ -119,6 +119,16 @@ def test_latencies_are_written_in_whole_nanoseconds(tmp_path: Path) -> None:
     assert write(tmp_path / "again.json", *artifacts.read_cache(path).entries()) == text
 
 
+def test_the_documented_example_reads_and_writes_back_byte_identical(tmp_path: Path) -> None:
+    doc = Path(__file__).parents[1] / "docs" / "artifacts.md"
+    example = doc.read_text().split("```json\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.json"
+    path.write_text(example)
+    cache = artifacts.read_cache(path)
+    assert [e.winner for e in cache.entries()] == ["dot_matmul", "inplace_softmax"]
+    assert write(tmp_path / "again.json", *cache.entries()).decode() == example
+
+
 def test_stable_float_is_idempotent() -> None:
     for value in (0.0, -0.0, 1.0, 123456.789, 1e-9, 2.5e12, 1 / 3):
         once = stable_float(value)
