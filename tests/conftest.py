@@ -22,3 +22,11 @@ def registry() -> CandidateRegistry:
 @pytest.fixture
 def rng() -> Iterator[np.random.Generator]:
     yield np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``pytest -n N`` on this suite, the pytester runs a test starts must not
+    inherit the xdist worker's identity from the environment."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
