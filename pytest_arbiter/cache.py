@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import re
 import sys
 import threading
@@ -22,10 +23,12 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.measure import LatencyStats, relative_spread
 
 CACHE_SCHEMA = "pytest-arbiter/cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+"""Version 2: an entry is an array, a ranking row a string. Version 1 (an object per
+entry, rows arrays of numbers) is still read."""
 
 CacheKey = tuple[str, str, str, str, str]
 """(device, target, op, bucket, dtype)."""
@@ -230,10 +233,12 @@ _new = object.__new__
 _set = object.__setattr__
 _ABSENT = object()
 _DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_MAX_ROW_LEN = 300
-"""The fast path's bound on a row's length: six whole numbers that short are finite."""
 _NO_DIGITS = str.maketrans("", "", "0123456789")
-_ZERO_SAMPLES = re.compile(r" 0[0-9]*(?:\n|\Z)")
+_DIGITS_AS_ZERO = str.maketrans("0123456789", "0" * 10)
+_LONG_NUMBER = "0" * 16
+"""16 digits in a row: a latency that may not be exactly a float (2^53 has 16)."""
+_LEADING_ZERO = re.compile(r" 0(?:[0-9]|\n|\Z)")
+"""A field with a leading zero, or a last field (samples) of zero."""
 _SIX_SPACES = " " * 6
 
 
@@ -243,6 +248,8 @@ def latency_ns(value: float) -> int:
     Reading ``2435734`` back gives ``2435734.0``, which is written ``2435734`` again, so
     the read-then-write round trip is exact.
     """
+    if not math.isfinite(value):
+        raise ValueError(f"a latency must be finite, got {value!r}")
     return round(value)
 
 
@@ -271,6 +278,26 @@ class _LoadedEntry(CacheEntry):
     _array: list[Any]
     _runs: list[dict[str, Any]]
 
+    def __new__(cls, *fields: Any, **named: Any) -> Any:
+        # dataclasses.replace() builds a new entry from field values: a plain CacheEntry
+        # (a _LoadedEntry only ever comes from a file, through _loaded)
+        return CacheEntry(*fields, **named) if fields or named else object.__new__(cls)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_loaded, (self._array, self._runs))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is _LoadedEntry and self._array == other._array \
+                and self._run_row() == other._run_row():
+            return True  # the same on-disk form reads as the same values: build nothing
+        return super().__eq__(other)
+
+    __hash__ = CacheEntry.__hash__
+
+    def _run_row(self) -> dict[str, Any] | None:
+        ref = self._array[_PROVENANCE].get(RUN_REF)
+        return None if ref is None else self._runs[ref]
+
     if not TYPE_CHECKING:  # to mypy these are the dataclass's fields, which they serve
         device, target, op = _field("device"), _field("target"), _field("op")
         bucket, dtype = _field("bucket"), _field("dtype")
@@ -294,8 +321,8 @@ class _LoadedEntry(CacheEntry):
 
     @property
     def key(self) -> CacheKey:
-        array = self._array
-        return (array[0], array[1], array[2], array[3], array[4])
+        device, target, op, bucket, dtype = self._array[:5]
+        return (device, target, op, bucket, dtype)
 
     def raw_ranking(self) -> list[str] | None:
         """The on-disk ranking rows, while the ranking is not built."""
@@ -338,9 +365,8 @@ def evidence(entry: CacheEntry) -> tuple[float, int, float]:
     if rows is None:
         stats = entry.ranking[0].stats
         return (entry.confidence, stats.samples, -stats.spread)
-    _, median_text, _, q1, q3, _, samples = rows[0].rsplit(" ", 6)
-    median = float(median_text)
-    spread = (float(q3) - float(q1)) / median if median > 0 else 0.0
+    _, median, _, q1, q3, _, samples = rows[0].rsplit(" ", 6)
+    spread = relative_spread(float(median), float(q1), float(q3))
     return (entry.confidence, int(samples), -spread)
 
 
@@ -428,28 +454,26 @@ def _types(values: Iterable[Any]) -> set[type]:
 
 
 def _rows_valid(rows: list[Any]) -> bool:
-    """Every ranking row in the writer's exact form, checked in C loops: a string of a
-    non-empty name without spaces and six whole numbers without a sign, one space
-    apart, the last (samples) not starting with a zero. Such latencies are
-    non-negative and, in a short row, finite; such samples are positive.
+    """Every ranking row in the writer's exact form, checked in C loops over all rows
+    at once: a name without a line break, a double space or a space at either end, then
+    six whole numbers one space apart, in ASCII digits, without a leading zero or a
+    16th digit (so each is exactly a float), the last (samples) not zero. A row is split
+    at its last six spaces, as the precise path splits it.
 
-    Anything else (a name with a space, a decimal, a list) is left to
-    :func:`_parse_row`, which reads every valid form and names what is wrong.
+    Anything else (a decimal, a leading zero, an array) is left to :func:`_parse_row`,
+    which reads every valid form and names what is wrong.
     """
-    if _types(rows) != {str} or set(map(str.count, rows, repeat(" "))) != {6} \
-            or max(map(len, rows)) > _MAX_ROW_LEN:
+    if _types(rows) != {str}:
         return False
     text = "\n".join(rows)
     if text.count("\n") != len(rows) - 1:
         return False  # a row with a line break: the lines of text below must be the rows
-    # seven non-empty fields a row
     spaced = text.replace("\n", " ")
     if spaced[0] == " " or spaced[-1] == " " or "  " in spaced:
+        return False  # an empty field
+    if _LEADING_ZERO.search(text) or _LONG_NUMBER in text.translate(_DIGITS_AS_ZERO):
         return False
-    if _ZERO_SAMPLES.search(text):
-        return False
-    # without its digits a row is its name's other characters and then its six spaces,
-    # together at the end only if the six numbers are all digits
+    # without its digits a row ends in six spaces only if its last six fields are digits
     letters = text.translate(_NO_DIGITS)
     return letters.endswith(_SIX_SPACES) and letters.count(_SIX_SPACES + "\n") == len(rows) - 1
 
@@ -472,7 +496,8 @@ def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
     device, target, op, bucket, dtype, confidence, tie, ranking, rejected, prov = columns
     if any(_types(column) != {str} for column in columns[:5]):
         return None
-    if _types(confidence) != {float} or not 0.0 <= min(confidence) <= max(confidence) <= 1.0:
+    if _types(confidence) != {float} or not 0.0 <= min(confidence) <= max(confidence) <= 1.0 \
+            or math.isnan(sum(confidence)):  # min and max step over a NaN that is not first
         return None
     if _types(tie) != {bool} or _types(rejected) != {dict} or _types(prov) != {dict}:
         return None
@@ -490,24 +515,23 @@ def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
 
 
 def _number(value: Any, what: str) -> float:
-    number = value
-    kind = type(value)
-    if kind is str and _DECIMAL.fullmatch(value):
-        number = float(value)
-    elif kind is not float and kind is not int:
+    if type(value) is not float and type(value) is not int:
         raise ValueError(f"{what} must be a number, got {value!r}")
-    if not 0 <= number <= _MAX:
+    if not 0 <= value <= _MAX:
         raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
-    return float(number)
+    return float(value)
 
 
 def _row_values(row: Any) -> list[Any]:
-    """The values of a ranking row: a string of them one space apart, or an array."""
+    """The values of a ranking row: a string of them one space apart (split at its last
+    six spaces; numbers in decimal notation), or an array of them."""
     if type(row) is str:
         values: list[Any] = row.rsplit(" ", len(RANKING_FIELDS) - 1)
-        if len(values) == len(RANKING_FIELDS) and values[-1].isascii() \
-                and values[-1].isdigit():
-            values[-1] = int(values[-1])
+        if len(values) == len(RANKING_FIELDS):
+            *_, samples = values
+            values[1:-1] = [float(v) if _DECIMAL.fullmatch(v) else v for v in values[1:-1]]
+            if samples.isascii() and samples.isdigit():
+                values[-1] = int(samples)
     else:
         values = row
     if type(values) is not list or len(values) != len(RANKING_FIELDS):
@@ -523,8 +547,8 @@ def _parse_row(row: Any) -> RankedCandidate:
     if type(samples) is not int or samples < 1:
         raise ValueError(f"{name}: samples must be a positive integer, got {samples!r}")
     median, low, q1, q3, high = (_number(value, f"{name}: {field_name}")
-                                 for field_name, value in zip(_STATS_FIELDS, latencies,
-                                                              strict=False))
+                                 for field_name, value in zip(_STATS_FIELDS[:-1], latencies,
+                                                              strict=True))
     return RankedCandidate(name, LatencyStats(median, low, q1, q3, high, samples))
 
 

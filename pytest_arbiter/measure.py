@@ -35,6 +35,11 @@ class CpuTimer:
 CPU_TIMER = CpuTimer()
 
 
+def relative_spread(median: float, q1: float, q3: float) -> float:
+    """The interquartile range relative to the median (0 for a zero median)."""
+    return (q3 - q1) / median if median > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class LatencyStats:
     """The median latency and the spread behind it, in nanoseconds."""
@@ -60,7 +65,7 @@ class LatencyStats:
     @property
     def spread(self) -> float:
         """Interquartile range relative to the median."""
-        return (self.q3_ns - self.q1_ns) / self.median_ns if self.median_ns > 0 else 0.0
+        return relative_spread(self.median_ns, self.q1_ns, self.q3_ns)
 
     def to_dict(self) -> dict[str, float | int]:
         return {"median_ns": self.median_ns, "min_ns": self.min_ns, "q1_ns": self.q1_ns,

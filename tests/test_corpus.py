@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -22,13 +25,17 @@ from pytest_arbiter.arbiter import measured_arbitrate
 from pytest_arbiter.cache import (
     CACHE_VERSION,
     ENTRY_FIELDS,
+    RANKING_FIELDS,
     CacheEntry,
     MeasureCache,
     RankedCandidate,
     _candidate,
+    _load_fast,
+    _parse_entry,
     _parse_row,
     _rows_valid,
     cache_document,
+    evidence,
     stable_float,
 )
 from pytest_arbiter.candidates import CandidateRegistry
@@ -169,7 +176,9 @@ def _set(name: str, value: object) -> Callable[[list[Any]], None]:
     (_set_row(0, "a 1000 900 950 1050 1150 x"), r"samples must be a positive integer, got 'x'"),
     (_set_row(0, "a 1000 900 950 1050 1150 2.5"), r"samples must be a positive integer"),
     (_set_row(0, "a 1000 -1 950 1050 1150 25"), r"a: min_ns must be finite and non-negative, "
-                                                r"got '-1'"),
+                                                r"got -1\.0"),
+    (_set_row(0, ["a", "1000", 900, 950, 1050, 1150, 25]), r"a: median_ns must be a number, "
+                                                           r"got '1000'"),
     (_set_row(1, "b 1 2 3 4 1" + "0" * 400 + " 25"), r"b: max_ns must be finite and non-neg"),
     (_set_row(0, "a 1000 nan 950 1050 1150 25"), r"a: min_ns must be a number, got 'nan'"),
     (_set_row(0, "a 1000 1e999 950 1050 1150 25"), r"a: min_ns must be finite"),
@@ -284,10 +293,12 @@ def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("row", [
-    "name with spaces 1000 900 950 1050 1150 25",  # a name with spaces
     "a 1181.75 900 950 1050 1150 25",  # a decimal latency
     "a 1000 900 950 1050 1150 025",  # samples with a leading zero
+    "a 1000 0900 950 1050 1150 25",  # a latency with a leading zero
+    "a 12345678901234567891 900 950 1050 1150 25",  # more digits than a float holds
     "a 1e3 900 950 1050 1150 25",  # an exponent
+    "a  b 1000 900 950 1050 1150 25",  # a double space in the name
 ])
 def test_other_valid_rows_read_the_same_on_the_precise_path(tmp_path: Path, row: str) -> None:
     """A row the fast check does not take sends the whole file down the entry-by-entry
@@ -302,11 +313,29 @@ def test_other_valid_rows_read_the_same_on_the_precise_path(tmp_path: Path, row:
     assert loaded[1].ranking[0] == RankedCandidate(
         name, LatencyStats(*(float(n) for n in numbers), int(samples)))
     assert loaded[0] == entry("a")
+    # written back in the writer's form, which the fast path then reads the same
+    again = write(tmp_path / "again.json", *loaded)
+    assert write(tmp_path / "third.json", *artifacts.read_cache(tmp_path / "again.json")) == again
+    # and, unless the row has what the writer keeps too (a double space in the name, a
+    # latency past 15 digits), in the form the fast path takes
+    fast = {type(e).__name__ for e in artifacts.read_cache(tmp_path / "again.json")}
+    assert (fast == {"_LoadedEntry"}) == ("  " not in name and float(numbers[0]) < 1e15)
+
+
+def test_names_with_spaces_take_the_fast_path(tmp_path: Path) -> None:
+    spaced = entry("a", "tiled sgemm 64x64", runner_up="b")
+    path = tmp_path / "c.json"
+    write(path, spaced)
+    loaded = artifacts.read_cache(path)
+    assert {type(e).__name__ for e in loaded} == {"_LoadedEntry"}
+    assert loaded.entries() == [spaced] and loaded.entries()[0].winner == "tiled sgemm 64x64"
 
 
 _clean_row = st.tuples(
-    st.text(alphabet="ab_019", min_size=1, max_size=6),
-    st.lists(st.text(alphabet="0123456789", min_size=1, max_size=5), min_size=6, max_size=6),
+    st.text(alphabet="ab_ 019", min_size=1, max_size=6),
+    st.lists(st.one_of(st.text(alphabet="0123456789", min_size=1, max_size=5),
+                       st.text(alphabet="09", min_size=14, max_size=20)),
+             min_size=6, max_size=6),
 ).map(lambda row: " ".join([row[0], *row[1]]))
 # near misses: a clean row with a few characters put in or cut out somewhere
 _near_miss = st.tuples(_clean_row, st.integers(0, 40), st.integers(0, 2),
@@ -332,6 +361,98 @@ def test_the_fast_row_check_only_takes_rows_the_precise_path_reads_the_same(
         return
     for row in rows:
         assert _candidate(row) == _parse_row(row)
+
+
+def _document(*entries: CacheEntry) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(json.dumps(cache_document(entries)))
+    return parsed
+
+
+_field_changes = st.sampled_from([
+    ("confidence", float("nan")), ("confidence", 1), ("confidence", -0.0), ("confidence", 2.0),
+    ("tie", 0), ("tie", None), ("device", 3), ("bucket", ""), ("rejected", {"x": None}),
+    ("rejected", []), ("provenance", {"run": True}), ("provenance", {"run": -1}),
+    ("provenance", {"run": 1}), ("provenance", {}), ("ranking", ["a 1 2 3 4 5 6", 7]),
+    ("ranking", []), ("ranking", "a 1 2 3 4 5 6"),
+])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), _field_changes), max_size=2))
+def test_the_fast_load_only_takes_documents_the_precise_path_reads_the_same(
+        changes: list[tuple[int, tuple[str, object]]]) -> None:
+    doc = _document(entry("a"), entry("b", "b", runner_up="a", host="h2"),
+                    entry("c", runner_up=None, confidence=1.0))
+    for index, (name, value) in changes:
+        doc["entries"][index][F[name]] = value
+    fast = _load_fast(doc["entries"], doc["runs"])
+    if fast is None:
+        return
+    for key, loaded, raw in zip(*fast, doc["entries"], strict=True):
+        precise = _parse_entry(json.loads(json.dumps(raw)), doc["runs"])
+        assert loaded.key == key == precise.key
+        assert loaded.to_dict() == precise.to_dict() and loaded == precise
+        assert evidence(loaded) == evidence(precise)
+
+
+def test_a_nan_confidence_is_refused_even_without_the_json_reader() -> None:
+    doc = _document(entry("a"), entry("b"))
+    doc["entries"][1][F["confidence"]] = float("nan")
+    with pytest.raises(ValueError, match=r"entries\[1\] is invalid: 'confidence' must be in"):
+        MeasureCache.from_dict(doc)
+
+
+def test_a_non_finite_latency_is_an_artifact_error_on_write(tmp_path: Path) -> None:
+    bad = CacheEntry("dev0", "cpu", "matmul", "x", "float32", (RankedCandidate(
+        "k", LatencyStats(float("inf"), 1.0, 1.0, 1.0, 1.0, 3)),))
+    with pytest.raises(artifacts.ArtifactError, match="a latency must be finite, got inf"):
+        artifacts.write_cache(tmp_path / "c.json", MeasureCache([bad]))
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_version_1_file_is_read_and_written_as_version_2(tmp_path: Path) -> None:
+    """Version 1: an object per entry with a winner, ranking rows arrays of numbers."""
+    old = {"schema": "pytest-arbiter/cache", "version": 1,
+           "ranking_fields": list(RANKING_FIELDS), "runs": [], "entries": [
+               {**hand_written(e), "provenance": {"rounds": 25}} for e in
+               (entry("a"), entry("b", "b", runner_up="a"))]}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old))
+    loaded = artifacts.read_cache(path).entries()
+    assert [e.winner for e in loaded] == ["a", "b"]
+    assert loaded[0].ranking == entry("a").ranking
+    artifacts.write_cache(path, MeasureCache(loaded))
+    assert json.loads(path.read_text())["version"] == CACHE_VERSION == 2
+
+
+def test_loaded_entries_copy_pickle_and_replace(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    write(path, entry("a"))
+    loaded = artifacts.read_cache(path).entries()[0]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(loaded, protocol)) == loaded
+    assert copy.deepcopy(loaded) == loaded == copy.copy(loaded)
+    tied = dataclasses.replace(loaded, tie=True)
+    assert type(tied) is CacheEntry and tied.tie and not loaded.tie
+    assert tied.ranking == loaded.ranking and tied.provenance == loaded.provenance
+
+
+def test_merging_a_cache_with_its_own_reload_builds_nothing(tmp_path: Path) -> None:
+    """What every --arbiter-tune run does at its end: merge what it read with the file."""
+    path = tmp_path / "c.json"
+    write(path, *(entry(f"b{i}", host=f"h{i % 3}") for i in range(50)))
+    first, second = artifacts.read_cache(path), artifacts.read_cache(path)
+    result = merge(first, second)
+    assert len(result.entries) == 50 and not result.conflicts
+    assert not [e for e in (*first, *second) if "ranking" in vars(e) or "provenance" in vars(e)]
+
+
+def test_loaded_entries_of_different_runs_differ(tmp_path: Path) -> None:
+    """The same array (run 0) in two files whose run 0 differs: two different entries."""
+    write(tmp_path / "h1.json", entry("a", host="h1"))
+    write(tmp_path / "h2.json", entry("a", host="h2"))
+    one, two = (artifacts.read_cache(tmp_path / f"{h}.json").entries()[0] for h in ("h1", "h2"))
+    assert one != two and one.provenance["host"] == "h1"
 
 
 def test_non_finite_numbers_are_refused(tmp_path: Path) -> None:
