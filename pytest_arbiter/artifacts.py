@@ -49,8 +49,9 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def _line(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, allow_nan=False)
+_line = json.JSONEncoder(sort_keys=True, allow_nan=False).encode
+"""One value as one line of JSON: one encoder for every line (``json.dumps`` with
+options builds a new one per call)."""
 
 
 def cache_text(document: dict[str, Any]) -> str:
