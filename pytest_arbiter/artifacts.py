@@ -220,7 +220,9 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     are kept. An unreadable current file is an ``ArtifactError`` and is left untouched.
     """
     p = Path(path)
-    with cache_lock(p, timeout):
+    # no collections from the read to the write: each would walk every object of the
+    # corpus just read, which lives only until this returns
+    with cache_lock(p, timeout), gc_paused():
         current = read_cache(p) if p.exists() else MeasureCache()
         result = merge(current, *parts)
         write_text_atomic(p, _cache_text(result.entries.values()))

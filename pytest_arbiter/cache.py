@@ -287,10 +287,8 @@ class _LoadedEntry(CacheEntry):
         return (_loaded, (self._array, self._runs))
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is _LoadedEntry and self._array == other._array \
-                and self._run_row() == other._run_row():
-            return True  # the same on-disk form reads as the same values: build nothing
-        return super().__eq__(other)
+        return (isinstance(other, CacheEntry) and same_on_disk(self, other)) \
+            or super().__eq__(other)
 
     __hash__ = CacheEntry.__hash__
 
@@ -333,6 +331,13 @@ class _LoadedEntry(CacheEntry):
         if "provenance" in self.__dict__:
             return None
         return (self._array[_PROVENANCE], self._runs)
+
+
+def same_on_disk(a: CacheEntry, b: CacheEntry) -> bool:
+    """Two entries read from files in the same on-disk form, so with the same values:
+    told without building either (what makes merging a corpus with itself cheap)."""
+    return (isinstance(a, _LoadedEntry) and isinstance(b, _LoadedEntry)
+            and a._array == b._array and a._run_row() == b._run_row())
 
 
 def _loaded(array: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:

@@ -13,17 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache, same_on_disk
 from pytest_arbiter.cache import evidence as _evidence
 
 
 def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
     """The entry the merge rule keeps of two entries for the same key."""
-    if a is b or a == b:
+    if a is b or same_on_disk(a, b):
         return a
     ea, eb = _evidence(a), _evidence(b)
     if ea != eb:
         return a if ea > eb else b
+    if a == b:
+        return a
     return a if a.canonical() <= b.canonical() else b
 
 
@@ -77,8 +79,10 @@ def merge(*parts: Part) -> MergeResult:
     contested: dict[CacheKey, list[CacheEntry]] = {}
 
     def meet(key: CacheKey, held: CacheEntry, entry: CacheEntry) -> None:
+        if held is entry or same_on_disk(held, entry):
+            return
         ea, eb = _evidence(held), _evidence(entry)
-        if ea == eb and (held is entry or held == entry):
+        if ea == eb and held == entry:
             return  # equal entries have equal evidence: compared in full only then
         # every clear pick of a key met twice, so conflicts never depend on order
         seen = contested.get(key)

@@ -12,6 +12,7 @@ artifact option needs them), not when pytest loads the plugin.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 from collections.abc import Callable, Generator, Iterable
@@ -74,15 +75,27 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-def _read_cache(path: Path | None) -> MeasureCache | None:
+FREEZE_ENTRIES = 10_000
+"""A cache read with at least this many entries is moved out of the garbage collector's
+sight for the session (:func:`gc.freeze`): it lives as long as the session, and every
+full collection would otherwise walk all of its objects (~0.3 s each at 100k entries)."""
+
+
+def _read_cache(path: Path | None) -> tuple[MeasureCache | None, bool]:
+    """The cache at ``path`` (None if there is none), and whether it was frozen."""
     if path is None or not path.exists():
-        return None
+        return None, False
     from pytest_arbiter import artifacts
 
     try:
-        return artifacts.read_cache(path)
+        cache = artifacts.read_cache(path)
     except artifacts.ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
+    # only where nobody else uses freezing: unfreezing at the end would undo theirs
+    freeze = len(cache) >= FREEZE_ENTRIES and gc.isenabled() and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    return cache, freeze
 
 
 def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
@@ -137,7 +150,7 @@ class ArbiterSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        self.loaded_cache = _read_cache(settings.cache)
+        self.loaded_cache, self._froze = _read_cache(settings.cache)
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
         self.histogram = DispatchHistogram()
@@ -168,6 +181,13 @@ class ArbiterSession:
             self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
                                     histogram=self.histogram)
         return self._arbiter
+
+    def measured_entries(self) -> list[CacheEntry]:
+        """The entries this run (and its workers) measured, not those it read."""
+        if self._arbiter is None:
+            return []
+        read = self._read_entries
+        return [e for key, e in self._arbiter.cache.by_key().items() if read.get(key) is not e]
 
     def take_measured(self, entries: Iterable[CacheEntry]) -> None:
         """Add a worker's measured entries: they replace what the run read, and two
@@ -309,8 +329,14 @@ class ArbiterSession:
             self._write("--arbiter-write-baseline", s.write_baseline,
                         lambda a, p: a.write_histogram(p, counts))
         if s.tune and s.cache is not None:
-            self._write("--arbiter-cache", s.cache,
-                        lambda a, p: a.update_cache(p, self.arbiter.cache))
+            # only what this run measured goes into the file, merged with what it holds
+            # now: nothing measured leaves the file alone (a re-read copy of the old
+            # entries would bring back ones deleted in the meantime, and the write of a
+            # large corpus costs seconds)
+            measured = self.measured_entries()
+            if measured or not s.cache.exists():
+                self._write("--arbiter-cache", s.cache,
+                            lambda a, p: a.update_cache(p, measured))
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(self.gated_counts(), self.baseline)
         self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
@@ -329,9 +355,7 @@ class ArbiterSession:
             from pytest_arbiter.cache import MeasureCache
 
             # only what this worker measured: the controller read the same cache file
-            read = self._read_entries
-            measured = MeasureCache([e for key, e in used.cache.by_key().items()
-                                     if read.get(key) is not e]).to_dict()
+            measured = MeasureCache(self.measured_entries()).to_dict()
         output["arbiter"] = {
             "histogram": self.histogram.to_dict(),
             "expected": self.expected.to_dict(),
@@ -339,6 +363,16 @@ class ArbiterSession:
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
         }
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        # let the cache go before pytest's end-of-run garbage collections (five full
+        # ones), each of which would otherwise walk every object of a large corpus
+        self.loaded_cache = None
+        self._arbiter = None
+        self._read_entries = {}
+        if self._froze:
+            gc.unfreeze()  # what the freeze kept from the collector, the cache gone
+            self._froze = False
 
     # -- reporting --------------------------------------------------------------------
 

@@ -728,6 +728,43 @@ def test_tune_merges_into_the_cache_and_keeps_what_others_wrote(
     assert list(devices) == [cpu_device().tag]
 
 
+FORGET_TEST = """
+import numpy as np
+from pytest_arbiter import artifacts
+from pytest_arbiter.cache import MeasureCache
+
+def test_tune(arbiter):
+    a = np.ones((16, 16), np.float32)
+    arbiter.dispatch("matmul", a, a)
+    # someone deletes the corpus's other entries while this run is going
+    kept = [e for e in artifacts.read_cache("cache.json") if e.bucket != "forgotten"]
+    artifacts.write_cache("cache.json", MeasureCache(kept))
+"""
+
+
+def test_tune_adds_only_what_it_measured(pytester: pytest.Pytester) -> None:
+    """The run read the entry that was deleted during it; it must not bring it back."""
+    pytester.makepyfile(test_tune=FORGET_TEST)
+    write(pytester.path / "cache.json", entry("forgotten"), entry("kept"))
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert result.ret == 0, result.stdout.str()
+    buckets = {e.bucket for e in artifacts.read_cache(pytester.path / "cache.json")}
+    assert "forgotten" not in buckets and "kept" in buckets and len(buckets) == 2
+
+
+def test_tune_that_measures_nothing_leaves_the_cache_alone(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_tune=TUNE_TEST.replace("artifacts.update_cache", "print"))
+    path = pytester.path / "cache.json"
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert result.ret == 0, result.stdout.str()
+    before = path.read_bytes()
+    os.utime(path, ns=(0, 0))
+    again = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines(["*0 measured, 1 reused from cache*"])
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == 0
+
+
 def test_tune_with_a_truncated_cache_is_a_usage_error_and_writes_nothing(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_tune=TUNE_TEST.replace("artifacts.update_cache", "print"))
