@@ -133,10 +133,13 @@ class CacheEntry:
                 self.confidence, self.tie, self.rejected, self.provenance)
 
     def __eq__(self, other: object) -> bool:
-        # by content, so an entry read from a file equals the one that was written
+        # by content, so an entry read from a file equals the one that was written; the
+        # provenance also by its JSON, where 25 and 25.0 or true and 1 differ (the merge
+        # rule's last tie-break, the canonical JSON, tells them apart)
         if not isinstance(other, CacheEntry):
             return NotImplemented
-        return self._values() == other._values()
+        return self._values() == other._values() \
+            and _same_json(self.provenance, other.provenance)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CacheEntry:
@@ -180,6 +183,12 @@ class MeasureCache:
     def put(self, entry: CacheEntry) -> None:
         with self._lock:
             self._entries[entry.key] = entry
+            self.version += 1
+
+    def clear(self) -> None:
+        """Remove every entry."""
+        with self._lock:
+            self._entries = {}
             self.version += 1
 
     def update(self, entries: Iterable[CacheEntry]) -> None:
@@ -336,8 +345,26 @@ class _LoadedEntry(CacheEntry):
 def same_on_disk(a: CacheEntry, b: CacheEntry) -> bool:
     """Two entries read from files in the same on-disk form, so with the same values:
     told without building either (what makes merging a corpus with itself cheap)."""
-    return (isinstance(a, _LoadedEntry) and isinstance(b, _LoadedEntry)
-            and a._array == b._array and a._run_row() == b._run_row())
+    if not (isinstance(a, _LoadedEntry) and isinstance(b, _LoadedEntry)
+            and a._array == b._array):
+        return False
+    # every field but the provenance has one JSON type on the fast path, so == is exact
+    return _same_json(a._array[_PROVENANCE], b._array[_PROVENANCE]) \
+        and _same_json(a._run_row(), b._run_row())
+
+
+_json_text = json.JSONEncoder(sort_keys=True).encode
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON: ``==``, and the same text (``25`` is not ``25.0``, nor ``true`` 1).
+    Values JSON cannot write (an entry built in memory may hold them) compare by ``==``."""
+    if a != b:
+        return False
+    try:
+        return a is b or _json_text(a) == _json_text(b)
+    except (TypeError, ValueError):
+        return True
 
 
 def _loaded(array: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:

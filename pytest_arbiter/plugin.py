@@ -150,9 +150,11 @@ class ArbiterSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
+        # the baseline first: once the cache is read (and maybe frozen), nothing here raises
+        self.baseline, self.baseline_note = _read_baseline(settings.baseline)
         self.loaded_cache, self._froze = _read_cache(settings.cache)
         self.cache_note = _cache_note(settings, self.loaded_cache)
-        self.baseline, self.baseline_note = _read_baseline(settings.baseline)
+        self._ended = False
         self.histogram = DispatchHistogram()
         self._arbiter: Arbiter | None = None
         self._read_entries: dict[CacheKey, CacheEntry] = {}
@@ -171,6 +173,9 @@ class ArbiterSession:
     @property
     def arbiter(self) -> Arbiter:
         """The run's arbiter, built (and the kernels imported) on first use."""
+        if self._ended:
+            raise RuntimeError("the pytest-arbiter session has ended (pytest_unconfigure): "
+                               "its arbiter and cache are gone")
         if self._arbiter is None:
             from pytest_arbiter.arbiter import Arbiter
             from pytest_arbiter.cache import MeasureCache
@@ -366,7 +371,12 @@ class ArbiterSession:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         # let the cache go before pytest's end-of-run garbage collections (five full
-        # ones), each of which would otherwise walk every object of a large corpus
+        # ones), each of which would otherwise walk every object of a large corpus;
+        # emptied, not just dropped: the last failed test's traceback may still hold it
+        self._ended = True
+        for cache in (self.loaded_cache, self._arbiter.cache if self._arbiter else None):
+            if cache is not None:
+                cache.clear()
         self.loaded_cache = None
         self._arbiter = None
         self._read_entries = {}

@@ -437,8 +437,25 @@ def test_loaded_entries_copy_pickle_and_replace(tmp_path: Path) -> None:
     assert tied.ranking == loaded.ranking and tied.provenance == loaded.provenance
 
 
+def test_provenance_values_of_another_json_type_make_another_entry(tmp_path: Path) -> None:
+    """25 and 25.0 are == in Python but not the same JSON: the entries differ, and the
+    merge rule's canonical tie-break picks the same one whatever the order."""
+    path = tmp_path / "c.json"
+    text = write(path, entry("a")).decode()
+    assert '"rounds": 25,' in text
+    (tmp_path / "float.json").write_text(text.replace('"rounds": 25,', '"rounds": 25.0,'))
+    a, b = (artifacts.read_cache(tmp_path / name) for name in ("c.json", "float.json"))
+    ea, eb = a.entries()[0], b.entries()[0]
+    assert ea != eb and prefer(ea, eb) is prefer(eb, ea)
+    assert ea.canonical() != eb.canonical()
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    artifacts.write_cache(one, merge(a, b).cache())
+    artifacts.write_cache(two, merge(b, a).cache())
+    assert one.read_bytes() == two.read_bytes()
+
+
 def test_merging_a_cache_with_its_own_reload_builds_nothing(tmp_path: Path) -> None:
-    """What every --arbiter-tune run does at its end: merge what it read with the file."""
+    """Two reads of one file (a corpus merged with a shard cut from it, or itself)."""
     path = tmp_path / "c.json"
     write(path, *(entry(f"b{i}", host=f"h{i % 3}") for i in range(50)))
     first, second = artifacts.read_cache(path), artifacts.read_cache(path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -517,12 +518,17 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
     sent = pytester.path / "sent.txt"
     assert sum(int(n) for n in sent.read_text().split()) >= 7
     sent.unlink()
-    # replaying with that cache, the workers measure nothing and send nothing back
+    # replaying with that cache, the workers measure nothing and send nothing back, and
+    # the file is left alone
+    written = (pytester.path / "two-cache.json").read_bytes()
+    os.utime(pytester.path / "two-cache.json", ns=(0, 0))
     again = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-tune",
                                "--arbiter-cache=two-cache.json")
     assert again.ret == 0, again.stdout.str()
     again.stdout.fnmatch_lines(["*0 measured, 7 reused from cache*"])
     assert sent.read_text().split() == ["0", "0"]
+    assert (pytester.path / "two-cache.json").read_bytes() == written
+    assert (pytester.path / "two-cache.json").stat().st_mtime_ns == 0
     assert len(json.loads((pytester.path / "two-cache.json").read_text())["entries"]) == 7
 
 
@@ -722,3 +728,46 @@ def test_a_large_cache_is_kept_from_the_collector_for_the_session(
         assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
+
+
+def test_a_failed_configure_leaves_nothing_frozen(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import pytest_arbiter.plugin as plugin_module
+    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+    from pytest_arbiter.measure import LatencyStats
+
+    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
+    artifacts.write_cache(pytester.path / "cache.json", MeasureCache(
+        [CacheEntry("d", "cpu", "matmul", f"b{i}", "float32", (RankedCandidate("k", stats),))
+         for i in range(3)]))
+    (pytester.path / "base.json").write_text("{not json")
+    pytester.makepyfile(test_one="def test_ok():\n    pass\n")
+    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
+    result = pytester.runpytest("--arbiter-cache=cache.json", "--arbiter-baseline=base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_session_end_empties_the_cache_and_ends_the_arbiter(tmp_path: Path) -> None:
+    """A failed last test's traceback can keep the arbiter, and so the cache, alive past
+    pytest_unconfigure: the session empties the cache itself."""
+    from types import SimpleNamespace
+
+    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+    from pytest_arbiter.measure import LatencyStats
+    from pytest_arbiter.plugin import ArbiterSession
+
+    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
+    corpus = tmp_path / "corpus.json"
+    artifacts.write_cache(corpus, MeasureCache(
+        [CacheEntry("d", "cpu", "matmul", "b", "float32", (RankedCandidate("k", stats),))]))
+    config = SimpleNamespace()
+    session = ArbiterSession(config, ArbiterSettings(cache=corpus))  # type: ignore[arg-type]
+    held = session.arbiter.cache  # what a traceback's frames could hold
+    assert len(held) == 1
+    session.pytest_unconfigure(config)  # type: ignore[arg-type]
+    assert len(held) == 0
+    with pytest.raises(RuntimeError, match="the pytest-arbiter session has ended"):
+        session.arbiter  # noqa: B018
