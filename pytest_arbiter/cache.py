@@ -283,9 +283,10 @@ class _LoadedEntry(CacheEntry):
     corpus loads in a fraction of the time (docs/performance.md, artifacts).
     """
 
-    __slots__ = ("_array", "_runs")
+    __slots__ = ("_array", "_run_texts", "_runs")
     _array: list[Any]
     _runs: list[dict[str, Any]]
+    _run_texts: list[str]  # each row of the document's runs as JSON, to compare them
 
     def __new__(cls, *fields: Any, **named: Any) -> Any:
         # dataclasses.replace() builds a new entry from field values: a plain CacheEntry
@@ -293,7 +294,7 @@ class _LoadedEntry(CacheEntry):
         return CacheEntry(*fields, **named) if fields or named else object.__new__(cls)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_loaded, (self._array, self._runs))
+        return (_loaded, (self._array, self._runs, self._run_texts))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, CacheEntry) and same_on_disk(self, other)) \
@@ -301,9 +302,9 @@ class _LoadedEntry(CacheEntry):
 
     __hash__ = CacheEntry.__hash__
 
-    def _run_row(self) -> dict[str, Any] | None:
+    def _run_text(self) -> str | None:
         ref = self._array[_PROVENANCE].get(RUN_REF)
-        return None if ref is None else self._runs[ref]
+        return None if ref is None else self._run_texts[ref]
 
     if not TYPE_CHECKING:  # to mypy these are the dataclass's fields, which they serve
         device, target, op = _field("device"), _field("target"), _field("op")
@@ -346,11 +347,13 @@ def same_on_disk(a: CacheEntry, b: CacheEntry) -> bool:
     """Two entries read from files in the same on-disk form, so with the same values:
     told without building either (what makes merging a corpus with itself cheap)."""
     if not (isinstance(a, _LoadedEntry) and isinstance(b, _LoadedEntry)
-            and a._array == b._array):
+            and a._array == b._array and a._run_text() == b._run_text()):
         return False
-    # every field but the provenance has one JSON type on the fast path, so == is exact
-    return _same_json(a._array[_PROVENANCE], b._array[_PROVENANCE]) \
-        and _same_json(a._run_row(), b._run_row())
+    # every other field has one JSON type on the fast path, so == is exact there; the
+    # provenance's numbers may not be (25 == 25.0): its repr tells them apart, and is
+    # the same for two files only when they list its keys in the same order (the
+    # writer sorts them), else the entries are compared in full
+    return repr(a._array[_PROVENANCE]) == repr(b._array[_PROVENANCE])
 
 
 _json_text = json.JSONEncoder(sort_keys=True).encode
@@ -367,10 +370,11 @@ def _same_json(a: Any, b: Any) -> bool:
         return True
 
 
-def _loaded(array: list[Any], runs: list[dict[str, Any]]) -> CacheEntry:
+def _loaded(array: list[Any], runs: list[dict[str, Any]], run_texts: list[str]) -> CacheEntry:
     entry = _new(_LoadedEntry)
     _set(entry, "_array", array)
     _set(entry, "_runs", runs)
+    _set(entry, "_run_texts", run_texts)
     return entry
 
 
@@ -543,7 +547,8 @@ def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
     if not _rows_valid(list(chain.from_iterable(ranking))):
         return None
     keys = list(zip(device, target, op, bucket, dtype, strict=True))
-    return keys, list(map(_loaded, raw, repeat(runs)))
+    run_texts = list(map(_json_text, runs))
+    return keys, list(map(_loaded, raw, repeat(runs), repeat(run_texts)))
 
 
 def _number(value: Any, what: str) -> float:
