@@ -279,7 +279,7 @@ class _LoadedEntry(CacheEntry):
     """An entry of a file the fast path validated: it reads its fields from its on-disk
     array and builds its ranking and provenance on first use.
 
-    Creating one costs two slot writes, not a dict and ten attributes: a 100k-entry
+    Creating one costs three slot writes, not a dict and ten attributes: a 100k-entry
     corpus loads in a fraction of the time (docs/performance.md, artifacts).
     """
 
