@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
+from pytest_arbiter import device as core_device
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.runtime import register_bundled
+from pytest_arbiter.runtime.cuda import device as cuda_device
+from pytest_arbiter.runtime.cuda import lane
 
 
 @pytest.fixture
@@ -30,3 +34,28 @@ def _inner_runs_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     inherit the xdist worker's identity from the environment."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+def _forget_all() -> None:
+    cuda_device.reset()
+    lane.reset_bfloat16_probe()
+    core_device.forget("nvidia")
+    core_device.forget("amd")
+
+
+@pytest.fixture
+def cupy_as(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], None]]:
+    """Make the lazy CuPy import return a given module, or raise a given exception."""
+
+    def install(found: Any) -> None:
+        def fake_import() -> Any:
+            if isinstance(found, BaseException):
+                raise found
+            return found
+
+        monkeypatch.setattr(cuda_device, "_import_cupy", fake_import)
+        _forget_all()
+
+    yield install
+    monkeypatch.undo()
+    _forget_all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,38 +19,13 @@ from pytest_arbiter.dtypes import numpy_dtype
 from pytest_arbiter.histogram import NO_CANDIDATE
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import device as cuda_device
-from pytest_arbiter.runtime.cuda import emitted, lane, sources
+from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
 GPU_NAMES = {"cublas_matmul", "hipblas_matmul", "cupy_softmax", "cupy_softmax_amd",
              "tiled_sgemm", "mma_matmul", "fused_softmax"}
-
-
-def _forget_all() -> None:
-    cuda_device.reset()
-    lane.reset_bfloat16_probe()
-    core_device.forget("nvidia")
-    core_device.forget("amd")
-
-
-@pytest.fixture
-def cupy_as(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], None]]:
-    """Make the lazy CuPy import return a given module, or raise a given exception."""
-
-    def install(found: Any) -> None:
-        def fake_import() -> Any:
-            if isinstance(found, BaseException):
-                raise found
-            return found
-
-        monkeypatch.setattr(cuda_device, "_import_cupy", fake_import)
-        _forget_all()
-
-    yield install
-    monkeypatch.undo()
-    _forget_all()
 
 
 @pytest.fixture

@@ -11,77 +11,32 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_gates import gate_cases, gpu_candidate, run_gate
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
 from pytest_arbiter.candidates import Candidate, CandidateRegistry
 from pytest_arbiter.device import DeviceInfo, probe_device
-from pytest_arbiter.gate import f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE
 from pytest_arbiter.measure import measure_latency
-from pytest_arbiter.ops import OPS
-from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.device import load_cupy
-from pytest_arbiter.runtime.cuda.lane import GpuCandidate, bfloat16_problem
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 
 NVIDIA = pytest.mark.device(*sources.ARCHS)
 AMD = pytest.mark.device("amd")
 POLICY = ComparePolicy(min_rounds=5, max_rounds=40, budget_s=0.05)
 
-# aligned, and with partial 128-wide tiles along M and N (272 = 2*128 + 16, 136 = 128 + 8)
-MATMUL_SHAPES = [(256, 128, 64), (272, 136, 96)]
-SOFTMAX_SHAPES = [(64, 1000), (2, 3, 4097)]
-
-
-def _cases(target: str) -> list[Any]:
-    out = []
-    for cand in cuda.candidates():
-        if cand.target != target or not isinstance(cand, GpuCandidate):
-            continue
-        shapes: list[tuple[int, ...]] = list(
-            MATMUL_SHAPES if cand.op == "matmul" else SOFTMAX_SHAPES)
-        for dtype in cand.dtypes:
-            for shape in shapes:
-                ident = f"{cand.name}-{dtype}-{'x'.join(map(str, shape))}"
-                out.append(pytest.param(cand.name, dtype, shape, id=ident))
-    return out
-
-
-def _candidate(name: str) -> GpuCandidate:
-    found = {c.name: c for c in cuda.candidates() if isinstance(c, GpuCandidate)}
-    return found[name]
-
-
-def _region(op: str, shape: tuple[int, ...], dtype: str) -> Region:
-    if op == "matmul":
-        m, n, k = shape
-        return MatmulRegion.of(m, n, k, dtype)
-    return SoftmaxRegion.of(shape, dtype)
-
-
-def _gate(name: str, dtype: str, shape: tuple[int, ...]) -> None:
-    cand = _candidate(name)
-    if dtype == "bfloat16" and bfloat16_problem() is not None:
-        pytest.skip(str(bfloat16_problem()))
-    assert cand.available(), cand.unavailable_reason()
-    report = f4_gate(cand, OPS.get(cand.op), region=_region(cand.op, shape, dtype))
-    assert report.passed, report.summary()
-    checked = [t for t in report.trials if t.status == "pass"]
-    assert len(checked) >= 3, report.summary()  # only the ragged neighbour may be declined
-
-
 @NVIDIA
-@pytest.mark.parametrize(("name", "dtype", "shape"), _cases("nvidia"))
+@pytest.mark.parametrize(("name", "dtype", "shape"), gate_cases("nvidia"))
 def test_f4_gate_nvidia(name: str, dtype: str, shape: tuple[int, ...]) -> None:
-    _gate(name, dtype, shape)
+    run_gate(name, dtype, shape)
 
 
 @AMD
-@pytest.mark.parametrize(("name", "dtype", "shape"), _cases("amd"))
+@pytest.mark.parametrize(("name", "dtype", "shape"), gate_cases("amd"))
 def test_f4_gate_amd(name: str, dtype: str, shape: tuple[int, ...]) -> None:
-    _gate(name, dtype, shape)
+    run_gate(name, dtype, shape)
 
 
 @AMD
@@ -184,7 +139,7 @@ def test_tensor_core_lane_forced_onto_a_ragged_shape_hands_it_on() -> None:
 @NVIDIA
 def test_event_timer_times_device_work() -> None:
     a, b = _device_mats(2048, 2048, 2048, "float16")
-    mma = _candidate("mma_matmul")
+    mma = gpu_candidate("mma_matmul")
     cold = measure_latency(mma.run, a, b, warmup=2, repeat=7, timer=CudaEventTimer(True))
     warm = measure_latency(mma.run, a, b, warmup=2, repeat=7, timer=CudaEventTimer(False))
     assert cold.median_ns > 0 and warm.median_ns > 0
@@ -195,7 +150,7 @@ def test_event_timer_times_device_work() -> None:
 @NVIDIA
 def test_modules_are_compiled_once_per_device() -> None:
     cp = load_cupy()
-    mma = _candidate("mma_matmul")
+    mma = gpu_candidate("mma_matmul")
     mma.run(*_device_mats(32, 16, 32, "float16"))
     mma.run(*_device_mats(64, 32, 64, "float16"))
     device = int(cp.cuda.runtime.getDevice())
@@ -207,4 +162,4 @@ def test_sm120_runs_the_tensor_core_lane() -> None:
     found = probe_device("nvidia")
     assert isinstance(found, DeviceInfo) and found.tag == "sm_120"
     # 56 KiB of pipeline buffers must fit consumer Blackwell's 99 KiB per block
-    _gate("mma_matmul", "float16", (512, 512, 512))
+    run_gate("mma_matmul", "float16", (512, 512, 512))

@@ -9,7 +9,9 @@
 // __launch_bounds__(256, 2) caps registers at 128, so two blocks share an SM.
 // Needs sm_80+. The host wrapper accepts only M % 16 == 0, N % 8 == 0, K % 32 == 0 and
 // 16-byte aligned, contiguous operands; partial tiles along M and N are predicated.
-// No CUDA headers are included, so NVRTC needs no include path.
+// No CUDA headers are included, so NVRTC needs no include path. Under
+// ARBITER_HOST_EMULATION (the host-free tests, tests/cuda_emulation/) each PTX wrapper calls
+// its CPU emulation instead, with the operands in the asm's order.
 
 #ifndef GEMM_BM
 #define GEMM_BM 128
@@ -46,6 +48,43 @@ typedef unsigned short elem_t;  // raw 16-bit storage of half or bfloat16
 
 typedef unsigned long long u64;
 
+struct Half {};
+struct BFloat16 {};
+
+#ifdef ARBITER_HOST_EMULATION
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return emu::ptx::cvta_to_shared(p);
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+    emu::ptx::cp_async_cg_16(dst, src, valid ? 16 : 0);
+}
+__device__ __forceinline__ void cp_async_commit() { emu::ptx::cp_async_commit_group(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { emu::ptx::cp_async_wait_group(N); }
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+    emu::ptx::ldmatrix_x4<false>(r, addr);
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+    emu::ptx::ldmatrix_x4<true>(r, addr);
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
+                                         unsigned b0, unsigned b1, Half) {
+    emu::ptx::mma_m16n8k16<emu::Elem::f16>(d, a, b0, b1, d);
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
+                                         unsigned b0, unsigned b1, BFloat16) {
+    emu::ptx::mma_m16n8k16<emu::Elem::bf16>(d, a, b0, b1, d);
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi, Half) {
+    return emu::ptx::cvt_rn_f16x2_f32(hi, lo);
+}
+__device__ __forceinline__ unsigned pack2(float lo, float hi, BFloat16) {
+    return emu::ptx::cvt_rn_bf16x2_f32(hi, lo);
+}
+
+#else
+
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     unsigned addr;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
@@ -79,9 +118,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-struct Half {};
-struct BFloat16 {};
-
 __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
                                          unsigned b0, unsigned b1, Half) {
     asm volatile(
@@ -113,11 +149,17 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, BFloat16) {
     return r;
 }
 
+#endif  // ARBITER_HOST_EMULATION
+
 template <typename Kind>
 __device__ __forceinline__ void mma_gemm(const elem_t* __restrict__ A,
                                          const elem_t* __restrict__ B,
                                          elem_t* __restrict__ C, int M, int N, int K) {
+#ifdef ARBITER_HOST_EMULATION
+    unsigned char* smem_raw = emu::g.smem;
+#else
     extern __shared__ __align__(16) unsigned char smem_raw[];
+#endif
     elem_t* As = reinterpret_cast<elem_t*>(smem_raw);
     elem_t* Bs = As + GEMM_STAGES * A_TILE;
 

@@ -1,0 +1,278 @@
+"""Host-free runs of the emitted lane's CUDA kernels on a CPU emulation of the device.
+
+The kernels run through the runtime's own launch code (``EmittedCandidate.run``: the
+checks, the grid, the block, the dynamic shared memory and its opt-in, the argument order)
+with CuPy replaced by :mod:`cuda_emulation.emulated_cupy`, which compiles the bundled
+``.cu`` text and options with the host C++ compiler against ``cuda_emulation/emulator.h``.
+What this proves: the index arithmetic, tiling, predication, ``cp.async`` pipeline order,
+barriers and fragment layouts agree with the PTX ISA's description of the instructions,
+the F4 gate passes, and no access leaves its buffer. What it cannot prove: the inline asm
+wrappers' operand lists themselves (the emulation replaces them), speed, and races inside
+one barrier interval on static shared arrays. The live gates (test_cuda_live.py) do.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cuda_emulation.emulated_cupy import (
+    Builder,
+    EmulatedCupy,
+    EmulatedKernelError,
+    Schedule,
+    find_compiler,
+)
+from gpu_gates import gate_cases, gpu_candidate, run_gate
+
+from pytest_arbiter import Arbiter
+from pytest_arbiter.candidates import CandidateRegistry
+from pytest_arbiter.dtypes import numpy_dtype
+from pytest_arbiter.histogram import NO_CANDIDATE
+from pytest_arbiter.runtime.cuda import emitted, sources
+
+COMPILER = find_compiler()
+pytestmark = pytest.mark.skipif(
+    COMPILER is None, reason="no host C++ compiler (g++ or c++) on PATH: the CUDA emulator "
+    "compiles the kernels with one")
+
+SCHEDULES = [Schedule("forward", "lazy"), Schedule("reverse", "eager"),
+             Schedule("shuffled:1", "lazy"), Schedule("shuffled:2", "eager")]
+
+
+@pytest.fixture(scope="session")
+def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
+    """Every bundled kernel function compiled for the emulator once, two at a time."""
+    assert COMPILER is not None
+    built = Builder(tmp_path_factory.mktemp("cuda-emulation"), COMPILER)
+    jobs = [(src, fn) for src in sources.SOURCES for fn in src.functions]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda job: built.build(job[0].text(), job[0].options(), job[1]), jobs))
+    return built
+
+
+@pytest.fixture
+def emulate(builder: Builder, cupy_as: Callable[[Any], None],
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., EmulatedCupy]]:
+    """Install an emulated sm_90 as the CuPy device: ``emulate(Schedule(...))``."""
+
+    def install(schedule: Schedule | None = None, *, major: int = 9,
+                minor: int = 0) -> EmulatedCupy:
+        # the runtime caches compiled functions per device id: start each device afresh
+        monkeypatch.setattr(emitted, "_MODULES", {})
+        monkeypatch.setattr(emitted, "_FUNCTIONS", {})
+        cp = EmulatedCupy(builder, major=major, minor=minor, schedule=schedule or Schedule())
+        cupy_as(cp)
+        return cp
+
+    yield install
+
+
+def _operands(name: str, dtype: str, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(sum(shape))
+    if name == "fused_softmax":
+        return ((rng.standard_normal(shape) * 4).astype(numpy_dtype(dtype)),)
+    m, n, k = shape
+    return (rng.standard_normal((m, k)).astype(numpy_dtype(dtype)),
+            rng.standard_normal((k, n)).astype(numpy_dtype(dtype)))
+
+
+@pytest.mark.parametrize(("name", "dtype", "shape"), gate_cases("nvidia", lane="emitted"))
+def test_f4_gate_of_the_emitted_kernels_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy], name: str, dtype: str,
+        shape: tuple[int, ...]) -> None:
+    cp = emulate()
+    run_gate(name, dtype, shape)
+    assert cp.log, "the gate ran no kernel on the emulator"
+
+
+@pytest.mark.parametrize(("name", "dtype", "shape"), [
+    ("mma_matmul", "float16", (272, 136, 96)),
+    ("mma_matmul", "bfloat16", (144, 264, 64)),
+    ("tiled_sgemm", "float32", (131, 129, 17)),
+    ("fused_softmax", "float16", (3, 2500)),
+])
+def test_every_thread_order_and_copy_timing_gives_the_same_bits(
+        emulate: Callable[..., EmulatedCupy], name: str, dtype: str,
+        shape: tuple[int, ...]) -> None:
+    """A missing barrier or an early read of a pipeline stage changes the result under some
+    schedule (the emulator also stops on a shared-memory race); none does."""
+    inputs = _operands(name, dtype, shape)
+    results = []
+    for schedule in SCHEDULES:
+        emulate(schedule)
+        results.append(gpu_candidate(name).run(*inputs))
+    first = results[0].view(np.uint8)
+    assert not np.isnan(results[0].astype(np.float32)).any()
+    for schedule, other in zip(SCHEDULES[1:], results[1:], strict=True):
+        assert np.array_equal(first, other.view(np.uint8)), schedule
+
+
+def test_inputs_are_left_as_they_were(emulate: Callable[..., EmulatedCupy]) -> None:
+    """The launch hands the kernel the caller's device arrays; only the output changes."""
+    cp = emulate()
+    for name, dtype, shape in [("mma_matmul", "float16", (128, 64, 32)),
+                               ("tiled_sgemm", "float32", (33, 65, 9)),
+                               ("fused_softmax", "bfloat16", (4, 300))]:
+        inputs = _operands(name, dtype, shape)
+        kept = [x.copy() for x in inputs]
+        device_inputs = [cp.asarray(x) for x in inputs]
+        gpu_candidate(name).launch(cp, *device_inputs)
+        for before, after in zip(kept, device_inputs, strict=True):
+            assert np.array_equal(before.view(np.uint8), after.view(np.uint8)), name
+
+
+def test_tensor_core_lane_forced_onto_a_ragged_shape_declines_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy]) -> None:
+    """SPEC bug 1: aligned 32x16x32 runs the kernel; ragged 24x16x32 is declined before
+    any launch, and with nothing else to run it the dispatch records no_candidate."""
+    cp = emulate()
+    mma = gpu_candidate("mma_matmul")
+    reg = CandidateRegistry()
+    reg.add(mma)
+    arb = Arbiter(registry=reg, mode="static")
+    a, b = _operands("mma_matmul", "float16", (32, 16, 32))
+    out = arb.dispatch("matmul", a, b, target="nvidia")
+    np.testing.assert_allclose(out.astype(np.float32),
+                               a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-2)
+    assert arb.histogram.counts() == {("nvidia", "matmul", "mma_matmul", "won"): 1}
+    launched = len(cp.log)
+    ragged = _operands("mma_matmul", "float16", (24, 16, 32))
+    arb.dispatch("matmul", *ragged, target="nvidia")
+    assert len(cp.log) == launched, "the ragged shape reached the kernel"
+    assert arb.histogram.counts()[("nvidia", "matmul", NO_CANDIDATE, "no_candidate")] == 1
+
+
+def test_emitted_lane_is_unavailable_below_sm80_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy]) -> None:
+    emulate(major=7, minor=5)
+    mma = gpu_candidate("mma_matmul")
+    assert not mma.available()
+    assert "sm_80 or newer" in str(mma.unavailable_reason())
+
+
+def test_pipeline_shared_memory_needs_the_opt_in(emulate: Callable[..., EmulatedCupy]) -> None:
+    """56 KiB of dynamic shared memory is over CUDA's 48 KiB default: the launch code must
+    raise the function's limit first, as ``emitted.kernel`` does."""
+    cp = emulate()
+    smem = sources.mma_shared_bytes()
+    assert smem > 48 * 1024
+    fn = cp.RawModule(code=sources.MMA_GEMM.text(), options=sources.MMA_GEMM.options()) \
+        .get_function("mma_gemm_f16")
+    a, b = _operands("mma_matmul", "float16", (128, 128, 32))
+    out = cp.empty((128, 128), dtype=a.dtype)
+    args = (a, b, out, np.int32(128), np.int32(128), np.int32(32))
+    with pytest.raises(EmulatedKernelError, match="max_dynamic_shared_size_bytes"):
+        fn((1, 1), (256,), args, shared_mem=smem)
+    fn.max_dynamic_shared_size_bytes = smem
+    fn((1, 1), (256,), args, shared_mem=smem)
+    np.testing.assert_allclose(out.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-2, atol=5e-2)
+
+
+# -- the emulator catches real kernel bugs ---------------------------------------------------
+#
+# Each mutant is the bundled source with one plausible mistake; the emulated run must fail
+# (an emulator error, a crash at a guard page, or a result the F4 gate rejects).
+
+MUTANTS = {
+    "pipeline waits for one stage too few": (
+        "mma_gemm.cu", "cp_async_wait<GEMM_STAGES - 2>();", "cp_async_wait<GEMM_STAGES - 1>();"),
+    "no barrier before reading a stage": (
+        "mma_gemm.cu", "        cp_async_wait<GEMM_STAGES - 2>();\n        __syncthreads();",
+        "        cp_async_wait<GEMM_STAGES - 2>();"),
+    "B fragments loaded without the transpose": (
+        "mma_gemm.cu", "ldmatrix_x4_trans(r, smem_addr(bs", "ldmatrix_x4(r, smem_addr(bs"),
+    "B fragments of two n8 tiles swapped": (
+        "mma_gemm.cu", "b_frag[2 * j][1] = r[1];", "b_frag[2 * j][1] = r[3];"),
+    "columns stored past N": (
+        "mma_gemm.cu", "            if (col < N) {", "            {"),
+    "A rows read past M (SPEC bug 2)": (
+        "sgemm.cu", "(gr < M && gc < K) ? A[", "(gc < K) ? A["),
+    "SGEMM reads the tile before every thread stored it": (
+        "sgemm.cu", "        __syncthreads();\n#pragma unroll\n        for (int k = 0;",
+        "#pragma unroll\n        for (int k = 0;"),
+    "softmax sums over one warp only": (
+        "softmax.cu", "v = lane < warps ? scratch[lane]", "v = lane < 1 ? scratch[lane]"),
+}
+
+MUTANT_CASES = {"mma_gemm.cu": ("mma_matmul", "float16", (272, 136, 96)),
+                "sgemm.cu": ("tiled_sgemm", "float32", (272, 136, 24)),
+                "softmax.cu": ("fused_softmax", "float32", (2, 4097))}
+
+
+@pytest.fixture
+def mutate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str, str], None]:
+    def apply(file: str, old: str, new: str) -> None:
+        for src in sources.KERNEL_DIR.glob("*.cu"):
+            shutil.copy(src, tmp_path / src.name)
+        text = (tmp_path / file).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"the mutant's anchor is not unique in {file}: {old!r}"
+        (tmp_path / file).write_text(text.replace(old, new), encoding="utf-8")
+        monkeypatch.setattr(sources, "KERNEL_DIR", tmp_path)
+
+    return apply
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_the_emulated_run_fails_a_mutant_kernel(
+        emulate: Callable[..., EmulatedCupy], mutate: Callable[[str, str, str], None],
+        mutant: str) -> None:
+    file, old, new = MUTANTS[mutant]
+    mutate(file, old, new)
+    emulate()
+    name, dtype, shape = MUTANT_CASES[file]
+    with pytest.raises((EmulatedKernelError, AssertionError)) as caught:
+        out = gpu_candidate(name).run(*_operands(name, dtype, shape))
+        run_gate(name, dtype, shape)
+        raise AssertionError(f"not caught: {out.ravel()[:4]}")
+    message = str(caught.value)
+    assert "not caught" not in message and "does not compile" not in message, message
+    print(f"{mutant}: {message.splitlines()[0][:160]}")
+
+
+# -- the emulator's own rules ------------------------------------------------------------------
+
+RULE_BREAKERS = {
+    "half_warp_shuffle": ("""
+extern "C" __global__ void half_warp_shuffle(float* out) {
+    float v = static_cast<float>(threadIdx.x);
+    if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+    out[threadIdx.x] = v;
+}""", "deadlock"),
+    "barrier_after_early_exit": ("""
+extern "C" __global__ void barrier_after_early_exit(float* out) {
+    if (threadIdx.x >= 32) return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}""", "the other 32 have exited"),
+    "misaligned_ldmatrix": ("""
+extern "C" __global__ void misaligned_ldmatrix(float* out) {
+    unsigned r[4];
+    const unsigned row = emu::ptx::cvta_to_shared(emu::g.smem + 8 + 16 * (threadIdx.x % 8));
+    emu::ptx::ldmatrix_x4<false>(r, row);
+    out[threadIdx.x] = static_cast<float>(r[0]);
+}""", "not 16-byte aligned"),
+    "shared_read_past_the_allocation": ("""
+extern "C" __global__ void shared_read_past_the_allocation(float* out) {
+    unsigned r[4];
+    emu::ptx::ldmatrix_x4<false>(r, emu::ptx::cvta_to_shared(emu::g.smem) + 1024);
+    out[threadIdx.x] = static_cast<float>(r[0]);
+}""", "past the 1024-byte allocation"),
+}
+
+
+@pytest.mark.parametrize("kernel", list(RULE_BREAKERS))
+def test_the_emulator_stops_a_kernel_that_breaks_the_execution_model(
+        builder: Builder, kernel: str) -> None:
+    code, words = RULE_BREAKERS[kernel]
+    cp = EmulatedCupy(builder)
+    fn = cp.RawModule(code=code, options=("-std=c++17",)).get_function(kernel)
+    out = cp.zeros(64, dtype=np.float32)
+    with pytest.raises(EmulatedKernelError, match=words):
+        fn((1,), (64,), (out,), shared_mem=1024)
