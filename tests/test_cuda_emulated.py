@@ -13,6 +13,7 @@ one barrier interval on static shared arrays. The live gates (test_cuda_live.py)
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -276,3 +277,34 @@ def test_the_emulator_stops_a_kernel_that_breaks_the_execution_model(
     out = cp.zeros(64, dtype=np.float32)
     with pytest.raises(EmulatedKernelError, match=words):
         fn((1,), (64,), (out,), shared_mem=1024)
+
+
+def _ldmatrix_counts(log: list[str]) -> tuple[int, int]:
+    found = re.search(r"(\d+) ldmatrix phases, (\d+) with bank conflicts", log[-1])
+    assert found, log[-1]
+    return int(found[1]), int(found[2])
+
+
+def test_tensor_core_gemm_reads_shared_memory_without_bank_conflicts(
+        emulate: Callable[..., EmulatedCupy], mutate: Callable[[str, str, str], None]) -> None:
+    """The kernel pads each shared row by 8 elements so the eight 16-byte rows of an
+    ldmatrix phase fall in distinct banks; without the pad every phase conflicts."""
+    a, b = _operands("mma_matmul", "float16", (128, 128, 64))
+    cp = emulate()
+    gpu_candidate("mma_matmul").run(a, b)
+    phases, conflicted = _ldmatrix_counts(cp.log)
+    # 2 k-tiles x 2 k16 steps x 8 warps x (4 A + 2 B) ldmatrix.x4 x 4 phases
+    assert (phases, conflicted) == (2 * 2 * 8 * 6 * 4, 0)
+    mutate("mma_gemm.cu", "#define PAD 8\n", "#define PAD 0\n")
+    unpadded = emulate()
+    gpu_candidate("mma_matmul").run(a, b)
+    assert _ldmatrix_counts(unpadded.log) == (phases, phases)
+
+
+def test_sm120_gate_of_the_tensor_core_lane_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy]) -> None:
+    """The live sm120 test's gate, on an emulated sm_120: the 56 KiB pipeline fits consumer
+    Blackwell's 99 KiB of shared memory per block."""
+    cp = emulate(major=12, minor=0)
+    assert cp.props["sharedMemPerBlockOptin"] == 99 * 1024
+    run_gate("mma_matmul", "float16", (512, 512, 512))

@@ -27,6 +27,11 @@ import numpy as np
 
 EMULATOR = Path(__file__).with_name("emulator.h")
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
+# the most dynamic shared memory one block may opt into, by compute capability (CUDA
+# programming guide, "Technical Specifications per Compute Capability")
+OPT_IN_SHARED = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024,
+                 (8, 9): 99 * 1024, (9, 0): 227 * 1024, (10, 0): 227 * 1024,
+                 (12, 0): 99 * 1024}
 
 
 class EmulatedKernelError(RuntimeError):
@@ -206,9 +211,10 @@ class EmulatedCupy:
                  schedule: Schedule | None = None) -> None:
         self.builder = builder
         self.schedule = schedule or Schedule()
-        self.props: dict[str, Any] = {"name": f"CPU emulation of sm_{major}{minor}", "major": major,
-                      "minor": minor, "sharedMemPerBlockOptin": 227 * 1024,
-                      "l2CacheSize": 50 * 1024 * 1024}
+        self.props: dict[str, Any] = {
+            "name": f"CPU emulation of sm_{major}{minor}", "major": major, "minor": minor,
+            "sharedMemPerBlockOptin": OPT_IN_SHARED.get((major, minor), 48 * 1024),
+            "l2CacheSize": 50 * 1024 * 1024}
         self.cuda = SimpleNamespace(runtime=EmulatedRuntime(self.props))
         self.log: list[str] = []
 

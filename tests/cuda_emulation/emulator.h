@@ -22,6 +22,9 @@
 //     __syncthreads().
 // Global buffers end at a guard page, so an over-read past the end crashes (SIGSEGV), and
 // dynamic shared memory starts poisoned with 0xFF bytes (NaN in every float format).
+//
+// It also counts the ldmatrix phases (one 8x8 matrix: eight 16-byte rows) whose rows fall
+// in the same shared-memory bank at different addresses, which the hardware serialises.
 #pragma once
 
 #include <math.h>
@@ -121,6 +124,7 @@ struct Launch {
     unsigned seed = 0;
     bool eager_copies = false;
     unsigned long long barriers = 0;  // every __syncthreads released so far, all blocks
+    unsigned long long ldmatrix_phases = 0, ldmatrix_conflicted = 0;
     std::vector<Shadow> shadow;
 };
 
@@ -460,9 +464,30 @@ inline void cp_async_wait_group(int n) {
 // ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lane 8*j + r gives the address of row
 // r of matrix j (eight 16-bit elements, 16-byte aligned). Word w of row r of matrix j goes
 // to register j of lane 4*r + w; with .trans the matrix is transposed first.
+// Whether the eight rows (16 bytes each) of one ldmatrix phase hit a 4-byte bank twice
+// at different words: 32 banks of 4 bytes, one word per bank per access.
+inline bool bank_conflict(const unsigned (&rows)[8]) {
+    unsigned word_in_bank[32];
+    bool used[32] = {};
+    for (unsigned row : rows)
+        for (unsigned w = 0; w < 4; ++w) {
+            const unsigned word = row / 4 + w, bank = word % 32;
+            if (used[bank] && word_in_bank[bank] != word) return true;
+            used[bank] = true;
+            word_in_bank[bank] = word;
+        }
+    return false;
+}
+
 template <bool Trans>
 void resolve_ldmatrix_x4(Thread* const* lanes) {
     uint16_t m[4][8][8];
+    for (int j = 0; j < 4; ++j) {
+        unsigned rows[8];
+        for (int r = 0; r < 8; ++r) rows[r] = *static_cast<const unsigned*>(lanes[8 * j + r]->in[0]);
+        ++g.ldmatrix_phases;
+        if (bank_conflict(rows)) ++g.ldmatrix_conflicted;
+    }
     for (int l = 0; l < 32; ++l) {
         const unsigned addr = *static_cast<const unsigned*>(lanes[l]->in[0]);
         const unsigned char* row = shared_bytes(addr, 16, 16, "ldmatrix row");
@@ -680,8 +705,9 @@ int launch_main(int argc, char** argv, void (*fn)(P...), const char* name) {
     run_grid();
     for (const Arg& arg : args)
         if (arg.kind == 'p') write_file(arg.path, arg.data, arg.bytes);
-    fprintf(stderr, "emulated %s: grid (%u, %u, %u), block %u threads, %llu block barriers\n",
-            name, g.grid.x, g.grid.y, g.grid.z, threads, g.barriers);
+    fprintf(stderr, "emulated %s: grid (%u, %u, %u), block %u threads, %llu block barriers, "
+            "%llu ldmatrix phases, %llu with bank conflicts\n", name, g.grid.x, g.grid.y,
+            g.grid.z, threads, g.barriers, g.ldmatrix_phases, g.ldmatrix_conflicted);
     return 0;
 }
 
