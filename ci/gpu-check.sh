@@ -23,8 +23,20 @@ else
 fi
 echo "target=$target extra=$extra"
 
-step "install pytest-arbiter[test,$extra]"
-timeout 240 "$PY" -m pip install -q -e ".[test,$extra]"
+# A GPU image that already holds CuPy and the test tools may have no package index at all:
+# install the project alone, offline. Anywhere else pip fetches the extra for the driver.
+if "$PY" -c "import cupy, numpy, ml_dtypes, pluggy, filelock, pytest, xdist, hypothesis" \
+        >/dev/null 2>&1; then
+    step "install pytest-arbiter alone (CuPy and the test tools are already there)"
+    if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . ; then
+        echo "gpu-check: the offline editable install failed; using the checkout in place"
+        export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+        export PYTEST_ADDOPTS="-p pytest_arbiter.plugin ${PYTEST_ADDOPTS:-}"
+    fi
+else
+    step "install pytest-arbiter[test,$extra]"
+    timeout 240 "$PY" -m pip install -q -e ".[test,$extra]"
+fi
 
 step "device as the arbiter sees it"
 tag=$("$PY" - "$target" <<'PYEOF'
