@@ -7,8 +7,9 @@ with CuPy replaced by :mod:`cuda_emulation.emulated_cupy`, which compiles the bu
 What this proves: the index arithmetic, tiling, predication, ``cp.async`` pipeline order,
 barriers and fragment layouts agree with the PTX ISA's description of the instructions,
 the F4 gate passes, and no access leaves its buffer. What it cannot prove: the inline asm
-wrappers' operand lists themselves (the emulation replaces them), speed, and races inside
-one barrier interval on static shared arrays. The live gates (test_cuda_live.py) do.
+wrappers' operand lists themselves (the emulation replaces them), speed, and races through
+plain shared-memory loads and stores inside one barrier interval (docs/gpu.md). The live
+gates (test_cuda_live.py) do.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def test_pipeline_shared_memory_needs_the_opt_in(emulate: Callable[..., Emulated
     assert smem > 48 * 1024
     fn = cp.RawModule(code=sources.MMA_GEMM.text(), options=sources.MMA_GEMM.options()) \
         .get_function("mma_gemm_f16")
-    a, b = _operands("mma_matmul", "float16", (128, 128, 32))
+    a, b = (cp.asarray(x) for x in _operands("mma_matmul", "float16", (128, 128, 32)))
     out = cp.empty((128, 128), dtype=a.dtype)
     args = (a, b, out, np.int32(128), np.int32(128), np.int32(32))
     with pytest.raises(EmulatedKernelError, match="max_dynamic_shared_size_bytes"):
@@ -200,6 +201,9 @@ MUTANTS = {
         "#pragma unroll\n        for (int k = 0;"),
     "softmax sums over one warp only": (
         "softmax.cu", "v = lane < warps ? scratch[lane]", "v = lane < 1 ? scratch[lane]"),
+    "softmax stores one element past each row": (
+        "softmax.cu", "i < n; i += blockDim.x)\n        yr[i]",
+        "i <= n; i += blockDim.x)\n        yr[i]"),
 }
 
 MUTANT_CASES = {"mma_gemm.cu": ("mma_matmul", "float16", (272, 136, 96)),
@@ -259,6 +263,16 @@ extern "C" __global__ void misaligned_ldmatrix(float* out) {
     emu::ptx::ldmatrix_x4<false>(r, row);
     out[threadIdx.x] = static_cast<float>(r[0]);
 }""", "not 16-byte aligned"),
+    "read_of_a_copy_in_flight": ("""
+extern "C" __global__ void read_of_a_copy_in_flight(float* out) {
+    unsigned r[4];
+    const unsigned row = emu::ptx::cvta_to_shared(emu::g.smem + 16 * threadIdx.x);
+    emu::ptx::cp_async_cg_16(row, out + 4 * (threadIdx.x % 16), 16);
+    emu::ptx::cp_async_commit_group();
+    emu::ptx::ldmatrix_x4<false>(r, row);  // no wait_group: the copy may not have landed
+    emu::ptx::cp_async_wait_group(0);
+    out[threadIdx.x] = static_cast<float>(r[0]);
+}""", "still in flight"),
     "shared_read_past_the_allocation": ("""
 extern "C" __global__ void shared_read_past_the_allocation(float* out) {
     unsigned r[4];
@@ -308,3 +322,20 @@ def test_sm120_gate_of_the_tensor_core_lane_on_the_emulated_device(
     cp = emulate(major=12, minor=0)
     assert cp.props["sharedMemPerBlockOptin"] == 99 * 1024
     run_gate("mma_matmul", "float16", (512, 512, 512))
+
+
+def test_launches_the_hardware_would_refuse_are_refused(
+        emulate: Callable[..., EmulatedCupy]) -> None:
+    cp = emulate()
+    fn = cp.RawModule(code=sources.MMA_GEMM.text(), options=sources.MMA_GEMM.options()) \
+        .get_function("mma_gemm_f16")
+    fn.max_dynamic_shared_size_bytes = sources.mma_shared_bytes()
+    a, b = (cp.asarray(x) for x in _operands("mma_matmul", "float16", (128, 128, 32)))
+    out = cp.empty((128, 128), dtype=a.dtype)
+    sizes = (np.int32(128), np.int32(128), np.int32(32))
+    with pytest.raises(EmulatedKernelError, match="__launch_bounds__ of 256"):
+        fn((1, 1), (512,), (a, b, out, *sizes), shared_mem=sources.mma_shared_bytes())
+    with pytest.raises(TypeError, match="host"):
+        fn((1, 1), (256,), (np.asarray(a), b, out, *sizes), shared_mem=sources.mma_shared_bytes())
+    with pytest.raises(EmulatedKernelError, match="overlaps"):
+        fn((1, 1), (256,), (a, b, a, *sizes), shared_mem=sources.mma_shared_bytes())

@@ -39,7 +39,21 @@ class EmulatedKernelError(RuntimeError):
 
 
 def find_compiler() -> str | None:
-    return shutil.which("g++") or shutil.which("c++")
+    """A host C++ compiler that knows ``_Float16`` (GCC 12 or newer on x86-64), or None."""
+    found = shutil.which("g++") or shutil.which("c++")
+    if found is None:
+        return None
+    probe = subprocess.run([found, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"],
+                           input="_Float16 half = 1.0f;\n", capture_output=True, text=True,
+                           timeout=60)
+    return found if probe.returncode == 0 else None
+
+
+def launch_bound(code: str, function: str) -> str | None:
+    """The ``__launch_bounds__`` maximum (an expression) written before ``function``."""
+    found = re.search(
+        rf"__launch_bounds__\(\s*([^,)]+?)\s*(?:,[^)]*)?\)\s*{re.escape(function)}\s*\(", code)
+    return found[1] if found else None
 
 
 @dataclass(frozen=True)
@@ -78,10 +92,12 @@ class Builder:
             return found
         source = self.directory / f"{function}-{key[:16]}.cpp"
         exe = source.with_suffix("")
+        bound = launch_bound(code, function)
         source.write_text(
             f'#include "{EMULATOR}"\n#line 1 "{function} (emulated kernel source)"\n{code}\n'
             f"int main(int argc, char** argv) {{\n"
-            f'    return emu::launch_main(argc, argv, &{function}, "{function}");\n}}\n',
+            + (f"    emu::g.launch_bound = ({bound});\n" if bound else "")
+            + f'    return emu::launch_main(argc, argv, &{function}, "{function}");\n}}\n',
             encoding="utf-8")
         done = subprocess.run(
             [self.compiler, "-O2", "-DARBITER_HOST_EMULATION", *flags, "-o", str(exe),
@@ -96,8 +112,8 @@ class Builder:
 
 def _dims(value: int | Sequence[int]) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, int) else tuple(int(v) for v in value)
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"a grid or block has 1 to 3 dimensions, got {value!r}")
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        raise ValueError(f"a grid or block has 1 to 3 dimensions of at least 1, got {value!r}")
     return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
@@ -132,7 +148,16 @@ class EmulatedFunction:
                     "--copies", schedule.copies, "--"]
             buffers: list[tuple[np.ndarray, Path]] = []
             for index, arg in enumerate(args):
-                if isinstance(arg, np.ndarray):
+                if isinstance(arg, np.ndarray) and not isinstance(arg, DeviceArray):
+                    raise TypeError(f"{self.name}: argument {index} is a host (NumPy) array; "
+                                    f"a kernel takes device arrays")
+                if isinstance(arg, DeviceArray):
+                    for other, _ in buffers:
+                        if np.shares_memory(arg, other):
+                            raise EmulatedKernelError(
+                                f"{self.name}: argument {index} overlaps an earlier one; the "
+                                f"emulator gives each argument its own memory, so it refuses "
+                                f"aliased arguments")
                     if not arg.flags.c_contiguous:
                         raise EmulatedKernelError(f"{self.name}: argument {index} is not "
                                                   f"C-contiguous; a kernel sees raw memory")
@@ -195,17 +220,25 @@ class EmulatedRuntime:
         return dict(self.props)
 
 
-def _poisoned(shape: Any, dtype: Any) -> np.ndarray:
+class DeviceArray(np.ndarray):
+    """An array on the emulated device: only these may be passed to a kernel."""
+
+
+def _on_device(x: Any) -> DeviceArray:
+    return np.array(x, copy=True).view(DeviceArray)
+
+
+def _poisoned(shape: Any, dtype: Any) -> DeviceArray:
     out = np.empty(shape, dtype=dtype)
     out.view(np.uint8).fill(0xFF)
-    return out
+    return out.view(DeviceArray)
 
 
 class EmulatedCupy:
     """The CuPy module as the GPU lanes use it, with kernels run by the emulator."""
 
     __version__ = "emulated"
-    ndarray = np.ndarray
+    ndarray = DeviceArray
 
     def __init__(self, builder: Builder, *, major: int = 9, minor: int = 0,
                  schedule: Schedule | None = None) -> None:
@@ -222,20 +255,20 @@ class EmulatedCupy:
         return EmulatedModule(self, code, options)
 
     @staticmethod
-    def asarray(x: Any) -> np.ndarray:
-        return np.array(x, copy=True)  # a device copy: the kernel never aliases host memory
+    def asarray(x: Any) -> DeviceArray:
+        return x if isinstance(x, DeviceArray) else _on_device(x)
 
     @staticmethod
-    def ascontiguousarray(x: Any) -> np.ndarray:
-        return np.ascontiguousarray(x)
+    def ascontiguousarray(x: Any) -> DeviceArray:
+        return x if isinstance(x, DeviceArray) and x.flags.c_contiguous else _on_device(x)
 
     @staticmethod
     def asnumpy(x: Any) -> np.ndarray:
-        return np.array(x, copy=True)
+        return np.array(x, copy=True).view(np.ndarray)
 
     @staticmethod
-    def zeros(shape: Any, dtype: Any = np.float64) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+    def zeros(shape: Any, dtype: Any = np.float64) -> DeviceArray:
+        return np.zeros(shape, dtype=dtype).view(DeviceArray)
 
     @staticmethod
     def empty(shape: Any, dtype: Any = np.float64) -> np.ndarray:

@@ -17,11 +17,17 @@
 //   * a warp collective that not all 32 lanes of a warp reach together;
 //   * a deadlock (threads waiting at barriers that can never be released), or a
 //     __syncthreads() that some threads of the block have exited without reaching;
-//   * a data race on dynamic shared memory: a 16-byte chunk written (a completed cp.async)
-//     and read (ldmatrix) or written by two different threads between the same two
-//     __syncthreads().
-// Global buffers end at a guard page, so an over-read past the end crashes (SIGSEGV), and
-// dynamic shared memory starts poisoned with 0xFF bytes (NaN in every float format).
+//   * a data race on dynamic shared memory, as far as cp.async and ldmatrix touch it: a
+//     16-byte chunk written by one thread and read or written by another between the same
+//     two __syncthreads(), or read while a cp.async to it is still in flight (issued, not
+//     yet retired by its thread's wait_group); copies a thread never waited for land when
+//     it exits. Plain loads and stores of shared memory are not tracked;
+//   * a block larger than the kernel's __launch_bounds__ (the launcher is told the bound);
+//   * a store into the slack around a buffer (canary bytes, checked after the launch).
+// Every buffer sits between two guard pages, its end 16-byte aligned right before the
+// second, so an access past the pages crashes (SIGSEGV). Dynamic shared memory starts
+// poisoned with 0xFF bytes (NaN in every float format); static __shared__ arrays are
+// plain static storage, zero in the first block and left as the last block left them.
 //
 // It also counts the ldmatrix phases (one 8x8 matrix: eight 16-byte rows) whose rows fall
 // in the same shared-memory bank at different addresses, which the hardware serialises.
@@ -87,6 +93,7 @@ struct Copy {
 struct Shadow {
     unsigned long long write_epoch = 0, read_epoch = 0;
     unsigned writer = 0, reader = 0;
+    unsigned in_flight = 0, flight_owner = 0;  // cp.async copies issued, not yet landed
 };
 constexpr unsigned kMany = ~0u;
 
@@ -126,6 +133,15 @@ struct Launch {
     unsigned long long barriers = 0;  // every __syncthreads released so far, all blocks
     unsigned long long ldmatrix_phases = 0, ldmatrix_conflicted = 0;
     std::vector<Shadow> shadow;
+    unsigned launch_bound = 0;  // the kernel's __launch_bounds__ maximum, 0 if none
+    struct Guarded {
+        unsigned char* body;
+        size_t body_bytes;
+        unsigned char* data;
+        size_t bytes;
+        std::string what;
+    };
+    std::vector<Guarded> buffers;
 };
 
 inline Launch g;
@@ -134,28 +150,49 @@ constexpr size_t kStackBytes = 256 * 1024;
 
 inline size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
-// `bytes` of memory that end 16-byte aligned right before an inaccessible guard page.
-inline unsigned char* guarded_alloc(size_t bytes) {
+constexpr unsigned char kCanary = 0xa5;
+
+// `bytes` of memory between two inaccessible guard pages, the end 16-byte aligned right
+// before the second; the slack around them holds canary bytes (see check_canaries).
+inline unsigned char* guarded_alloc(size_t bytes, std::string what) {
     const size_t page = page_size();
     const size_t padded = (bytes + 15) / 16 * 16;
-    const size_t body = (padded + page - 1) / page * page;
-    void* base = mmap(nullptr, body + page, PROT_READ | PROT_WRITE,
+    const size_t body = std::max(page, (padded + page - 1) / page * page);
+    void* base = mmap(nullptr, body + 2 * page, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) fail("mmap of %zu bytes failed", body + page);
-    unsigned char* guard = static_cast<unsigned char*>(base) + body;
-    if (mprotect(guard, page, PROT_NONE) != 0) fail("mprotect of the guard page failed");
-    return guard - padded;
+    if (base == MAP_FAILED) fail("mmap of %zu bytes failed", body + 2 * page);
+    unsigned char* front = static_cast<unsigned char*>(base);
+    unsigned char* back = front + page + body;
+    if (mprotect(front, page, PROT_NONE) != 0 || mprotect(back, page, PROT_NONE) != 0)
+        fail("mprotect of a guard page failed");
+    memset(front + page, kCanary, body);
+    unsigned char* data = back - padded;
+    g.buffers.push_back({front + page, body, data, bytes, std::move(what)});
+    return data;
+}
+
+inline void check_canaries() {
+    for (const Launch::Guarded& b : g.buffers) {
+        for (size_t i = 0; i < b.body_bytes; ++i) {
+            const unsigned char* p = b.body + i;
+            if (p >= b.data && p < b.data + b.bytes) continue;
+            if (*p != kCanary)
+                fail("a store landed outside %s: at byte offset %lld from its start (it holds "
+                     "%zu bytes)", b.what.c_str(), static_cast<long long>(p - b.data), b.bytes);
+        }
+    }
 }
 
 // ---- the scheduler ----------------------------------------------------------------------
 
 inline void yield() { swapcontext(&g.current->context, &g.scheduler); }
 
+inline void land_pending_copies();
+
 inline void fiber_main() {
     g.entry();
+    land_pending_copies();  // the hardware lands them even when nobody waits
     g.current->done = true;
-    g.current->committed.clear();
-    g.current->open_group.clear();
 }
 
 inline std::vector<unsigned> schedule_order(unsigned n, unsigned block_serial) {
@@ -271,6 +308,10 @@ inline void run_grid() {
         for (unsigned y = 0; y < g.grid.y; ++y)
             for (unsigned x = 0; x < g.grid.x; ++x) blocks.push_back(dim3{x, y, z});
     if (g.order == Order::reverse) std::reverse(blocks.begin(), blocks.end());
+    if (g.order == Order::shuffled) {
+        std::mt19937 rng(g.seed);
+        std::shuffle(blocks.begin(), blocks.end(), rng);
+    }
     for (const dim3& b : blocks) {
         g.block_idx = b;
         run_block(serial++);
@@ -308,6 +349,10 @@ inline unsigned shared_address(const void* p) {
 inline void note_access(unsigned addr, unsigned thread, bool write, const char* what) {
     Shadow& s = g.shadow[addr / 16];
     const unsigned long long now = g.barriers + 1;
+    if (!write && s.in_flight)
+        fail("thread %u reads shared bytes [%u, %u) (%s) while a cp.async from thread %u to "
+             "them is still in flight (no wait_group has retired it)", thread, addr / 16 * 16,
+             addr / 16 * 16 + 16, what, s.flight_owner);
     if (s.write_epoch == now && s.writer != thread)
         fail("data race on shared bytes [%u, %u): thread %u wrote them and thread %u %s them "
              "(%s) with no __syncthreads between", addr / 16 * 16, addr / 16 * 16 + 16,
@@ -329,6 +374,26 @@ inline void note_access(unsigned addr, unsigned thread, bool write, const char* 
         s.read_epoch = now;
         s.reader = thread;
     }
+}
+
+// A cp.async to the chunk at `addr` issued by `thread`: it may land at any moment from now
+// until its thread's wait_group retires it, so it races with anything another thread does
+// to the chunk in between.
+inline void note_issue(unsigned addr, unsigned thread) {
+    Shadow& s = g.shadow[addr / 16];
+    if (s.in_flight && s.flight_owner != thread)
+        fail("threads %u and %u both have a cp.async in flight to shared bytes [%u, %u)",
+             s.flight_owner, thread, addr / 16 * 16, addr / 16 * 16 + 16);
+    const unsigned long long now = g.barriers + 1;
+    if ((s.read_epoch == now && s.reader != thread) || (s.write_epoch == now && s.writer != thread))
+        note_access(addr, thread, true, "cp.async issued");  // reports the race
+    ++s.in_flight;
+    s.flight_owner = thread;
+}
+
+inline void note_landed(unsigned addr, unsigned thread) {
+    --g.shadow[addr / 16].in_flight;
+    note_access(addr, thread, true, "cp.async landed");
 }
 
 inline unsigned char* shared_bytes(unsigned addr, size_t bytes, size_t align, const char* what) {
@@ -430,7 +495,7 @@ inline unsigned cvta_to_shared(const void* p) { return shared_address(p); }
 
 inline void complete(const std::vector<Copy>& group) {
     for (const Copy& c : group) {
-        note_access(static_cast<unsigned>(c.dst - g.smem), c.thread, true, "cp.async");
+        note_landed(static_cast<unsigned>(c.dst - g.smem), c.thread);
         memset(c.dst, 0, 16);
         if (c.src_bytes) memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
     }
@@ -442,9 +507,22 @@ inline void cp_async_cg_16(unsigned dst, const void* src, int src_size) {
     if (reinterpret_cast<uintptr_t>(src) % 16) fail("cp.async source %p is not 16-byte aligned", src);
     Copy copy{shared_bytes(dst, 16, 16, "cp.async destination"),
               static_cast<const unsigned char*>(src), src_size, g.current->linear};
+    note_issue(dst, copy.thread);
     if (g.eager_copies) complete({copy});
     else g.current->open_group.push_back(copy);
 }
+
+}  // namespace ptx
+
+inline void land_pending_copies() {
+    Thread* t = g.current;
+    for (const std::vector<Copy>& group : t->committed) ptx::complete(group);
+    ptx::complete(t->open_group);
+    t->committed.clear();
+    t->open_group.clear();
+}
+
+namespace ptx {
 
 // cp.async.commit_group: the open copies become the newest group
 inline void cp_async_commit_group() {
@@ -685,7 +763,8 @@ int launch_main(int argc, char** argv, void (*fn)(P...), const char* name) {
             arg.path = a.substr(2);
             const std::vector<unsigned char> data = read_file(arg.path);
             arg.bytes = data.size();
-            arg.data = guarded_alloc(arg.bytes);
+            arg.data = guarded_alloc(arg.bytes, "argument " + std::to_string(args.size()) +
+                                                    " (" + arg.path + ")");
             if (arg.bytes) memcpy(arg.data, data.data(), arg.bytes);
         } else {
             arg.value = static_cast<int>(strtol(a.c_str() + 2, nullptr, 10));
@@ -698,11 +777,15 @@ int launch_main(int argc, char** argv, void (*fn)(P...), const char* name) {
     if (threads == 0 || threads > 1024) fail("a block of %u threads (1 to 1024 allowed)", threads);
     if (g.grid.x == 0 || g.grid.y == 0 || g.grid.z == 0 || g.grid.y > 65535 || g.grid.z > 65535)
         fail("grid (%u, %u, %u) is outside CUDA's limits", g.grid.x, g.grid.y, g.grid.z);
-    if (g.smem_bytes) g.smem = guarded_alloc(g.smem_bytes);
+    if (g.launch_bound && threads > g.launch_bound)
+        fail("a block of %u threads is over %s's __launch_bounds__ of %u; CUDA refuses the "
+             "launch", threads, name, g.launch_bound);
+    if (g.smem_bytes) g.smem = guarded_alloc(g.smem_bytes, "dynamic shared memory");
     Entry<P...>::fn = fn;
     Entry<P...>::bind(args, name, std::index_sequence_for<P...>{});
     g.entry = &Entry<P...>::run;
     run_grid();
+    check_canaries();
     for (const Arg& arg : args)
         if (arg.kind == 'p') write_file(arg.path, arg.data, arg.bytes);
     fprintf(stderr, "emulated %s: grid (%u, %u, %u), block %u threads, %llu block barriers, "
