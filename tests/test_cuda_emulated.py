@@ -31,11 +31,14 @@ from cuda_emulation.emulated_cupy import (
     find_compiler,
 )
 from gpu_gates import gate_cases, gpu_candidate, run_gate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.dtypes import numpy_dtype
 from pytest_arbiter.histogram import NO_CANDIDATE
+from pytest_arbiter.ops import OPS
 from pytest_arbiter.runtime.cuda import emitted, sources
 
 COMPILER = find_compiler()
@@ -339,3 +342,48 @@ def test_launches_the_hardware_would_refuse_are_refused(
         fn((1, 1), (256,), (np.asarray(a), b, out, *sizes), shared_mem=sources.mma_shared_bytes())
     with pytest.raises(EmulatedKernelError, match="overlaps"):
         fn((1, 1), (256,), (a, b, a, *sizes), shared_mem=sources.mma_shared_bytes())
+
+
+# -- any shape the kernels accept ---------------------------------------------------------------
+
+PROPERTY = settings(max_examples=25, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _assert_within_budget(name: str, inputs: tuple[np.ndarray, ...]) -> None:
+    cand = gpu_candidate(name)
+    assert cand.accepts(*inputs), cand.problem(*inputs)
+    out = cand.run(*inputs)
+    op = OPS.get(cand.op)
+    exact = op.exact(*inputs)
+    err = np.abs(out.astype(np.float64) - exact)
+    allowed = op.budget(list(inputs), exact)
+    worst = float((err / allowed).max()) if err.size else 0.0
+    assert out.dtype == inputs[0].dtype and worst <= 1.0, (name, out.shape, worst)
+
+
+@PROPERTY
+@given(m=st.integers(1, 300), n=st.integers(1, 300), k=st.integers(1, 40))
+def test_tiled_sgemm_runs_any_shape_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy], m: int, n: int, k: int) -> None:
+    emulate()
+    _assert_within_budget("tiled_sgemm", _operands("tiled_sgemm", "float32", (m, n, k)))
+
+
+@PROPERTY
+@given(m16=st.integers(1, 20), n8=st.integers(1, 40), k32=st.integers(1, 4),
+       dtype=st.sampled_from(["float16", "bfloat16"]))
+def test_tensor_core_gemm_runs_every_aligned_shape_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy], m16: int, n8: int, k32: int, dtype: str) -> None:
+    emulate()
+    shape = (16 * m16, 8 * n8, 32 * k32)
+    _assert_within_budget("mma_matmul", _operands("mma_matmul", dtype, shape))
+
+
+@PROPERTY
+@given(rows=st.integers(1, 4), n=st.integers(1, 5000),
+       dtype=st.sampled_from(["float32", "float16", "bfloat16"]))
+def test_fused_softmax_runs_any_row_length_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy], rows: int, n: int, dtype: str) -> None:
+    emulate()
+    _assert_within_budget("fused_softmax", _operands("fused_softmax", dtype, (rows, n)))
