@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU device check: install the CuPy extra that matches the driver, run the GPU test
-# suite (live gates fail instead of skipping) and a short GEMM benchmark table.
+# suite (live gates fail instead of skipping), a short GEMM benchmark table, and the
+# emitted kernels under compute-sanitizer where it runs.
 # Budget: under 5 minutes on one GPU. Run from anywhere: ci/gpu-check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,4 +77,21 @@ else
     step "GEMM benchmark skipped: the emitted lane is NVIDIA-only"
 fi
 
+# Last, as it is the slowest: the emitted kernels under compute-sanitizer, after the table
+# is out. Exit status 3: the sanitizer found errors; 1: a gate failed (the script's own
+# status passes through); anything else: the tool could not run here (seen on some GPU
+# sandboxes: "Device not supported"), which is reported and does not fail the check.
+sanitizer_failed=0
+if [ "$target" = nvidia ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    for tool in memcheck racecheck; do
+        step "compute-sanitizer --tool $tool on the emitted kernels"
+        status=0
+        timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            "$PY" ci/sanitize_emitted.py || status=$?
+        echo "gpu-check: compute-sanitizer $tool exit status $status"
+        case $status in 1|3) sanitizer_failed=1 ;; esac
+    done
+fi
+
 step "done"
+exit "$sanitizer_failed"

@@ -1,4 +1,4 @@
-"""bench/gpu_gemm.py: importable without CuPy, a clean exit without a GPU, its table."""
+"""bench/gpu_gemm.py and ci/sanitize_emitted.py: a clean exit without a GPU; the table."""
 
 from __future__ import annotations
 
@@ -61,3 +61,15 @@ def test_table_layout(bench: ModuleType) -> None:
     assert lines[0] == "device: sm_90 (NVIDIA H200)"
     assert lines[3] == "| float16 | 4096 | 600.0 | 330.0 | 55% | 1.2e-03 | cublas_matmul |"
     assert lines[4] == "| float32 | 1024 | 40.0 | - | - | - | cublas_matmul (tie) |"
+
+
+SANITIZE = SCRIPT.parents[1] / "ci" / "sanitize_emitted.py"
+
+
+def test_sanitizer_driver_exits_2_with_the_reason_without_a_gpu() -> None:
+    if isinstance(core_device.probe_device("nvidia"), DeviceInfo):
+        pytest.skip("this machine has an NVIDIA GPU; the driver would run the kernels")
+    proc = subprocess.run([sys.executable, str(SANITIZE)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the emitted lane cannot run here:" in proc.stdout

@@ -14,11 +14,13 @@ gates (test_cuda_live.py) do.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -387,3 +389,27 @@ def test_fused_softmax_runs_any_row_length_on_the_emulated_device(
         emulate: Callable[..., EmulatedCupy], rows: int, n: int, dtype: str) -> None:
     emulate()
     _assert_within_budget("fused_softmax", _operands("fused_softmax", dtype, (rows, n)))
+
+
+def _sanitizer_driver() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "ci" / "sanitize_emitted.py"
+    spec = importlib.util.spec_from_file_location("sanitize_emitted", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sanitizer_driver_gates_every_emitted_kernel_on_the_emulated_device(
+        emulate: Callable[..., EmulatedCupy], mutate: Callable[[str, str, str], None],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """ci/sanitize_emitted.py, which gpu-check.sh runs under compute-sanitizer."""
+    driver = _sanitizer_driver()
+    emulate()
+    assert driver.main() == 0
+    out = capsys.readouterr().out
+    assert out.count(": passed,") == len(driver.CASES), out
+    mutate(*MUTANTS["softmax sums over one warp only"])
+    emulate()
+    assert driver.main() == 1
+    assert "fused_softmax" in capsys.readouterr().out
