@@ -38,15 +38,26 @@ class EmulatedKernelError(RuntimeError):
     """The emulator refused or aborted a launch, or the kernel did not compile for it."""
 
 
-def find_compiler() -> str | None:
-    """A host C++ compiler that knows ``_Float16`` (GCC 12 or newer on x86-64), or None."""
-    found = shutil.which("g++") or shutil.which("c++")
-    if found is None:
-        return None
-    probe = subprocess.run([found, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"],
-                           input="_Float16 half = 1.0f;\n", capture_output=True, text=True,
-                           timeout=60)
-    return found if probe.returncode == 0 else None
+def find_compiler() -> str:
+    """A host C++ compiler the emulator can use: C++17 with ``_Float16`` (GCC 12 or newer
+    on x86-64 Linux).
+
+    Raises :class:`LookupError` saying why there is none.
+    """
+    tried = []
+    for name in ("g++", "c++"):
+        found = shutil.which(name)
+        if found is None:
+            tried.append(f"{name}: not on PATH")
+            continue
+        probe = subprocess.run([found, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"],
+                               input="#include <ucontext.h>\n_Float16 half = 1.0f;\n",
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return found
+        first = (probe.stderr.strip().splitlines() or ["failed"])[0]
+        tried.append(f"{found}: no C++17 with _Float16 and ucontext.h ({first})")
+    raise LookupError("; ".join(tried))
 
 
 def launch_bound(code: str, function: str) -> str | None:
@@ -175,7 +186,8 @@ class EmulatedFunction:
                 if done.returncode < 0:
                     why = f"killed by {signal.Signals(-done.returncode).name}"
                     if done.returncode == -signal.SIGSEGV:
-                        why += " (a memory access outside the buffers or past a guard page)"
+                        why += (" (an access into the guard region around a buffer, or "
+                                "other unmapped memory)")
                 else:
                     why = done.stderr.strip() or f"exit status {done.returncode}"
                 raise EmulatedKernelError(f"{self.name}: {why}")
@@ -248,7 +260,9 @@ class EmulatedCupy:
             "name": f"CPU emulation of sm_{major}{minor}", "major": major, "minor": minor,
             "sharedMemPerBlockOptin": OPT_IN_SHARED.get((major, minor), 48 * 1024),
             "l2CacheSize": 50 * 1024 * 1024}
-        self.cuda = SimpleNamespace(runtime=EmulatedRuntime(self.props))
+        # every array is its own guarded allocation already, so there is no pool to switch off
+        self.cuda = SimpleNamespace(runtime=EmulatedRuntime(self.props),
+                                    set_allocator=lambda allocator=None: None)
         self.log: list[str] = []
 
     def RawModule(self, *, code: str, options: Sequence[str] = ()) -> EmulatedModule:

@@ -24,8 +24,9 @@
 //     it exits. Plain loads and stores of shared memory are not tracked;
 //   * a block larger than the kernel's __launch_bounds__ (the launcher is told the bound);
 //   * a store into the slack around a buffer (canary bytes, checked after the launch).
-// Every buffer sits between two guard pages, its end 16-byte aligned right before the
-// second, so an access past the pages crashes (SIGSEGV). Dynamic shared memory starts
+// Every buffer sits between two inaccessible guard regions of 64 MiB plus its own size,
+// its end 16-byte aligned right before the second, so an access that lands in either
+// crashes (SIGSEGV); one that jumps further may land in other memory. Dynamic shared memory starts
 // poisoned with 0xFF bytes (NaN in every float format); static __shared__ arrays are
 // plain static storage, zero in the first block and left as the last block left them.
 //
@@ -152,22 +153,24 @@ inline size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 constexpr unsigned char kCanary = 0xa5;
 
-// `bytes` of memory between two inaccessible guard pages, the end 16-byte aligned right
-// before the second; the slack around them holds canary bytes (see check_canaries).
+constexpr size_t kGuardBytes = size_t(64) << 20;
+
+// `bytes` of memory between two inaccessible guard regions (reserved address space, never
+// backed), the end 16-byte aligned right before the second; the slack around the bytes
+// holds canary bytes (see check_canaries).
 inline unsigned char* guarded_alloc(size_t bytes, std::string what) {
     const size_t page = page_size();
     const size_t padded = (bytes + 15) / 16 * 16;
     const size_t body = std::max(page, (padded + page - 1) / page * page);
-    void* base = mmap(nullptr, body + 2 * page, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) fail("mmap of %zu bytes failed", body + 2 * page);
-    unsigned char* front = static_cast<unsigned char*>(base);
-    unsigned char* back = front + page + body;
-    if (mprotect(front, page, PROT_NONE) != 0 || mprotect(back, page, PROT_NONE) != 0)
-        fail("mprotect of a guard page failed");
-    memset(front + page, kCanary, body);
-    unsigned char* data = back - padded;
-    g.buffers.push_back({front + page, body, data, bytes, std::move(what)});
+    const size_t guard = (kGuardBytes + body + page - 1) / page * page;
+    void* base = mmap(nullptr, guard + body + guard, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) fail("reserving %zu bytes of address space failed", 2 * guard + body);
+    unsigned char* start = static_cast<unsigned char*>(base) + guard;
+    if (mprotect(start, body, PROT_READ | PROT_WRITE) != 0) fail("mprotect of a buffer failed");
+    memset(start, kCanary, body);
+    unsigned char* data = start + body - padded;
+    g.buffers.push_back({start, body, data, bytes, std::move(what)});
     return data;
 }
 
