@@ -6,9 +6,9 @@ with CuPy replaced by :mod:`cuda_emulation.emulated_cupy`, which compiles the bu
 ``.cu`` text and options with the host C++ compiler against ``cuda_emulation/emulator.h``.
 What this proves: the index arithmetic, tiling, predication, ``cp.async`` pipeline order,
 barriers and fragment layouts agree with the PTX ISA's description of the instructions,
-the F4 gate passes, and no access leaves its buffer. What it cannot prove: the inline asm
-wrappers' operand lists themselves (the emulation replaces them), speed, and races through
-plain shared-memory loads and stores inside one barrier interval (docs/gpu.md). The live
+the F4 gate passes, no access leaves its buffer, and (under ThreadSanitizer) no plain load
+or store races inside a barrier interval. What it cannot prove: the inline asm wrappers'
+operand lists themselves (the emulation replaces them) and speed (docs/gpu.md). The live
 gates (test_cuda_live.py) do.
 """
 
@@ -31,6 +31,7 @@ from cuda_emulation.emulated_cupy import (
     EmulatedKernelError,
     Schedule,
     find_compiler,
+    thread_sanitizer_problem,
 )
 from gpu_gates import gate_cases, gpu_candidate, run_gate
 from hypothesis import HealthCheck, given, settings
@@ -75,12 +76,13 @@ def emulate(builder: Builder, cupy_as: Callable[[Any], None],
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., EmulatedCupy]]:
     """Install an emulated sm_90 as the CuPy device: ``emulate(Schedule(...))``."""
 
-    def install(schedule: Schedule | None = None, *, major: int = 9,
-                minor: int = 0) -> EmulatedCupy:
+    def install(schedule: Schedule | None = None, *, major: int = 9, minor: int = 0,
+                racecheck: bool = False) -> EmulatedCupy:
         # the runtime caches compiled functions per device id: start each device afresh
         monkeypatch.setattr(emitted, "_MODULES", {})
         monkeypatch.setattr(emitted, "_FUNCTIONS", {})
-        cp = EmulatedCupy(builder, major=major, minor=minor, schedule=schedule or Schedule())
+        cp = EmulatedCupy(builder, major=major, minor=minor, schedule=schedule or Schedule(),
+                          racecheck=racecheck)
         cupy_as(cp)
         return cp
 
@@ -422,3 +424,53 @@ def test_sanitizer_driver_gates_every_emitted_kernel_on_the_emulated_device(
     emulate()
     assert driver.main() == 1
     assert "fused_softmax" in capsys.readouterr().out
+
+
+# -- ThreadSanitizer over plain memory accesses ------------------------------------------------
+
+RACE_CASES = [("tiled_sgemm", "float32", (131, 129, 17)),
+              ("mma_matmul", "float16", (144, 136, 64)),
+              ("fused_softmax", "float16", (3, 2500))]
+
+# A race through plain loads and stores of a static shared array that the plain emulation
+# runs without a wrong bit (its threads switch only at barriers and collectives), and
+# ThreadSanitizer reports. (SGEMM without its second barrier computes wrong numbers in the
+# plain emulation already.)
+TSAN_MUTANTS = {
+    "softmax reuses its scratch before every warp has read it": (
+        "softmax.cu",
+        "    __syncthreads();  // scratch may still be read by the previous reduction\n", ""),
+}
+TSAN_CASES = {"softmax.cu": ("fused_softmax", "float32", (2, 4097))}
+
+
+@pytest.fixture(scope="session")
+def thread_sanitizer(builder: Builder) -> None:
+    problem = thread_sanitizer_problem(builder.compiler, builder.directory)
+    if problem is not None:
+        pytest.skip(problem)
+
+
+@pytest.mark.usefixtures("thread_sanitizer")
+@pytest.mark.parametrize(("name", "dtype", "shape"), RACE_CASES)
+def test_no_data_race_under_thread_sanitizer(
+        emulate: Callable[..., EmulatedCupy], name: str, dtype: str,
+        shape: tuple[int, ...]) -> None:
+    cp = emulate(racecheck=True)
+    _assert_within_budget(name, _operands(name, dtype, shape))
+    assert cp.log
+
+
+@pytest.mark.usefixtures("thread_sanitizer")
+@pytest.mark.parametrize("mutant", list(TSAN_MUTANTS))
+def test_thread_sanitizer_catches_a_race_the_plain_emulation_cannot(
+        emulate: Callable[..., EmulatedCupy], mutate: Callable[[str, str, str], None],
+        mutant: str) -> None:
+    file, old, new = TSAN_MUTANTS[mutant]
+    mutate(file, old, new)
+    name, dtype, shape = TSAN_CASES[file]
+    emulate()
+    _assert_within_budget(name, _operands(name, dtype, shape))  # no wrong bit without it
+    emulate(racecheck=True)
+    with pytest.raises(EmulatedKernelError, match=r"data race \(ThreadSanitizer\)"):
+        gpu_candidate(name).run(*_operands(name, dtype, shape))

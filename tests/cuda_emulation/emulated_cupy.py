@@ -11,6 +11,7 @@ output element the kernel never writes shows) and copies.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import signal
@@ -27,6 +28,8 @@ import numpy as np
 
 EMULATOR = Path(__file__).with_name("emulator.h")
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
+TSAN_EXIT = 66
+TSAN_OPTIONS = f"halt_on_error=1 exitcode={TSAN_EXIT}"
 # the most dynamic shared memory one block may opt into, by compute capability (CUDA
 # programming guide, "Technical Specifications per Compute Capability")
 OPT_IN_SHARED = {(7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024,
@@ -60,6 +63,23 @@ def find_compiler() -> str:
     raise LookupError("; ".join(tried))
 
 
+def thread_sanitizer_problem(compiler: str, directory: Path) -> str | None:
+    """Why ``compiler`` cannot build and run a ThreadSanitizer fiber program here, or None."""
+    source = directory / "tsan_probe.cpp"
+    exe = directory / "tsan_probe"
+    source.write_text("#include <sanitizer/tsan_interface.h>\n"
+                      "int main() { void* f = __tsan_create_fiber(0); __tsan_destroy_fiber(f); }\n",
+                      encoding="utf-8")
+    built = subprocess.run([compiler, "-fsanitize=thread", "-o", str(exe), str(source)],
+                           capture_output=True, text=True, timeout=120)
+    if built.returncode != 0:
+        return f"{compiler} -fsanitize=thread failed: {built.stderr.strip()[:300]}"
+    ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    if ran.returncode != 0:
+        return f"a ThreadSanitizer program does not run here: {ran.stderr.strip()[:300]}"
+    return None
+
+
 def launch_bound(code: str, function: str) -> str | None:
     """The ``__launch_bounds__`` maximum (an expression) written before ``function``."""
     found = re.search(
@@ -89,13 +109,18 @@ class Builder:
     _built: dict[str, Path] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def build(self, code: str, options: Sequence[str], function: str) -> Path:
+    def build(self, code: str, options: Sequence[str], function: str, *,
+              racecheck: bool = False) -> Path:
+        """The emulator executable of ``function``; with ``racecheck``, built with
+        ThreadSanitizer watching every plain memory access (several times slower)."""
         flags = []
         for option in options:
             if not option.startswith(("-std=", "-D")):
                 raise EmulatedKernelError(f"option {option!r} has no host equivalent")
             flags.append(option)
         emulator = EMULATOR.read_text(encoding="utf-8")
+        if racecheck:
+            flags += ["-fsanitize=thread", "-DEMU_TSAN", "-g"]
         key = hashlib.sha256("\0".join([emulator, code, *flags, function]).encode()).hexdigest()
         with self._lock:
             found = self._built.get(key)
@@ -119,6 +144,17 @@ class Builder:
         with self._lock:
             self._built[key] = exe
         return exe
+
+
+def _tsan_report(stderr: str) -> str:
+    """The first race ThreadSanitizer printed: its summary and the two accesses."""
+    lines = stderr.splitlines()
+    summary = next((x for x in lines if x.startswith("SUMMARY: ThreadSanitizer")), "")
+    accesses = [x.strip() for x in lines
+                if x.lstrip().startswith(("Write of size", "Read of size", "Previous write",
+                                          "Previous read"))]
+    frames = [x.strip() for x in lines if "(emulated kernel source)" in x][:2]
+    return "; ".join(["data race (ThreadSanitizer)", *accesses[:2], *frames, summary])
 
 
 def _dims(value: int | Sequence[int]) -> tuple[int, int, int]:
@@ -181,7 +217,10 @@ class EmulatedFunction:
                 else:
                     raise TypeError(f"{self.name}: argument {index} is a {type(arg).__name__}; "
                                     f"the kernels take arrays and numpy.int32")
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "TSAN_OPTIONS": TSAN_OPTIONS})
+            if done.returncode == TSAN_EXIT:
+                raise EmulatedKernelError(f"{self.name}: {_tsan_report(done.stderr)}")
             if done.returncode != 0:
                 if done.returncode < 0:
                     why = f"killed by {signal.Signals(-done.returncode).name}"
@@ -207,7 +246,8 @@ class EmulatedModule:
         self.options = tuple(options)
 
     def executable(self, name: str) -> Path:
-        return self.owner.builder.build(self.code, self.options, name)
+        return self.owner.builder.build(self.code, self.options, name,
+                                        racecheck=self.owner.racecheck)
 
     def get_function(self, name: str) -> EmulatedFunction:
         if re.search(rf"\b{re.escape(name)}\s*\(", self.code) is None:
@@ -253,9 +293,10 @@ class EmulatedCupy:
     ndarray = DeviceArray
 
     def __init__(self, builder: Builder, *, major: int = 9, minor: int = 0,
-                 schedule: Schedule | None = None) -> None:
+                 schedule: Schedule | None = None, racecheck: bool = False) -> None:
         self.builder = builder
         self.schedule = schedule or Schedule()
+        self.racecheck = racecheck
         self.props: dict[str, Any] = {
             "name": f"CPU emulation of sm_{major}{minor}", "major": major, "minor": minor,
             "sharedMemPerBlockOptin": OPT_IN_SHARED.get((major, minor), 48 * 1024),

@@ -32,6 +32,12 @@
 //
 // It also counts the ldmatrix phases (one 8x8 matrix: eight 16-byte rows) whose rows fall
 // in the same shared-memory bank at different addresses, which the hardware serialises.
+//
+// Built with -fsanitize=thread -DEMU_TSAN, every fiber is a ThreadSanitizer fiber, and the
+// only happens-before edges between the threads of a block are its __syncthreads(): then
+// ThreadSanitizer reports any plain load and store of memory (static __shared__ arrays
+// included) that races inside one barrier interval. Blocks are ordered one after another,
+// as their shared memory is their own; the emulator's own bookkeeping is not checked.
 #pragma once
 
 #include <math.h>
@@ -43,6 +49,14 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
+#endif
 
 #include <algorithm>
 #include <random>
@@ -104,6 +118,7 @@ typedef void (*Resolve)(Thread* const* lanes);
 struct Thread {
     ucontext_t context;
     void* stack = nullptr;
+    void* tsan_fiber = nullptr;
     dim3 idx;
     unsigned linear = 0;
     Wait wait = Wait::none;
@@ -147,6 +162,50 @@ struct Launch {
 
 inline Launch g;
 
+// ThreadSanitizer's view (EMU_TSAN builds; no-ops otherwise). The sync objects: the start
+// and end of a block, and one per barrier interval (three in turn: a thread that has
+// passed barrier k+1 must not hand its later accesses to one still waking from k).
+struct Tsan {
+    void* scheduler = nullptr;
+    char block_start = 0, block_end = 0, barrier[3] = {};
+};
+inline Tsan tsan;
+
+// The emulator's own bookkeeping, shared across fibers without ordering: not the kernel's
+// accesses, so ThreadSanitizer ignores it.
+struct Internal {
+#ifdef EMU_TSAN
+    Internal() {
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+    }
+    ~Internal() {
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    }
+#endif
+};
+
+// Always inlined: a function entered on one fiber and left on another would unbalance
+// ThreadSanitizer's shadow call stacks.
+__attribute__((always_inline)) inline void tsan_switch([[maybe_unused]] void* fiber) {
+#ifdef EMU_TSAN
+    __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+#endif
+}
+
+inline void tsan_release([[maybe_unused]] void* what) {
+#ifdef EMU_TSAN
+    __tsan_release(what);
+#endif
+}
+
+inline void tsan_acquire([[maybe_unused]] void* what) {
+#ifdef EMU_TSAN
+    __tsan_acquire(what);
+#endif
+}
+
 constexpr size_t kStackBytes = 256 * 1024;
 
 inline size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
@@ -188,14 +247,25 @@ inline void check_canaries() {
 
 // ---- the scheduler ----------------------------------------------------------------------
 
-inline void yield() { swapcontext(&g.current->context, &g.scheduler); }
+inline void yield() {
+    tsan_switch(tsan.scheduler);
+    swapcontext(&g.current->context, &g.scheduler);
+}
 
 inline void land_pending_copies();
 
 inline void fiber_main() {
+    tsan_acquire(&tsan.block_start);
     g.entry();
-    land_pending_copies();  // the hardware lands them even when nobody waits
-    g.current->done = true;
+    {
+        Internal internal;
+        land_pending_copies();  // the hardware lands them even when nobody waits
+        g.current->done = true;
+    }
+    tsan_release(&tsan.block_end);
+    // Never return: the return would be booked on the scheduler's shadow call stack.
+    tsan_switch(tsan.scheduler);
+    setcontext(&g.scheduler);
 }
 
 inline std::vector<unsigned> schedule_order(unsigned n, unsigned block_serial) {
@@ -265,18 +335,24 @@ inline void run_block(unsigned block_serial) {
         t.done = false;
         t.open_group.clear();
         t.committed.clear();
+#ifdef EMU_TSAN
+        if (t.tsan_fiber) __tsan_destroy_fiber(t.tsan_fiber);  // a fresh shadow stack
+        t.tsan_fiber = __tsan_create_fiber(0);
+#endif
         getcontext(&t.context);
         t.context.uc_stack.ss_sp = t.stack;
         t.context.uc_stack.ss_size = kStackBytes;
-        t.context.uc_link = &g.scheduler;
+        t.context.uc_link = nullptr;  // fiber_main never returns
         makecontext(&t.context, fiber_main, 0);
     }
     const std::vector<unsigned> order = schedule_order(n, block_serial);
+    tsan_release(&tsan.block_start);
     for (;;) {
         for (unsigned i : order) {
             Thread& t = g.threads[i];
             if (t.done || t.wait != Wait::none) continue;
             g.current = &t;
+            tsan_switch(t.tsan_fiber);
             swapcontext(&g.scheduler, &t.context);
         }
         g.current = nullptr;
@@ -286,7 +362,10 @@ inline void run_block(unsigned block_serial) {
             ++live;
             if (g.threads[i].wait == Wait::block) ++at_block;
         }
-        if (live == 0) return;
+        if (live == 0) {
+            tsan_acquire(&tsan.block_end);
+            return;
+        }
         if (at_block == live && live != n)
             fail("__syncthreads in block (%u,%u,%u) reached by %u threads; the other %u have "
                  "exited without reaching it", g.block_idx.x, g.block_idx.y, g.block_idx.z,
@@ -301,8 +380,12 @@ inline void run_block(unsigned block_serial) {
 }
 
 inline void run_grid() {
+    Internal internal;  // the scheduler only keeps the books
     const unsigned n = g.block.x * g.block.y * g.block.z;
     g.threads.resize(n);
+#ifdef EMU_TSAN
+    tsan.scheduler = __tsan_get_current_fiber();
+#endif
     for (Thread& t : g.threads)
         if (!t.stack) t.stack = malloc(kStackBytes);
     unsigned serial = 0;
@@ -326,6 +409,7 @@ inline void run_grid() {
 inline void collective(const char* name, Resolve resolve, void* out, const void* in0,
                        const void* in1 = nullptr, const void* in2 = nullptr,
                        const void* in3 = nullptr) {
+    Internal internal;
     Thread* t = g.current;
     t->collective = name;
     t->resolve = resolve;
@@ -461,8 +545,14 @@ inline uint16_t half_of(uint32_t reg, int which) {
 #define gridDim (::emu::g.grid)
 
 inline void __syncthreads() {
-    ::emu::g.current->wait = ::emu::Wait::block;
-    ::emu::yield();
+    using namespace ::emu;
+    tsan_release(&tsan.barrier[g.barriers % 3]);
+    {
+        Internal internal;
+        g.current->wait = Wait::block;
+        yield();
+    }
+    tsan_acquire(&tsan.barrier[(g.barriers - 1) % 3]);
 }
 
 namespace emu {
@@ -506,6 +596,7 @@ inline void complete(const std::vector<Copy>& group) {
 
 // cp.async.cg.shared.global [dst], [src], 16, src_size: copy src_size bytes, zero the rest
 inline void cp_async_cg_16(unsigned dst, const void* src, int src_size) {
+    Internal internal;
     if (src_size < 0 || src_size > 16) fail("cp.async src-size %d is outside [0, 16]", src_size);
     if (reinterpret_cast<uintptr_t>(src) % 16) fail("cp.async source %p is not 16-byte aligned", src);
     Copy copy{shared_bytes(dst, 16, 16, "cp.async destination"),
@@ -529,12 +620,14 @@ namespace ptx {
 
 // cp.async.commit_group: the open copies become the newest group
 inline void cp_async_commit_group() {
+    Internal internal;
     g.current->committed.push_back(std::move(g.current->open_group));
     g.current->open_group.clear();
 }
 
 // cp.async.wait_group n: every committed group but the newest n has completed
 inline void cp_async_wait_group(int n) {
+    Internal internal;
     std::vector<std::vector<Copy>>& groups = g.current->committed;
     while (groups.size() > static_cast<size_t>(n)) {
         complete(groups.front());
