@@ -21,14 +21,15 @@
 //     16-byte chunk written by one thread and read or written by another between the same
 //     two __syncthreads(), or read while a cp.async to it is still in flight (issued, not
 //     yet retired by its thread's wait_group); copies a thread never waited for land when
-//     it exits. Plain loads and stores of shared memory are not tracked;
+//     it exits. Plain loads and stores are left to the ThreadSanitizer build (below);
 //   * a block larger than the kernel's __launch_bounds__ (the launcher is told the bound);
 //   * a store into the slack around a buffer (canary bytes, checked after the launch).
 // Every buffer sits between two inaccessible guard regions of 64 MiB plus its own size,
 // its end 16-byte aligned right before the second, so an access that lands in either
-// crashes (SIGSEGV); one that jumps further may land in other memory. Dynamic shared memory starts
-// poisoned with 0xFF bytes (NaN in every float format); static __shared__ arrays are
-// plain static storage, zero in the first block and left as the last block left them.
+// crashes (SIGSEGV); one that jumps further may land in other memory. Dynamic shared
+// memory starts poisoned with 0xFF bytes (NaN in every float format); static __shared__
+// arrays are plain static storage, zero in the first block and left as the last block
+// left them.
 //
 // It also counts the ldmatrix phases (one 8x8 matrix: eight 16-byte rows) whose rows fall
 // in the same shared-memory bank at different addresses, which the hardware serialises.
@@ -314,7 +315,10 @@ inline bool release_warps(unsigned n) {
     for (unsigned i = 0; i < n; ++i) {
         if (g.threads[i].done) ++done;
         else if (g.threads[i].wait == Wait::block) ++at_block;
-        else if (g.threads[i].wait == Wait::warp) { ++at_warp; collective = g.threads[i].collective; }
+        else if (g.threads[i].wait == Wait::warp) {
+            ++at_warp;
+            collective = g.threads[i].collective;
+        }
     }
     fail("deadlock in block (%u,%u,%u): %u threads at __syncthreads, %u in a warp collective "
          "(%s), %u finished", g.block_idx.x, g.block_idx.y, g.block_idx.z, at_block, at_warp,
@@ -598,7 +602,8 @@ inline void complete(const std::vector<Copy>& group) {
 inline void cp_async_cg_16(unsigned dst, const void* src, int src_size) {
     Internal internal;
     if (src_size < 0 || src_size > 16) fail("cp.async src-size %d is outside [0, 16]", src_size);
-    if (reinterpret_cast<uintptr_t>(src) % 16) fail("cp.async source %p is not 16-byte aligned", src);
+    if (reinterpret_cast<uintptr_t>(src) % 16)
+        fail("cp.async source %p is not 16-byte aligned", src);
     Copy copy{shared_bytes(dst, 16, 16, "cp.async destination"),
               static_cast<const unsigned char*>(src), src_size, g.current->linear};
     note_issue(dst, copy.thread);
@@ -658,7 +663,8 @@ void resolve_ldmatrix_x4(Thread* const* lanes) {
     uint16_t m[4][8][8];
     for (int j = 0; j < 4; ++j) {
         unsigned rows[8];
-        for (int r = 0; r < 8; ++r) rows[r] = *static_cast<const unsigned*>(lanes[8 * j + r]->in[0]);
+        for (int r = 0; r < 8; ++r)
+            rows[r] = *static_cast<const unsigned*>(lanes[8 * j + r]->in[0]);
         ++g.ldmatrix_phases;
         if (bank_conflict(rows)) ++g.ldmatrix_conflicted;
     }
@@ -770,24 +776,28 @@ inline std::vector<unsigned char> read_file(const std::string& path) {
     std::vector<unsigned char> data;
     unsigned char chunk[65536];
     size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) data.insert(data.end(), chunk, chunk + got);
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        data.insert(data.end(), chunk, chunk + got);
     fclose(f);
     return data;
 }
 
 inline void write_file(const std::string& path, const unsigned char* data, size_t bytes) {
     FILE* f = fopen(path.c_str(), "wb");
-    if (!f || fwrite(data, 1, bytes, f) != bytes || fclose(f) != 0) fail("cannot write %s", path.c_str());
+    if (!f || fwrite(data, 1, bytes, f) != bytes || fclose(f) != 0)
+        fail("cannot write %s", path.c_str());
 }
 
 template <typename P>
 P convert(const Arg& arg, size_t index, const char* name) {
     if constexpr (std::is_pointer_v<P>) {
-        if (arg.kind != 'p') fail("argument %zu of %s is a pointer, the launch passed an int", index, name);
+        if (arg.kind != 'p')
+            fail("argument %zu of %s is a pointer, the launch passed an int", index, name);
         return static_cast<P>(static_cast<void*>(arg.data));
     } else {
         static_assert(std::is_same_v<P, int>, "kernel parameters must be pointers or int");
-        if (arg.kind != 'i') fail("argument %zu of %s is an int, the launch passed a buffer", index, name);
+        if (arg.kind != 'i')
+            fail("argument %zu of %s is an int, the launch passed a buffer", index, name);
         return arg.value;
     }
 }
@@ -853,7 +863,8 @@ int launch_main(int argc, char** argv, void (*fn)(P...), const char* name) {
     for (; i < argc; ++i) {
         const std::string a = argv[i];
         Arg arg;
-        if (a.size() < 2 || a[1] != ':' || (a[0] != 'p' && a[0] != 'i')) fail("bad argument %s", a.c_str());
+        if (a.size() < 2 || a[1] != ':' || (a[0] != 'p' && a[0] != 'i'))
+            fail("bad argument %s", a.c_str());
         arg.kind = a[0];
         if (arg.kind == 'p') {
             arg.path = a.substr(2);
