@@ -472,5 +472,64 @@ def test_thread_sanitizer_catches_a_race_the_plain_emulation_cannot(
     emulate()
     _assert_within_budget(name, _operands(name, dtype, shape))  # no wrong bit without it
     emulate(racecheck=True)
-    with pytest.raises(EmulatedKernelError, match=r"data race \(ThreadSanitizer\)"):
+    with pytest.raises(EmulatedKernelError, match=r"data race \(ThreadSanitizer\).*block_reduce"):
         gpu_candidate(name).run(*_operands(name, dtype, shape))
+
+
+RACY_UNDER_TSAN = {
+    "static_shared_between_warps": """
+extern "C" __global__ void static_shared_between_warps(float* out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) s[0] = 2.0f;
+    if (threadIdx.x == 32) out[0] = s[0];  // warp 1 reads what warp 0 writes, no barrier
+    __syncthreads();
+}""",
+    "plain_store_under_ldmatrix": """
+extern "C" __global__ void plain_store_under_ldmatrix(float* out) {
+    unsigned short* h = reinterpret_cast<unsigned short*>(emu::g.smem);
+    __syncthreads();
+    if (threadIdx.x >= 32) h[(threadIdx.x - 32) * 8] = 1;  // warp 1 stores the rows...
+    if (threadIdx.x < 32) {  // ...that warp 0 loads with ldmatrix, no barrier between
+        unsigned r[4];
+        emu::ptx::ldmatrix_x4<false>(r, emu::ptx::cvta_to_shared(emu::g.smem + 16 * threadIdx.x));
+        out[threadIdx.x] = static_cast<float>(r[0]);
+    }
+    __syncthreads();
+}""",
+}
+
+CLEAN_UNDER_TSAN = """
+extern "C" __global__ void tree_sum(const float* in, float* out, int n) {
+    __shared__ float partial[256];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += in[blockIdx.x * n + i];
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}"""
+
+
+@pytest.mark.usefixtures("thread_sanitizer")
+@pytest.mark.parametrize("kernel", list(RACY_UNDER_TSAN))
+def test_thread_sanitizer_reports_plain_accesses_that_race(builder: Builder, kernel: str) -> None:
+    cp = EmulatedCupy(builder, racecheck=True)
+    fn = cp.RawModule(code=RACY_UNDER_TSAN[kernel], options=("-std=c++17",)).get_function(kernel)
+    with pytest.raises(EmulatedKernelError, match=rf"data race \(ThreadSanitizer\).*{kernel}"):
+        fn((1,), (64,), (cp.zeros(64, dtype=np.float32),), shared_mem=1024)
+
+
+@pytest.mark.usefixtures("thread_sanitizer")
+def test_thread_sanitizer_passes_a_correct_reduction_over_shuffled_blocks(
+        builder: Builder) -> None:
+    cp = EmulatedCupy(builder, racecheck=True, schedule=Schedule("shuffled:3", "lazy"))
+    fn = cp.RawModule(code=CLEAN_UNDER_TSAN, options=("-std=c++17",)).get_function("tree_sum")
+    values = np.arange(4 * 300, dtype=np.float32).reshape(4, 300)
+    out = cp.zeros(4, dtype=np.float32)
+    fn((4,), (256,), (cp.asarray(values), out, np.int32(300)))
+    np.testing.assert_allclose(out, values.sum(axis=1, dtype=np.float64), rtol=1e-6)

@@ -36,9 +36,11 @@
 //
 // Built with -fsanitize=thread -DEMU_TSAN, every fiber is a ThreadSanitizer fiber, and the
 // only happens-before edges between the threads of a block are its __syncthreads(): then
-// ThreadSanitizer reports any plain load and store of memory (static __shared__ arrays
-// included) that races inside one barrier interval. Blocks are ordered one after another,
-// as their shared memory is their own; the emulator's own bookkeeping is not checked.
+// ThreadSanitizer reports plain loads and stores (static __shared__ arrays included) that
+// race inside one barrier interval, and races between them and cp.async / ldmatrix, whose
+// accesses are told to it as the issuing thread's. Blocks are ordered one after another,
+// as their shared memory and stacks are their own, so a race between two blocks on global
+// memory is not reported; the emulator's own bookkeeping is not checked.
 #pragma once
 
 #include <math.h>
@@ -57,6 +59,8 @@ extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
 extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
+extern "C" void __tsan_read_range(void* addr, unsigned long size);
+extern "C" void __tsan_write_range(void* addr, unsigned long size);
 #endif
 
 #include <algorithm>
@@ -120,6 +124,7 @@ struct Thread {
     ucontext_t context;
     void* stack = nullptr;
     void* tsan_fiber = nullptr;
+    bool started = false;  // its fiber exists and parks between blocks
     dim3 idx;
     unsigned linear = 0;
     Wait wait = Wait::none;
@@ -164,11 +169,12 @@ struct Launch {
 inline Launch g;
 
 // ThreadSanitizer's view (EMU_TSAN builds; no-ops otherwise). The sync objects: the start
-// and end of a block, and one per barrier interval (three in turn: a thread that has
-// passed barrier k+1 must not hand its later accesses to one still waking from k).
+// and end of a block, and two for barriers in turn: a thread may arrive at barrier k+1,
+// releasing what it did since k, before another has woken from k, and the one waking
+// must not acquire that.
 struct Tsan {
     void* scheduler = nullptr;
-    char block_start = 0, block_end = 0, barrier[3] = {};
+    char block_start = 0, block_end = 0, barrier[2] = {};
 };
 inline Tsan tsan;
 
@@ -183,6 +189,34 @@ struct Internal {
     ~Internal() {
         AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
         AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    }
+#endif
+};
+
+// What a thread's cp.async or ldmatrix touches, told to ThreadSanitizer as that thread's
+// access (the bytes themselves are moved by the emulator's bookkeeping, which it ignores).
+inline void tsan_reads([[maybe_unused]] const void* p, [[maybe_unused]] size_t bytes) {
+#ifdef EMU_TSAN
+    __tsan_read_range(const_cast<void*>(p), bytes);
+#endif
+}
+
+inline void tsan_writes([[maybe_unused]] void* p, [[maybe_unused]] size_t bytes) {
+#ifdef EMU_TSAN
+    __tsan_write_range(p, bytes);
+#endif
+}
+
+// Inside an Internal scope: an access that is the kernel's after all.
+struct Visible {
+#ifdef EMU_TSAN
+    Visible() {
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+    }
+    ~Visible() {
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
     }
 #endif
 };
@@ -255,18 +289,21 @@ inline void yield() {
 
 inline void land_pending_copies();
 
+// One fiber per thread index for the whole grid: it runs the kernel once per block and
+// parks in between. It never returns (a return would be booked on the scheduler's shadow
+// call stack), and reusing it is much cheaper under ThreadSanitizer than a fresh one.
 inline void fiber_main() {
-    tsan_acquire(&tsan.block_start);
-    g.entry();
-    {
-        Internal internal;
-        land_pending_copies();  // the hardware lands them even when nobody waits
-        g.current->done = true;
+    for (;;) {
+        tsan_acquire(&tsan.block_start);
+        g.entry();
+        {
+            Internal internal;
+            land_pending_copies();  // the hardware lands them even when nobody waits
+            g.current->done = true;
+        }
+        tsan_release(&tsan.block_end);
+        yield();  // parked until the next block
     }
-    tsan_release(&tsan.block_end);
-    // Never return: the return would be booked on the scheduler's shadow call stack.
-    tsan_switch(tsan.scheduler);
-    setcontext(&g.scheduler);
 }
 
 inline std::vector<unsigned> schedule_order(unsigned n, unsigned block_serial) {
@@ -339,8 +376,9 @@ inline void run_block(unsigned block_serial) {
         t.done = false;
         t.open_group.clear();
         t.committed.clear();
+        if (t.started) continue;  // parked at the end of the last block
+        t.started = true;
 #ifdef EMU_TSAN
-        if (t.tsan_fiber) __tsan_destroy_fiber(t.tsan_fiber);  // a fresh shadow stack
         t.tsan_fiber = __tsan_create_fiber(0);
 #endif
         getcontext(&t.context);
@@ -550,13 +588,13 @@ inline uint16_t half_of(uint32_t reg, int which) {
 
 inline void __syncthreads() {
     using namespace ::emu;
-    tsan_release(&tsan.barrier[g.barriers % 3]);
+    tsan_release(&tsan.barrier[g.barriers % 2]);
     {
         Internal internal;
         g.current->wait = Wait::block;
         yield();
     }
-    tsan_acquire(&tsan.barrier[(g.barriers - 1) % 3]);
+    tsan_acquire(&tsan.barrier[(g.barriers - 1) % 2]);
 }
 
 namespace emu {
@@ -593,6 +631,11 @@ inline unsigned cvta_to_shared(const void* p) { return shared_address(p); }
 inline void complete(const std::vector<Copy>& group) {
     for (const Copy& c : group) {
         note_landed(static_cast<unsigned>(c.dst - g.smem), c.thread);
+        {
+            Visible landing;  // on the issuing thread's fiber
+            tsan_writes(c.dst, 16);
+            if (c.src_bytes) tsan_reads(c.src, static_cast<size_t>(c.src_bytes));
+        }
         memset(c.dst, 0, 16);
         if (c.src_bytes) memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
     }
@@ -607,6 +650,11 @@ inline void cp_async_cg_16(unsigned dst, const void* src, int src_size) {
     Copy copy{shared_bytes(dst, 16, 16, "cp.async destination"),
               static_cast<const unsigned char*>(src), src_size, g.current->linear};
     note_issue(dst, copy.thread);
+    {
+        Visible issue;  // the copy may land from now on
+        tsan_writes(copy.dst, 16);
+        if (src_size) tsan_reads(src, static_cast<size_t>(src_size));
+    }
     if (g.eager_copies) complete({copy});
     else g.current->open_group.push_back(copy);
 }
@@ -687,6 +735,7 @@ void resolve_ldmatrix_x4(Thread* const* lanes) {
 
 template <bool Trans>
 void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+    tsan_reads(shared_bytes(addr, 16, 16, "ldmatrix row"), 16);  // this lane's row
     collective(Trans ? "ldmatrix.x4.trans" : "ldmatrix.x4", resolve_ldmatrix_x4<Trans>, r, &addr);
 }
 
