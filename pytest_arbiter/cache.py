@@ -684,8 +684,3 @@ def load_entries(data: Mapping[str, Any], *, source: str = "cache"
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: entries[{i}] is invalid: {exc}") from None
         return [e.key for e in entries], entries
-
-
-def entries_from_dict(data: Mapping[str, Any], *, source: str = "cache") -> list[CacheEntry]:
-    """Parse a cache document (see :func:`load_entries`)."""
-    return load_entries(data, source=source)[1]

@@ -22,10 +22,17 @@ def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
     if a is b or same_on_disk(a, b):
         return a
     ea, eb = _evidence(a), _evidence(b)
+    if ea == eb and a == b:
+        return a  # equal entries have equal evidence: compared in full only then
+    return _pick(a, b, ea, eb)
+
+
+def _pick(a: CacheEntry, b: CacheEntry, ea: tuple[float, int, float],
+          eb: tuple[float, int, float]) -> CacheEntry:
+    """The merge rule on two different entries whose evidence ``ea`` and ``eb`` is
+    known: the stronger evidence, then the smaller canonical JSON."""
     if ea != eb:
         return a if ea > eb else b
-    if a == b:
-        return a
     return a if a.canonical() <= b.canonical() else b
 
 
@@ -90,10 +97,7 @@ def merge(*parts: Part) -> MergeResult:
             seen = contested[key] = [held] if held.confident else []
         if entry.confident:
             seen.append(entry)
-        if ea != eb:
-            merged[key] = held if ea > eb else entry
-        else:
-            merged[key] = held if held.canonical() <= entry.canonical() else entry
+        merged[key] = _pick(held, entry, ea, eb)
 
     for part in parts:
         if isinstance(part, MeasureCache):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -73,7 +73,7 @@ def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
 
 @pytest.fixture
 def emulate(builder: Builder, cupy_as: Callable[[Any], None],
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., EmulatedCupy]]:
+            monkeypatch: pytest.MonkeyPatch) -> Callable[..., EmulatedCupy]:
     """Install an emulated sm_90 as the CuPy device: ``emulate(Schedule(...))``."""
 
     def install(schedule: Schedule | None = None, *, major: int = 9, minor: int = 0,
@@ -86,7 +86,7 @@ def emulate(builder: Builder, cupy_as: Callable[[Any], None],
         cupy_as(cp)
         return cp
 
-    yield install
+    return install
 
 
 def _operands(name: str, dtype: str, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:

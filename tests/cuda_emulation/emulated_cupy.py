@@ -173,7 +173,6 @@ class EmulatedFunction:
         self.module = module
         self.name = name
         self.max_dynamic_shared_size_bytes = 0
-        self.launches = 0
 
     def __call__(self, grid: int | Sequence[int], block: int | Sequence[int],
                  args: Sequence[Any], *, shared_mem: int = 0, stream: Any = None) -> None:
@@ -234,7 +233,6 @@ class EmulatedFunction:
             for array, path in buffers:
                 array[...] = np.frombuffer(path.read_bytes(), dtype=array.dtype).reshape(
                     array.shape)
-        self.launches += 1
         self.owner.log.append(done.stderr.strip())
 
 
