@@ -16,15 +16,17 @@ __version__ = "0.1.0"
 
 _HOME = {
     "Arbiter": "arbiter", "CacheMiss": "arbiter", "Selection": "arbiter",
-    "arbitrate": "arbiter", "default_arbiter": "arbiter", "dispatch_histogram": "arbiter",
-    "measured_arbitrate": "arbiter", "register_timer": "arbiter",
-    "run_arbitrated": "arbiter", "run_measured_arbitrated": "arbiter",
+    "arbitrate": "arbiter", "measured_arbitrate": "arbiter", "register_timer": "arbiter",
+    "ConfigurationError": "process", "configure": "process", "default_arbiter": "process",
+    "dispatch": "process", "dispatch_histogram": "process", "run_arbitrated": "process",
+    "run_measured_arbitrated": "process",
     "CacheEntry": "cache", "MeasureCache": "cache",
     "REGISTRY": "candidates", "Candidate": "candidates", "CandidateRegistry": "candidates",
-    "Decline": "candidates", "candidate": "candidates",
+    "Decline": "candidates", "FunctionCandidate": "candidates", "candidate": "candidates",
+    "register_target": "candidates",
     "DeviceInfo": "device", "cpu_device": "device", "device_tag": "device",
     "register_device_probe": "device",
-    "GateCase": "fixture", "gate_matrix": "fixture",
+    "ArbiterFixture": "fixture", "GateCase": "fixture", "gate_matrix": "fixture",
     "GateReport": "gate", "f4_gate": "gate",
     "OUTCOMES": "histogram", "DispatchHistogram": "histogram",
     "ComparePolicy": "measure", "CpuTimer": "measure", "LatencyStats": "measure",
@@ -38,15 +40,18 @@ __all__ = [
     "OUTCOMES",
     "REGISTRY",
     "Arbiter",
+    "ArbiterFixture",
     "CacheEntry",
     "CacheMiss",
     "Candidate",
     "CandidateRegistry",
     "ComparePolicy",
+    "ConfigurationError",
     "CpuTimer",
     "Decline",
     "DeviceInfo",
     "DispatchHistogram",
+    "FunctionCandidate",
     "GateCase",
     "GateReport",
     "LatencyStats",
@@ -60,9 +65,11 @@ __all__ = [
     "__version__",
     "arbitrate",
     "candidate",
+    "configure",
     "cpu_device",
     "default_arbiter",
     "device_tag",
+    "dispatch",
     "dispatch_histogram",
     "f4_gate",
     "gate_matrix",
@@ -70,6 +77,7 @@ __all__ = [
     "measured_arbitrate",
     "op",
     "register_device_probe",
+    "register_target",
     "register_timer",
     "run_arbitrated",
     "run_measured_arbitrated",
@@ -95,12 +103,8 @@ if TYPE_CHECKING:
         CacheMiss,
         Selection,
         arbitrate,
-        default_arbiter,
-        dispatch_histogram,
         measured_arbitrate,
         register_timer,
-        run_arbitrated,
-        run_measured_arbitrated,
     )
     from pytest_arbiter.cache import CacheEntry, MeasureCache
     from pytest_arbiter.candidates import (
@@ -108,10 +112,12 @@ if TYPE_CHECKING:
         Candidate,
         CandidateRegistry,
         Decline,
+        FunctionCandidate,
         candidate,
+        register_target,
     )
     from pytest_arbiter.device import DeviceInfo, cpu_device, device_tag, register_device_probe
-    from pytest_arbiter.fixture import GateCase, gate_matrix
+    from pytest_arbiter.fixture import ArbiterFixture, GateCase, gate_matrix
     from pytest_arbiter.gate import GateReport, f4_gate
     from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram
     from pytest_arbiter.measure import (
@@ -122,4 +128,13 @@ if TYPE_CHECKING:
         measure_latency,
     )
     from pytest_arbiter.ops import OPS, Op, op
+    from pytest_arbiter.process import (
+        ConfigurationError,
+        configure,
+        default_arbiter,
+        dispatch,
+        dispatch_histogram,
+        run_arbitrated,
+        run_measured_arbitrated,
+    )
     from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, HistogramKey
 
-FAILING_OUTCOMES = ("degraded",)
+FAILING_OUTCOMES = GATED_OUTCOMES
 
 EntryKey = tuple[str, str, str, str]
 

@@ -11,10 +11,57 @@ from pytest_arbiter.regions import Region
 
 TARGETS = ("cpu", "nvidia", "amd")
 _BUNDLED_LOCK = threading.RLock()
+_TARGETS_LOCK = threading.Lock()
+_KNOWN_TARGETS: set[str] = set(TARGETS)
+
+
+def register_target(name: str) -> None:
+    """Make ``name`` a known target, so candidates for it can be registered (for backends)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a target must be a non-empty string, got {name!r}")
+    with _TARGETS_LOCK:
+        _KNOWN_TARGETS.add(name)
+
+
+def known_targets() -> tuple[str, ...]:
+    """The targets candidates may be registered for, sorted."""
+    with _TARGETS_LOCK:
+        return tuple(sorted(_KNOWN_TARGETS))
+
+
+def _check_target(who: str, target: object) -> None:
+    if not isinstance(target, str) or target not in _KNOWN_TARGETS:
+        raise ValueError(
+            f"{who}: unknown target {target!r}; known targets: "
+            f"{', '.join(known_targets())} (a backend adds its own with register_target())")
+
+
+def _check_align(name: str, align: object) -> tuple[int, ...]:
+    if not isinstance(align, (tuple, list)):
+        raise ValueError(f"candidate {name!r}: align must be a tuple of powers of two, "
+                         f"got {align!r}")
+    for value in align:
+        if (not isinstance(value, int) or isinstance(value, bool) or value < 1
+                or value & (value - 1)):
+            raise ValueError(f"candidate {name!r}: every align value must be a positive "
+                             f"power of two, got {value!r} in {tuple(align)!r}")
+    return tuple(align)
+
+
+def _origin(cand: Candidate) -> tuple[str, str]:
+    """``(module, qualname)`` of the code that defines ``cand``: its function or its class."""
+    code: Any = cand.fn if isinstance(cand, FunctionCandidate) else type(cand)
+    module = getattr(code, "__module__", None) or "?"
+    qualname = getattr(code, "__qualname__", None) or getattr(code, "__name__", None) or repr(code)
+    return str(module), str(qualname)
 
 
 class Decline(Exception):
-    """Raised by a kernel to hand the work back to the reference (recorded as ``degraded``)."""
+    """Raised by a kernel that cannot run these inputs, to hand the work on.
+
+    The next candidate in the order that can run the inputs runs them; the reference runs
+    only when none can, and that dispatch is recorded as ``degraded`` with ``reason``.
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -26,21 +73,35 @@ class Candidate:
 
     Subclass it for kernels that need state (compiled modules, device handles), or use
     the :func:`candidate` decorator for a plain function.
+
+    ``align``: the alignment each bucket dimension must have for the kernel to run
+    (matmul: ``(m, n, k)``; softmax: ``(rows, last axis)``; a user op: its inputs'
+    dimensions flattened in order), powers of two; ``()`` when any shape runs. A subclass
+    may declare it as a class attribute. ``version`` is stored for the artifacts.
     """
 
     name: str
     op: str
     target: str
     tier: int
+    align: tuple[int, ...] = ()
+    version: str | None = None
 
-    def __init__(self, name: str, op: str, target: str, tier: int = 0) -> None:
+    def __init__(self, name: str, op: str, target: str, tier: int = 0, *,
+                 align: tuple[int, ...] | None = None, version: str | None = None) -> None:
         if not name or not isinstance(name, str):
             raise ValueError(f"candidate name must be a non-empty string, got {name!r}")
         if not isinstance(tier, int) or isinstance(tier, bool):
             raise ValueError(f"candidate {name!r}: tier must be an integer, got {tier!r}")
         if not target or not isinstance(target, str):
             raise ValueError(f"candidate {name!r}: target must be a non-empty string")
+        if version is not None and not isinstance(version, str):
+            raise TypeError(f"candidate {name!r}: version must be a string or None, "
+                            f"got {type(version).__name__}")
         self.name, self.op, self.target, self.tier = name, op, target, tier
+        self.align = _check_align(name, self.align if align is None else align)
+        if version is not None:
+            self.version = version
 
     def applies_to(self, region: Region) -> bool:
         """Whether this candidate implements ``region``'s op (dtype limits go in ``accepts``)."""
@@ -74,8 +135,13 @@ class FunctionCandidate(Candidate):
 
     def __init__(self, fn: Callable[..., Any], name: str, op: str, target: str, tier: int,
                  accepts: Callable[..., bool] | None,
-                 available: Callable[[], bool | str | None] | bool | None) -> None:
-        super().__init__(name, op, target, tier)
+                 available: Callable[[], bool | str | None] | None, *,
+                 align: tuple[int, ...] | None = None, version: str | None = None) -> None:
+        super().__init__(name, op, target, tier, align=align, version=version)
+        for what, value in (("accepts", accepts), ("available", available)):
+            if value is not None and not callable(value):
+                raise TypeError(f"candidate {name!r}: {what} must be callable or None, "
+                                f"got {type(value).__name__} {value!r}")
         self.fn = fn
         self._accepts = accepts
         self._available = available
@@ -87,7 +153,7 @@ class FunctionCandidate(Candidate):
         probe = self._available
         if probe is None:
             return None
-        verdict = probe() if callable(probe) else probe
+        verdict = probe()
         if verdict is True or verdict is None:
             return None
         if isinstance(verdict, str):
@@ -109,23 +175,39 @@ class CandidateRegistry:
         self._by_name: dict[str, Candidate] = {}
         self._lock = threading.Lock()
         self._bundled_pending = bundled
+        self._bundled_loading = False
         self.generation = 0
+        self._align_memo: tuple[int, dict[tuple[str, str], tuple[int, ...]]] = (-1, {})
 
     def _load_bundled(self) -> None:
         if self._bundled_pending:
             with _BUNDLED_LOCK:  # reentrant: the runtime registers into this registry
-                if self._bundled_pending:
-                    importlib.import_module("pytest_arbiter.runtime")
+                if self._bundled_pending and not self._bundled_loading:
+                    self._bundled_loading = True
+                    try:
+                        importlib.import_module("pytest_arbiter.runtime")
+                    finally:
+                        self._bundled_loading = False
                     self._bundled_pending = False
 
-    def add(self, cand: Candidate) -> Candidate:
+    def add(self, cand: Candidate, *, replace: bool = False) -> Candidate:
+        """Register ``cand``; its target must be known and its name unique.
+
+        A second candidate with a taken name is ``ValueError`` unless ``replace`` is
+        true, or it comes from the same defining code (a re-import of its module, as
+        pytest's in-process runs do), which replaces the first silently.
+        """
+        _check_target(f"candidate {cand.name!r}", cand.target)
+        self._load_bundled()  # a user's candidate must not shadow a bundled name unseen
         with self._lock:
             existing = self._by_name.get(cand.name)
-            if existing is not None and (existing.op, existing.target) != (cand.op, cand.target):
+            if existing is not None and not replace and _origin(existing) != _origin(cand):
+                module, qualname = _origin(existing)
                 raise ValueError(
-                    f"candidate name {cand.name!r} is already registered for op "
-                    f"{existing.op!r} on target {existing.target!r}; names must be unique")
-            # same name, op and target: a re-import of the defining module replaces it
+                    f"candidate name {cand.name!r} is already registered (op "
+                    f"{existing.op!r}, target {existing.target!r}, defined by "
+                    f"{module}.{qualname}); names must be unique: rename the new one "
+                    f"(defined by {'.'.join(_origin(cand))}) or pass replace=True")
             self._by_name[cand.name] = cand
             self.generation += 1
         return cand
@@ -154,6 +236,29 @@ class CandidateRegistry:
                  if c.op == op and (target is None or c.target == target)]
         return sorted(found, key=lambda c: (-c.tier, c.name))
 
+    def alignment_needs(self, op: str, target: str) -> tuple[int, ...]:
+        """Per bucket dimension, the largest alignment any candidate of ``op`` on ``target``
+        declares (shorter declarations count as 1 beyond their end); ``()`` when none does.
+
+        Memoised until the registry changes (``generation``), so it is cheap to ask often.
+        """
+        self._load_bundled()
+        generation, memo = self._align_memo
+        if generation == self.generation:
+            found = memo.get((op, target))
+            if found is not None:
+                return found
+        with self._lock:
+            generation = self.generation
+            aligns = [c.align for c in self._by_name.values()
+                      if c.op == op and c.target == target and c.align]
+        width = max((len(a) for a in aligns), default=0)
+        needs = tuple(max((a[i] if i < len(a) else 1) for a in aligns) for i in range(width))
+        if self._align_memo[0] != generation:
+            self._align_memo = (generation, {})
+        self._align_memo[1][(op, target)] = needs
+        return needs
+
     def targets_for(self, op: str) -> list[str]:
         self._load_bundled()
         return sorted({c.target for c in self._by_name.values() if c.op == op})
@@ -172,20 +277,27 @@ REGISTRY = CandidateRegistry(bundled=True)
 
 def candidate(op: str, *, target: str, name: str | None = None, tier: int = 0,
               accepts: Callable[..., bool] | None = None,
-              available: Callable[[], bool | str | None] | bool | None = None,
-              registry: CandidateRegistry | None = None) -> Callable[[Callable[..., Any]], Any]:
+              available: Callable[[], bool | str | None] | None = None,
+              registry: CandidateRegistry | None = None, replace: bool = False,
+              align: tuple[int, ...] | None = None,
+              version: str | None = None) -> Callable[[Callable[..., Any]], Any]:
     """Register a function kernel as a candidate of ``op`` for ``target``.
 
     ``accepts(*inputs)`` says whether the kernel can run these inputs; ``available()``
-    returns True, False, or a string saying why the kernel cannot run here. The
-    decorated function is returned unchanged; the candidate is its ``arbiter_candidate``.
+    returns True, False, or a string saying why the kernel cannot run here; both must be
+    callables. ``align`` declares the power-of-two alignment each bucket dimension needs
+    (see :class:`Candidate`). A name already taken by other code is refused unless
+    ``replace`` is true. The decorated function is returned unchanged; the candidate is
+    its ``arbiter_candidate``.
     """
     if not isinstance(op, str) or not op:
         raise ValueError(f"candidate op must be a non-empty string, got {op!r}")
+    _check_target(f"candidate {name!r}" if name else f"a candidate of op {op!r}", target)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cand = FunctionCandidate(fn, name or fn.__name__, op, target, tier, accepts, available)
-        (registry or REGISTRY).add(cand)
+        cand = FunctionCandidate(fn, name or fn.__name__, op, target, tier, accepts, available,
+                                 align=align, version=version)
+        (registry or REGISTRY).add(cand, replace=replace)
         try:
             fn.arbiter_candidate = cand  # type: ignore[attr-defined]
         except AttributeError:

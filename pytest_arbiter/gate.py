@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import importlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pytest_arbiter.candidates import Candidate, Decline
-from pytest_arbiter.ops import Op, to_host
+from pytest_arbiter.ops import Op, result_dtype, to_host
 from pytest_arbiter.regions import Region
 
 GATE_SEED = 20240611
@@ -26,7 +29,7 @@ class TrialResult:
     index: int
     seed: int | None
     shapes: str
-    status: str  # "pass", "fail", "declined"
+    status: str  # "pass", "fail" (out of budget, wrong shape...), "error" (raised), "declined"
     reason: str = ""
     worst_abs: float = 0.0
     worst_rel: float = 0.0
@@ -47,8 +50,26 @@ class GateReport:
     worst_rel: float
     worst_ratio: float
     budget: str
-    failing: TrialResult | None
+    failing: TrialResult | None  # the first trial that failed or raised
     trials: tuple[TrialResult, ...] = field(default_factory=tuple)
+
+    @property
+    def error(self) -> str:
+        """The first trial's reason in which the candidate raised (or its ``accepts()`` did);
+        ``""`` when none did."""
+        return next((t.reason for t in self.trials if t.status == "error"), "")
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the candidate returned a wrong result: out of budget, wrong shape or
+        dtype, NaN/Inf, all zeros, or modified inputs (an exception is :attr:`error`)."""
+        return any(t.status == "fail" for t in self.trials)
+
+    @property
+    def declined_inputs(self) -> bool:
+        """Whether the candidate declined the dispatch's own inputs (gated with ``inputs``)."""
+        return any(t.index == 0 and t.seed is None and t.status == "declined"
+                   for t in self.trials)
 
     def summary(self) -> str:
         """A readable report: verdict, worst error against budget, failing shape and seed."""
@@ -84,30 +105,49 @@ def _budget_text(op: Op, dtype: str) -> str:
 
 
 def _expected(op: Op, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.dtype]:
+    """The float64 ground truth and the dtype the candidate's output must have."""
     if op.builtin:
-        return op.exact(*inputs), np.dtype(inputs[0].dtype)
-    ref = to_host(op.reference(*[np.array(x, copy=True) for x in inputs]))
-    return np.asarray(ref).astype(np.float64), np.asarray(ref).dtype
+        return op.exact(*inputs), result_dtype(op, inputs, None)
+    ref = np.asarray(to_host(op.reference(*[np.array(x, copy=True) for x in inputs])))
+    return ref.astype(np.float64), result_dtype(op, inputs, ref)
+
+
+Guard = Callable[[], AbstractContextManager[Any]]
+
+
+def _call_guard(call_timeout_s: float | None) -> Guard:
+    """A context manager factory for each candidate call: the watchdog when one is asked
+    for and :mod:`pytest_arbiter.watchdog` exists, else nothing."""
+    if call_timeout_s is None:
+        return contextlib.nullcontext
+    try:
+        watchdog = importlib.import_module("pytest_arbiter.watchdog").watchdog
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext
+    seconds = call_timeout_s
+    return lambda: watchdog(seconds)
 
 
 def _check_trial(cand: Candidate, op: Op, index: int, seed: int | None,
-                 inputs: Sequence[np.ndarray]) -> TrialResult:
+                 inputs: Sequence[np.ndarray],
+                 guard: Guard = contextlib.nullcontext) -> TrialResult:
     shapes = _shape_text(inputs)
     try:
         if not cand.accepts(*inputs):
             return TrialResult(index, seed, shapes, "declined", "accepts() returned False")
     except Exception as exc:
-        return TrialResult(index, seed, shapes, "fail",
+        return TrialResult(index, seed, shapes, "error",
                            f"accepts() raised {type(exc).__name__}: {exc}")
     originals = [np.array(x, copy=True) for x in inputs]
     exact, out_dtype = _expected(op, originals)
-    prepared = cand.prepare_inputs(*[np.array(x, copy=True) for x in inputs])
     try:
-        raw = cand.run(*prepared)
+        prepared = cand.prepare_inputs(*[np.array(x, copy=True) for x in inputs])
+        with guard():
+            raw = cand.run(*prepared)
     except Decline as dec:
         return TrialResult(index, seed, shapes, "declined", f"Decline: {dec.reason}")
     except Exception as exc:
-        return TrialResult(index, seed, shapes, "fail", f"raised {type(exc).__name__}: {exc}")
+        return TrialResult(index, seed, shapes, "error", f"raised {type(exc).__name__}: {exc}")
     for original, after in zip(originals, prepared, strict=True):
         if not np.array_equal(original, to_host(after), equal_nan=True):
             return TrialResult(index, seed, shapes, "fail", "the kernel modified its inputs")
@@ -146,13 +186,18 @@ def _check_trial(cand: Candidate, op: Op, index: int, seed: int | None,
 
 
 def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
-            region: Region | None = None, seed: int = GATE_SEED) -> GateReport:
+            region: Region | None = None, seed: int = GATE_SEED,
+            call_timeout_s: float | None = None) -> GateReport:
     """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
 
     Built-in ops generate seeded inputs for the region (the region's own shape, ragged
     neighbours, all-positive and mixed-magnitude values); user ops are gated on the
-    dispatch's own inputs. A candidate that declines every input does not pass.
+    dispatch's own inputs. A candidate that declines every input does not pass; one
+    that raises does not either (its trial's status is ``"error"``).
+    ``call_timeout_s``: run each candidate call under :mod:`pytest_arbiter.watchdog`'s
+    ``watchdog(seconds)`` when that module is present; a call it stops is an error.
     """
+    guard = _call_guard(call_timeout_s)
     trials: list[tuple[int | None, tuple[np.ndarray, ...]]] = []
     if inputs is not None:
         op.validate(*inputs)
@@ -164,9 +209,9 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     if op.gate_inputs is not None:
         generated = op.gate_inputs(region, seed)
         trials.extend((seed + i, t) for i, t in enumerate(generated))
-    results = [_check_trial(cand, op, i, s, t) for i, (s, t) in enumerate(trials)]
+    results = [_check_trial(cand, op, i, s, t, guard) for i, (s, t) in enumerate(trials)]
     checked = [r for r in results if r.status != "declined"]
-    failing = next((r for r in results if r.status == "fail"), None)
+    failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)
     if failing is not None:
         reason = failing.reason

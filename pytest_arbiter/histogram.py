@@ -10,7 +10,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-OUTCOMES = ("won", "degraded", "no_candidate", "error")
+OUTCOMES = ("won", "degraded", "no_candidate", "error", "rejected")
+GATED_OUTCOMES = ("degraded", "rejected", "error")
+"""Outcomes the CI gate fails on unless the baseline lists them."""
 NO_CANDIDATE = "none"
 HISTOGRAM_SCHEMA = "pytest-arbiter/histogram"
 HISTOGRAM_VERSION = 1

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pytest_arbiter.watchdog import watchdog
+
 
 class Timer(Protocol):
     """Times one call of ``fn`` and returns nanoseconds."""
@@ -101,13 +103,20 @@ class ComparePolicy:
 
     Candidates run interleaved: every round times each once, in a shuffled order, so
     the slow drifts and bursts of a shared machine hit all of them alike, and they are
-    compared round by round (paired). After ``warmup`` untimed calls each, and at least
+    compared round by round (paired). After ``warmup`` calls each, and at least
     ``min_rounds`` rounds, the comparison stops as soon as the leader beats every other
     candidate in a one-sided sign test at ``alpha``, or before a round that would take
     it past ``budget_s`` (wall time of the whole comparison, warmup included), or at
     ``max_rounds``. A pick that the rounds do not support at ``tie_alpha`` and that is
     ahead by less than ``tie_margin`` is a tie: the higher tier is preferred.
     ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
+
+    Bad kernels are contained: ``call_timeout_s`` arms a per-call watchdog around every
+    call (see ``pytest_arbiter.watchdog``); a candidate that raises is out of the
+    comparison; a candidate with one call over ``crawl_factor`` times the budget and
+    over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
+    ranked last; and no round starts once the comparison has run ``crawl_factor`` times
+    its budget, even before ``min_rounds`` (there is always one timed round).
     """
 
     warmup: int = 2
@@ -119,6 +128,8 @@ class ComparePolicy:
     tie_margin: float = 0.01
     seed: int | None = 0
     disable_gc: bool = True
+    call_timeout_s: float | None = None
+    crawl_factor: float = 10.0
 
 
 @dataclass
@@ -127,7 +138,10 @@ class Comparison:
 
     ``ratios`` are each candidate's median paired ratio to the pick's time in the same
     round; ``timed_ns`` sums the timed calls; ``spent_ns`` is the wall time of the whole
-    comparison, warmup and bookkeeping included (what the budget bounds).
+    comparison, warmup and bookkeeping included (what the budget bounds). ``failed``
+    names the candidates that raised (``"Type: message"``): they are in neither the
+    ranking nor the stats, and an empty ranking means every candidate failed.
+    ``dropped`` names the crawlers and why: ranked last, on the samples they have.
     """
 
     ranking: list[str]
@@ -139,6 +153,8 @@ class Comparison:
     ratios: dict[str, float] = field(default_factory=dict)
     spent_ns: float = 0.0
     p_value: float = 1.0
+    failed: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 def _sign_test_p(wins: int, trials: int) -> float:
@@ -160,17 +176,13 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     The ranking follows each candidate's median paired ratio to the leader (its time
     over the leader's in the same round), which cancels what a round's neighbours did
     to both; ``confidence`` is one minus the sign test's p-value of the pick against
-    the closest other candidate.
+    the closest other candidate. A candidate that raises is left out (``failed``) and
+    a crawler is ranked last (``dropped``); this never raises for a kernel's sake.
     """
     if not fns:
         raise ValueError("nothing to compare")
     pol = policy or ComparePolicy()
-    clock = timer or CPU_TIMER
-    wall = time.perf_counter_ns
-    started = wall()
-    names = list(fns)
-    tier_of = dict(tiers or {})
-    samples: dict[str, list[float]] = {n: [] for n in names}
+    contest = _Contest(fns, pol, timer or CPU_TIMER)
     gc_was_enabled = gc.isenabled()
     if pol.disable_gc:
         gc.disable()
@@ -178,84 +190,227 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
         # warm up in the rounds' own interleaved pattern, so the caches and the memory
         # allocator reach the state the timed rounds will see
         for _ in range(pol.warmup):
-            for name in names:
-                fns[name]()
-        if len(names) == 1:
-            only = names[0]
-            for _ in range(max(3, pol.min_rounds // 2)):
-                samples[only].append(clock.sample(fns[only]))
-            return Comparison([only], {only: LatencyStats.of(samples[only])}, 1.0, False,
-                              len(samples[only]), sum(samples[only]),
-                              {only: 1.0}, float(wall() - started), 0.0)
-        rounds, timed = _run_rounds(fns, names, samples, pol, clock, started)
+            for name in contest.names:
+                if name in contest.alive:
+                    contest.warm += contest.call(name) or 0.0
+        contest.run_rounds()
     finally:
         if gc_was_enabled:
             gc.enable()
-    spent = float(wall() - started)
-    stats = {n: LatencyStats.of(samples[n]) for n in names}
-    leader = _paired_leader(names, samples)
-    ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
-    ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
-    p_worst = _worst_p(leader, names, samples)
-    runner_up = ranked[1]
-    tie = p_worst >= pol.tie_alpha and ratios[runner_up] - 1.0 < pol.tie_margin
-    if tie:
-        tied = [n for n in ranked if ratios[n] - 1.0 < pol.tie_margin]
-        preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
-        ranked.remove(preferred)
-        ranked.insert(0, preferred)
-        if preferred != leader:
-            ratios = {n: _paired_ratio(samples[n], samples[preferred]) for n in names}
-    return Comparison(ranked, stats, 1.0 - p_worst, tie, rounds, timed, ratios, spent, p_worst)
+    return contest.outcome(dict(tiers or {}))
 
 
-def _run_rounds(fns: Mapping[str, Callable[[], object]], names: list[str],
-                samples: dict[str, list[float]], pol: ComparePolicy, clock: Timer,
-                started: int) -> tuple[int, float]:
-    """Time interleaved rounds into ``samples`` until a stop rule fires.
+class _Contest:
+    """One comparison's state: who is still timed, who failed or crawled, the rounds kept.
 
-    Pairwise win counts are kept as the rounds come in, so the per-round stop test
-    costs O(candidates^2), not O(rounds): the bookkeeping stays small beside the budget.
+    Every call is timed (warmup calls too, so a crawler is caught on its first call)
+    under the watchdog, outside the timer's interval. Pairwise win counts are kept as
+    the rounds come in, so the per-round stop test costs O(candidates^2), not
+    O(rounds): the bookkeeping stays small beside the budget.
     """
-    shuffle = random.Random(pol.seed)
-    wall = time.perf_counter_ns
-    budget_ns = pol.budget_s * 1e9
-    count = len(names)
-    wins = [[0] * count for _ in range(count)]
-    timed = 0.0
-    rounds = 0
-    round_times: list[float] = []
-    order = list(range(count))
-    while rounds < pol.max_rounds:
-        if rounds >= pol.min_rounds:
-            # stop before a round that could overrun the budget, not after it: three
-            # typical rounds (the median, so one preempted round does not end it early)
-            # leave room for a slower round and the final bookkeeping
-            typical = statistics.median(round_times)
-            if max(float(wall() - started), timed) + 3.0 * typical > budget_ns:
+
+    def __init__(self, fns: Mapping[str, Callable[[], object]], pol: ComparePolicy,
+                 clock: Timer) -> None:
+        self.fns = fns
+        self.pol = pol
+        self.clock = clock
+        self.started = time.perf_counter_ns()
+        self.names = list(fns)
+        self.alive = list(self.names)
+        self.failed: dict[str, str] = {}
+        self.dropped: dict[str, str] = {}
+        self.calls: dict[str, list[float]] = {n: [] for n in self.names}
+        self.fastest: dict[str, float] = {}
+        self.slowest: dict[str, float] = {}
+        self.kept: list[dict[str, float]] = []
+        self.warm = 0.0
+        self.timed = 0.0
+        # a call over crawl_factor x the budget makes its candidate a suspect, checked
+        # after every later call too (a faster call elsewhere may convict it)
+        self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
+        self.suspects = False
+
+    def elapsed(self) -> float:
+        """Nanoseconds spent: the wall clock, or the timer's total where that is more
+        (a scripted timer's calls take no wall time)."""
+        return max(float(time.perf_counter_ns() - self.started), self.warm + self.timed)
+
+    def call(self, name: str) -> float | None:
+        """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
+        try:
+            if self.pol.call_timeout_s is None:
+                took = self.clock.sample(self.fns[name])
+            else:
+                with watchdog(self.pol.call_timeout_s):
+                    took = self.clock.sample(self.fns[name])
+        except Exception as exc:
+            self.alive.remove(name)
+            self.failed[name] = f"{type(exc).__name__}: {exc}"
+            return None
+        self.calls[name].append(took)
+        self.fastest[name] = min(took, self.fastest.get(name, took))
+        self.slowest[name] = max(took, self.slowest.get(name, took))
+        if took > self.crawl_ns:
+            self.suspects = True
+        if self.suspects:
+            self._drop_crawlers()
+        return took
+
+    def _drop_crawlers(self) -> None:
+        """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
+        the budget and over ``crawl_factor`` times another live candidate's fastest call
+        (so the fastest never goes, and nobody does when all are slow)."""
+        factor = self.pol.crawl_factor
+        for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
+            slowest = self.slowest.get(name, 0.0)
+            if slowest <= self.crawl_ns:
                 break
-        round_start = wall()
-        shuffle.shuffle(order)
-        times = [0.0] * count
-        for i in order:
-            times[i] = clock.sample(fns[names[i]])
-        round_times.append(max(float(wall() - round_start), sum(times)))
-        for i in range(count):
-            samples[names[i]].append(times[i])
-            row = wins[i]
-            for j in range(count):
-                if times[i] < times[j]:
-                    row[j] += 1
-        timed += sum(times)
-        rounds += 1
-        if rounds >= pol.min_rounds:
-            # the candidate whose weakest pairwise record is best leads; stop when even
-            # that weakest record is significant
-            weakest = max(min(w for j, w in enumerate(row) if j != i)
-                          for i, row in enumerate(wins))
-            if _sign_test_p(weakest, rounds) < pol.alpha:
+            others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
+            if others and slowest > factor * min(others):
+                self.alive.remove(name)
+                self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "
+                                      f"the {self.pol.budget_s:g} s budget and {factor:g}x "
+                                      f"another candidate's {_human_ns(min(others))}")
+
+    def run_rounds(self) -> None:
+        """Time interleaved rounds into ``kept`` until a stop rule fires."""
+        pol = self.pol
+        shuffle = random.Random(pol.seed)
+        budget_ns = pol.budget_s * 1e9
+        hard_ns = pol.crawl_factor * budget_ns
+        lone_rounds = max(3, pol.min_rounds // 2)
+        index = {n: i for i, n in enumerate(self.names)}
+        wins = [[0] * len(self.names) for _ in self.names]
+        round_times: list[float] = []
+        order = list(range(len(self.names)))
+        while self.alive:
+            rounds = len(self.kept)
+            if len(self.alive) == 1:
+                # a lone candidate is the pick whatever it measures: a few samples do
+                if rounds >= lone_rounds:
+                    break
+            elif rounds >= max(1, pol.max_rounds):
                 break
-    return rounds, timed
+            if rounds >= 1 and self.elapsed() > hard_ns:
+                break
+            if len(self.alive) > 1 and rounds >= max(1, pol.min_rounds):
+                # stop before a round that could overrun the budget, not after it: three
+                # typical rounds (the median, so one preempted round does not end it
+                # early) leave room for a slower round and the final bookkeeping
+                typical = statistics.median(round_times)
+                spent = max(float(time.perf_counter_ns() - self.started), self.timed)
+                if spent + 3.0 * typical > budget_ns:
+                    break
+            round_start = time.perf_counter_ns()
+            shuffle.shuffle(order)
+            times: dict[str, float] = {}
+            whole = True
+            for i in order:
+                name = self.names[i]
+                if name not in self.alive:
+                    continue
+                took = self.call(name)
+                if took is None:
+                    # a candidate raised: the round is void for everyone
+                    whole = False
+                    break
+                times[name] = took
+            self.timed += sum(times.values())
+            if not whole or not times:
+                continue
+            round_times.append(max(float(time.perf_counter_ns() - round_start),
+                                   sum(times.values())))
+            self.kept.append(times)
+            for a, ta in times.items():
+                row = wins[index[a]]
+                for b, tb in times.items():
+                    if ta < tb:
+                        row[index[b]] += 1
+            live = [index[n] for n in self.alive]
+            if len(live) > 1 and len(self.kept) >= pol.min_rounds:
+                # the candidate whose weakest pairwise record is best leads; stop when
+                # even that weakest record is significant
+                weakest = max(min(wins[i][j] for j in live if j != i) for i in live)
+                if _sign_test_p(weakest, len(self.kept)) < pol.alpha:
+                    break
+
+    def samples(self, name: str) -> list[float]:
+        """The kept rounds' times of ``name``; for a crawler with none, every call it
+        made (its warmup call)."""
+        kept = [r[name] for r in self.kept if name in r]
+        return kept or list(self.calls[name])
+
+    def outcome(self, tier_of: Mapping[str, int]) -> Comparison:
+        """Rank the finishers as the rounds say, then the crawlers after them."""
+        spent = float(time.perf_counter_ns() - self.started)
+        rounds = len(self.kept)
+        finishers = [n for n in self.names if n in self.alive]
+        crawlers = [n for n in self.names if n in self.dropped]
+        ratios: dict[str, float] = {}
+        if not finishers and len(crawlers) > 1:
+            # crawlers only, the rest failed: no common rounds, so the medians rank them
+            medians = {n: statistics.median(self.samples(n)) for n in crawlers}
+            ranked = sorted(crawlers, key=lambda n: (medians[n], -tier_of.get(n, 0), n))
+            crawlers, confidence, tie, p_worst = [], 0.0, False, 1.0
+        elif len(finishers) <= 1:
+            if not finishers and not crawlers:
+                return Comparison([], {}, 0.0, False, rounds, self.timed, {}, spent, 1.0,
+                                  dict(self.failed), dict(self.dropped))
+            # one candidate left (a lone crawler only if all else failed): the pick, as
+            # when there is one candidate from the start
+            ranked = finishers or crawlers
+            crawlers = [n for n in crawlers if n not in ranked]
+            confidence, tie, p_worst = 1.0, False, 0.0
+        else:
+            ranked, ratios, tie, p_worst = self._rank(finishers, tier_of)
+            confidence = 1.0 - p_worst
+        stats = {n: LatencyStats.of(self.samples(n)) for n in ranked + crawlers}
+        pick = ranked[0]
+        for n in ranked + crawlers:
+            if n not in ratios:
+                ratios[n] = self._ratio_to(n, pick)
+        crawlers.sort(key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
+        return Comparison(ranked + crawlers, stats, confidence, tie, rounds, self.timed,
+                          ratios, spent, p_worst, dict(self.failed), dict(self.dropped))
+
+    def _rank(self, names: list[str], tier_of: Mapping[str, int]
+              ) -> tuple[list[str], dict[str, float], bool, float]:
+        """The paired-ratio ranking of candidates timed in every kept round, the tie rule
+        applied: ranking, ratios to the pick, tie, the sign test's worst p-value."""
+        samples = {n: [r[n] for r in self.kept] for n in names}
+        stats = {n: LatencyStats.of(samples[n]) for n in names}
+        leader = _paired_leader(names, samples)
+        ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
+        ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
+                                              -tier_of.get(n, 0), n))
+        p_worst = _worst_p(leader, names, samples)
+        runner_up = ranked[1]
+        tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
+        if tie:
+            tied = [n for n in ranked if ratios[n] - 1.0 < self.pol.tie_margin]
+            preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
+            ranked.remove(preferred)
+            ranked.insert(0, preferred)
+            if preferred != leader:
+                ratios = {n: _paired_ratio(samples[n], samples[preferred]) for n in names}
+        return ranked, ratios, tie, p_worst
+
+    def _ratio_to(self, name: str, pick: str) -> float:
+        """``name``'s median ratio to ``pick`` over the rounds both were timed in, or of
+        the medians where they share none (a crawler dropped in warmup)."""
+        pairs = [r[name] / r[pick] for r in self.kept if name in r and pick in r and r[pick] > 0]
+        if pairs:
+            return statistics.median(pairs)
+        lead = statistics.median(self.samples(pick))
+        return statistics.median(self.samples(name)) / lead if lead > 0 else 1.0
+
+
+def _human_ns(ns: float) -> str:
+    """A duration in nanoseconds, in the unit that reads best."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
 
 
 def _paired_leader(names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> str:

@@ -60,12 +60,46 @@ def _like(result: np.ndarray, template: Array) -> Array:
     return result
 
 
+def _is_float(dtype: np.dtype) -> bool:
+    """NumPy's floating dtypes and ml_dtypes' bfloat16 (without importing ml_dtypes)."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    found = getattr(x, "dtype", None)
+    if found is not None:
+        return np.dtype(found)
+    return np.asarray(x).dtype
+
+
+def _resolve_dtype(name: str, dtype: Any) -> np.dtype:
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return numpy_dtype("bfloat16")
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"op {name!r}: out_dtype must be a dtype name or a NumPy dtype, "
+                        f"got {dtype!r}") from None
+
+
+def _origin(fn: Any) -> str:
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{module}.{qualname}"
+
+
+def _same_device_kind(x: Any, template: Any) -> bool:
+    return type(x).__module__.split(".")[0] == type(template).__module__.split(".")[0]
+
+
 @dataclass(frozen=True)
 class Op:
     """A kind of work with one reference semantics.
 
-    ``reference`` returns the result in the inputs' dtype (it is what runs when a
-    candidate declines); ``exact`` returns the float64 ground truth the gate uses.
+    ``reference`` computes the result (for the built-in ops in the inputs' dtype; a user
+    op's may compute in any precision, :meth:`run_reference` casts it to
+    :func:`result_dtype`); ``exact`` returns the float64 ground truth the gate uses.
+    ``out_dtype``, when set, is the dtype every output of the op must have.
     """
 
     name: str
@@ -77,6 +111,41 @@ class Op:
     gate_inputs: Callable[[Region, int], list[tuple[np.ndarray, ...]]] | None = None
     builtin: bool = False
     doc: str = field(default="", compare=False)
+    out_dtype: np.dtype | None = None
+
+    def run_reference(self, *inputs: Array) -> Array:
+        """The reference's result in :func:`result_dtype`, on the inputs' kind of device.
+
+        This is what a dispatch returns when the reference runs.
+        """
+        out = self.reference(*inputs)
+        if self.builtin:
+            return out
+        want = result_dtype(self, inputs, out)
+        template = inputs[0] if inputs else out
+        if _same_device_kind(out, template) and hasattr(out, "astype"):
+            return out if np.dtype(out.dtype) == want else out.astype(want)
+        return _like(np.asarray(to_host(out)).astype(want), template)
+
+
+def result_dtype(op: Op, inputs: Sequence[Any], reference_out: Any) -> np.dtype:
+    """The dtype a candidate's output must have for ``inputs``, given the reference's output.
+
+    The op's declared ``out_dtype`` if any; else, when the reference output and the first
+    input are both floating point (bfloat16 included), the first input's dtype (a float64
+    reference of float32 inputs expects float32); else the reference output's own dtype
+    (an argmax returning int64 stays int64). Built-in ops: the first input's dtype.
+    """
+    if op.out_dtype is not None:
+        return op.out_dtype
+    if op.builtin and inputs:
+        return _dtype_of(inputs[0])
+    ref = _dtype_of(reference_out)
+    if inputs and _is_float(ref):
+        first = getattr(inputs[0], "dtype", None)
+        if first is not None and _is_float(np.dtype(first)):
+            return np.dtype(first)
+    return ref
 
 
 def _validate_matmul(*inputs: Array) -> None:
@@ -260,6 +329,13 @@ class OpRegistry:
             existing = self._ops.get(op.name)
             if existing is not None and existing.builtin:
                 raise ValueError(f"op {op.name!r} is built in and cannot be redefined")
+            if (existing is not None and existing.reference is not op.reference
+                    and _origin(existing.reference) != _origin(op.reference)):
+                raise ValueError(
+                    f"op {op.name!r} is already registered with reference "
+                    f"{_origin(existing.reference)}; it cannot be re-registered with "
+                    f"reference {_origin(op.reference)}")
+            # the same reference, or a re-import of its defining module, replaces it
             self._ops[op.name] = op
         return op
 
@@ -292,30 +368,35 @@ OPS = OpRegistry()
 
 
 def make_op(name: str, reference: Reference, *, validate: Callable[..., None] | None = None,
-            budget: BudgetFn | None = None) -> Op:
+            budget: BudgetFn | None = None, out_dtype: Any = None) -> Op:
     """Build a user op whose gate runs on the dispatch's own inputs."""
     if not name or not isinstance(name, str):
         raise ValueError(f"op name must be a non-empty string, got {name!r}")
     if not callable(reference):
         raise TypeError(f"op {name!r}: reference must be callable, got {type(reference).__name__}")
+    resolved = None if out_dtype is None else _resolve_dtype(name, out_dtype)
     return Op(name, reference, validate or _generic_validate, _generic_region_of(name),
-              _generic_exact(reference), budget or _default_budget)
+              _generic_exact(reference), budget or _default_budget, out_dtype=resolved)
 
 
 def op(name: str, *, reference: Reference | None = None,
        validate: Callable[..., None] | None = None,
-       budget: BudgetFn | None = None) -> Any:
+       budget: BudgetFn | None = None, out_dtype: Any = None) -> Any:
     """Register a new op ``name`` whose reference is ``reference``.
 
     Call it (``op("axpy", reference=fn)``) or use it as a decorator on the reference
     (``@op("axpy")``). ``budget(inputs, exact)`` may give the allowed absolute error
-    per output element; the default is documented in ``docs/accuracy.md``.
+    per output element; the default is documented in ``docs/accuracy.md``. The reference
+    may compute in any precision: outputs are expected in :func:`result_dtype`, or in
+    ``out_dtype`` (a dtype name or NumPy dtype) when given. Registering ``name`` again
+    with another reference is ``ValueError``; a re-import of the same code is not.
     """
     if reference is not None:
-        return OPS.register(make_op(name, reference, validate=validate, budget=budget))
+        return OPS.register(make_op(name, reference, validate=validate, budget=budget,
+                                    out_dtype=out_dtype))
 
     def decorate(fn: Reference) -> Reference:
-        OPS.register(make_op(name, fn, validate=validate, budget=budget))
+        OPS.register(make_op(name, fn, validate=validate, budget=budget, out_dtype=out_dtype))
         return fn
 
     return decorate

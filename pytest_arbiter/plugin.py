@@ -4,9 +4,12 @@ This module only wires pytest to plain objects. ``pytest_configure`` resolves th
 settings, builds an :class:`ArbiterSession` and registers it as a plugin; its methods
 are the hook implementations. State lives in ``config.stash`` under :data:`SESSION_KEY`.
 
-A run that never dispatches must cost next to nothing, so the arbiter, the kernels and
-NumPy are imported the first time a test asks for the ``arbiter`` fixture (or an
-artifact option needs them), not when pytest loads the plugin.
+Every dispatch of the process goes through the run's arbiter: the plugin binds
+``pytest_arbiter.dispatch`` (and ``run_arbitrated``, ``default_arbiter()``) to it from
+configure to unconfigure, so a kernel library's calls are gated and counted like the
+fixture's. A run that never dispatches must cost next to nothing, so the arbiter, the
+kernels and NumPy are imported at the first dispatch (or when an artifact option needs
+them), not when pytest loads the plugin.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import dataclasses
 import gc
 import os
 import sys
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_arbiter import process
 from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
@@ -37,8 +41,9 @@ DEVICE_TARGETS = ("cpu", "nvidia", "amd")
 MARKERS = (
     "host_free: runs with no accelerator at all; every CPU CI runner runs it",
     "sm120: needs an NVIDIA sm_120 device (skipped elsewhere with the reason)",
-    "device(*tags): needs one of the device tags, e.g. device('sm_90', 'gfx1151') or "
-    "device('cpu'); skipped with the reason when none is present",
+    "arbiter_device(*tags): needs one of the device tags, e.g. "
+    "arbiter_device('sm_90', 'gfx1151') or arbiter_device('cpu'); skipped with the reason "
+    "when none is present",
     "arbiter_expect_degrade: the test provokes a degrade on purpose; its dispatch "
     "histogram entries do not count against the gate",
 )
@@ -53,12 +58,17 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
-    settings = resolve(config.getoption, config.getini, ini_dir, config.invocation_params.dir)
+    try:
+        settings = resolve(config.getoption, config.getini, ini_dir,
+                           config.invocation_params.dir)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if settings.worker_devices:
         _pin_worker_device(config, settings.worker_devices)
     session = ArbiterSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "arbiter-session")
+    process.bind(session.factory)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
 
@@ -143,8 +153,16 @@ def _property_name(key: HistogramKey) -> str:
     return "arbiter:" + "/".join(key)
 
 
+def _key_text(key: HistogramKey) -> str:
+    return "/".join(key)
+
+
+MAX_TESTS_SHOWN = 5
+
+
 class ArbiterSession:
-    """One run's arbiter, expected-degrade log and gate; its methods are pytest hooks."""
+    """One run's arbiter, per-test attribution, expected-degrade log and gate; its
+    methods are pytest hooks."""
 
     def __init__(self, config: pytest.Config, settings: ArbiterSettings) -> None:
         self.config = config
@@ -159,16 +177,24 @@ class ArbiterSession:
         self._arbiter: Arbiter | None = None
         self._read_entries: dict[CacheKey, CacheEntry] = {}
         self.expected = DispatchHistogram()
+        self.tests: dict[HistogramKey, list[str]] = {}
+        """The tests behind each entry (in the order they ran)."""
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
         self.worker_events: list[DispatchEvent] = []
+        self.worker_reasons: dict[HistogramKey, str] = {}
         self.crashed_nodes: list[str] = []
         self.errors: list[str] = []
         self.verdict: BaselineVerdict | None = None
         self.unchecked: list[HistogramKey] = []
-        self._snapshots: dict[str, dict[HistogramKey, int]] = {}
+        self._before: dict[HistogramKey, int] | None = None
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
+        self.factory: Callable[[], Arbiter] = self._get_arbiter
+        """What the process arbiter is bound to (one object, so unbind finds it)."""
+
+    def _get_arbiter(self) -> Arbiter:
+        return self.arbiter
 
     @property
     def arbiter(self) -> Arbiter:
@@ -184,7 +210,8 @@ class ArbiterSession:
             cache = self.loaded_cache if self.loaded_cache is not None else MeasureCache()
             self._read_entries = cache.by_key()
             self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
-                                    histogram=self.histogram)
+                                    histogram=self.histogram, gate=True,
+                                    call_timeout_s=self.settings.call_timeout)
         return self._arbiter
 
     def measured_entries(self) -> list[CacheEntry]:
@@ -226,6 +253,11 @@ class ArbiterSession:
                 out[key] = left
         return out
 
+    def reasons(self) -> dict[HistogramKey, str]:
+        """Why each failing entry happened: this process's first reason, else a worker's."""
+        own = self._arbiter.reasons if self._arbiter is not None else {}
+        return {**self.worker_reasons, **own}
+
     # -- per test ---------------------------------------------------------------------
 
     def fixture_for(self, item: pytest.Item) -> ArbiterFixture:
@@ -235,29 +267,34 @@ class ArbiterSession:
         return ArbiterFixture(self.arbiter, fail=pytest.fail, skip=pytest.skip,
                               expect_degrade=lambda: self._expect.add(nodeid))
 
-    # A test can dispatch through the run's arbiter only by way of the ``arbiter``
-    # fixture, so the per-test bookkeeping (histogram snapshot, expect-degrade marker,
-    # JUnit properties) happens when that fixture is set up and torn down: a test that
-    # does not use it costs the plugin nothing (no per-test hook at all).
+    # Every dispatch while a test runs (setup, call or teardown; the fixture, library
+    # code, anything) belongs to that test: the counts are snapshot when it starts and
+    # compared just before its teardown report is made. Until something dispatched,
+    # there is no arbiter and both hooks return at once.
 
-    def begin_test(self, item: pytest.Item) -> None:
-        """Snapshot the counts before ``item`` can dispatch (the fixture's setup)."""
-        self._snapshots[item.nodeid] = self.histogram.counts()
-        if item.get_closest_marker("arbiter_expect_degrade") is not None:
-            self._expect.add(item.nodeid)
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self._before = self.histogram.counts() if self._arbiter is not None else None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> None:
+        if call.when == "teardown" and self._arbiter is not None:
+            self.end_test(item)
 
     def end_test(self, item: pytest.Item) -> None:
-        """Record what ``item`` dispatched (the fixture's teardown, before the report)."""
+        """Record what ``item`` dispatched: JUnit properties, its name per entry, and
+        its entries as expected when it degrades on purpose."""
         nodeid = item.nodeid
-        before = self._snapshots.pop(nodeid, None)
-        expected = nodeid in self._expect
+        expected = nodeid in self._expect or (
+            item.get_closest_marker("arbiter_expect_degrade") is not None)
         self._expect.discard(nodeid)
-        if before is None:
-            return
+        before = self._before or {}
+        self._before = None
         delta = self.histogram.minus(before)
         for key, count in sorted(delta.items()):
             item.user_properties.append((_property_name(key), count))
-        if expected:
+            self.tests.setdefault(key, []).append(nodeid)
+        if expected and delta:
             self.expected.merge(delta)
             # so that `pytest-arbiter gate` on the JUnit file leaves them out too
             from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
@@ -270,7 +307,7 @@ class ArbiterSession:
             needed: list[str] = []
             sm120 = False
             for mark in item.iter_markers():  # one walk up the node chain per item
-                if mark.name == "device":
+                if mark.name == "arbiter_device":
                     needed.extend(str(tag) for tag in mark.args)
                 elif mark.name == "sm120":
                     sm120 = True
@@ -367,9 +404,12 @@ class ArbiterSession:
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
+            "reasons": [[*key, why] for key, why in sorted(self.reasons().items())],
+            "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
         }
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        process.unbind(self.factory)
         # let the cache go before pytest's end-of-run garbage collections (five full
         # ones), each of which would otherwise walk every object of a large corpus;
         # emptied, not just dropped: the last failed test's traceback may still hold it
@@ -409,11 +449,11 @@ class ArbiterSession:
                 lines.append(f"  {target}/{op}: " + ", ".join(
                     f"{name}={row[name]}" for name in OUTCOMES))
             for key, count in sorted(counts.items()):
-                lines.append(f"    {'/'.join(key)}: {count}")
+                lines.append(f"    {_key_text(key)}: {count}")
         expected = self.expected_counts()
         if expected:
             lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
-                f"{'/'.join(k)}={v}" for k, v in sorted(expected.items())))
+                f"{_key_text(k)}={v}" for k, v in sorted(expected.items())))
         if self.cache_note is not None:
             lines.append(self.cache_note)
         sources = self._sources()
@@ -433,21 +473,37 @@ class ArbiterSession:
         verdict = self.verdict
         if verdict is not None and (counts or verdict.fixed or self.settings.baseline):
             lines.append(self.baseline_note)
-            lines.extend(verdict.describe_new())
+            lines.extend(self._new_entry_lines(verdict))
             lines.extend(verdict.describe_fixed())
             if self.unchecked:
                 lines.append(f"{len(self.unchecked)} baseline entries not checked: this run "
                              "did not dispatch their target and op")
             if not verdict.passed:
                 if self.settings.write_baseline is not None:
-                    lines.append("new degraded entries recorded by --arbiter-write-baseline "
+                    lines.append("new gated entries recorded by --arbiter-write-baseline "
                                  f"{self.settings.write_baseline}")
                 else:
-                    lines.append("degrade gate FAILED: new degraded dispatch entries "
-                                 "(fix the kernel, mark the test arbiter_expect_degrade, "
-                                 "or add them to the baseline)")
+                    lines.append("degrade gate FAILED: new degraded, rejected or error "
+                                 "dispatch entries (fix the kernel, mark the test "
+                                 "arbiter_expect_degrade, or add them to the baseline)")
             else:
                 lines.append("degrade gate passed")
+        return lines
+
+    def _new_entry_lines(self, verdict: BaselineVerdict) -> list[str]:
+        """Each new failing entry, its reason, and the tests behind it."""
+        reasons = self.reasons()
+        lines = []
+        for line, key in zip(verdict.describe_new(), sorted(verdict.new), strict=True):
+            lines.append(line)
+            why = reasons.get(key)
+            if why:
+                lines.append(f"    reason: {why}")
+            tests = self.tests.get(key, [])
+            shown = ", ".join(dict.fromkeys(tests[:MAX_TESTS_SHOWN]))
+            more = len(set(tests)) - len(set(tests[:MAX_TESTS_SHOWN]))
+            lines.append("    tests: " + (shown or "none (dispatched outside any test)")
+                         + (f" (+{more} more)" if more > 0 else ""))
         return lines
 
     def events(self) -> dict[tuple[str, ...], DispatchEvent]:
@@ -492,6 +548,17 @@ class ArbiterSession:
         return lines
 
 
+def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:
+    """``[[target, op, selected, outcome, value], ...]`` from a worker, checked."""
+    out = []
+    for row in rows:
+        if (not isinstance(row, list) or len(row) != 5
+                or not all(isinstance(part, str) for part in row[:4])):
+            raise ValueError(f"bad {what} row {row!r}")
+        out.append(((row[0], row[1], row[2], row[3]), row[4]))
+    return out
+
+
 class XdistHooks:
     """Controller-side xdist hooks: merge each worker's plain-dict payload."""
 
@@ -513,6 +580,10 @@ class XdistHooks:
                 payload["histogram"], source=f"worker {name}").counts())
             s.worker_expected.append(DispatchHistogram.from_dict(
                 payload["expected"], source=f"worker {name}").counts())
+            for key, why in _keyed(payload.get("reasons", []), "reasons"):
+                s.worker_reasons.setdefault(key, str(why))
+            for key, nodeids in _keyed(payload.get("tests", []), "tests"):
+                s.tests.setdefault(key, []).extend(str(n) for n in nodeids)
             if payload["cache"] is not None:
                 from pytest_arbiter.arbiter import DispatchEvent
                 from pytest_arbiter.cache import MeasureCache
@@ -542,15 +613,10 @@ class _NoSkipHooks:
 
 
 @pytest.fixture
-def arbiter(request: pytest.FixtureRequest) -> Generator[ArbiterFixture, None, None]:
+def arbiter(request: pytest.FixtureRequest) -> ArbiterFixture:
     """The run's arbiter: ``arbiter.dispatch(op, *inputs)``, ``arbiter.gate(name, *inputs)``.
 
-    Its teardown records the test's dispatches as JUnit properties (``arbiter:...``).
+    The same arbiter as ``pytest_arbiter.dispatch`` in this run; what the test
+    dispatches becomes its JUnit properties (``arbiter:...``).
     """
-    session = request.config.stash[SESSION_KEY]
-    item = request.node
-    session.begin_test(item)
-    try:
-        yield session.fixture_for(item)
-    finally:
-        session.end_test(item)
+    return request.config.stash[SESSION_KEY].fixture_for(request.node)

@@ -20,6 +20,9 @@ HELP_WRITE_BASELINE = "write this run's histogram as the new baseline (does not 
 HELP_STRICT = "a dispatch with no cached winner is an error (arbiter mode 'strict')"
 HELP_EXPLAIN = "say in the summary, per dispatch key, why each other candidate was passed over"
 HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of being skipped"
+HELP_CALL_TIMEOUT = ("seconds a single candidate call may take in the F4 gate or the timing "
+                     "before the per-call watchdog makes it an 'error' (default 60; 0 turns "
+                     "the watchdog off)")
 HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
                        "worker gwN sees only device N mod their number")
 
@@ -29,7 +32,7 @@ class OptionSpec:
     """One option: its ``--arbiter-x`` flag, ``arbiter_x`` ini key, kind and help."""
 
     name: str
-    kind: str  # "bool", "path" or "list"
+    kind: str  # "bool", "path", "list" or "seconds"
     help: str
 
     @property
@@ -55,7 +58,9 @@ OPTIONS = (
     OptionSpec("explain", "bool", HELP_EXPLAIN),
     OptionSpec("no_skip", "bool", HELP_NO_SKIP),
     OptionSpec("worker_devices", "list", HELP_WORKER_DEVICES),
+    OptionSpec("call_timeout", "seconds", HELP_CALL_TIMEOUT),
 )
+DEFAULT_CALL_TIMEOUT_S = 60.0
 
 
 def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> None:
@@ -66,8 +71,9 @@ def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> No
                       help=spec.help)
             addini(spec.ini, spec.help, type="bool", default=False)
         else:
+            metavar = {"path": "PATH", "list": "LIST", "seconds": "SECONDS"}[spec.kind]
             addoption(spec.flag, action="store", default=None, dest=spec.dest,
-                      metavar="PATH" if spec.kind == "path" else "LIST", help=spec.help)
+                      metavar=metavar, help=spec.help)
             addini(spec.ini, spec.help, type="string", default="")
 
 
@@ -84,6 +90,8 @@ class ArbiterSettings:
     explain: bool = False
     no_skip: bool = False
     worker_devices: tuple[str, ...] = ()
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
+    """None: the watchdog is off."""
 
     @property
     def mode(self) -> str:
@@ -98,13 +106,17 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
     """Settings from the command line, else the ini file, else the defaults.
 
     Command-line paths are relative to the invocation folder, ini paths to the ini
-    file's folder.
+    file's folder. A malformed value is a ``ValueError`` naming the option.
     """
     values: dict[str, Any] = {}
     for spec in OPTIONS:
         given = getoption(spec.dest)
         if spec.kind == "bool":
             values[spec.name] = bool(given) if given is not None else bool(getini(spec.ini))
+            continue
+        if spec.kind == "seconds":
+            values[spec.name] = _seconds(spec, given if given is not None
+                                         else str(getini(spec.ini) or ""))
             continue
         if spec.kind == "list":
             text = str(given if given else getini(spec.ini) or "")
@@ -118,3 +130,19 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
             text = str(getini(spec.ini) or "").strip()
             values[spec.name] = ini_dir / Path(text) if text else None
     return ArbiterSettings(**values)
+
+
+def _seconds(spec: OptionSpec, text: str) -> float | None:
+    """A timeout in seconds: empty means the default, 0 turns it off."""
+    text = str(text).strip()
+    if not text:
+        return DEFAULT_CALL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{spec.flag} (ini {spec.ini}): {text!r} is not a number of "
+                         "seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{spec.flag} (ini {spec.ini}): {text!r} must be a finite number "
+                         "of seconds, 0 or more")
+    return value or None

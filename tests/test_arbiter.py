@@ -331,15 +331,15 @@ def test_the_registry_loads_the_bundled_kernels_on_first_read() -> None:
     assert _fresh_python(code) == "False"
 
 
-def test_tune_records_degraded_when_every_candidate_that_could_run_fails_the_gate() -> None:
+def test_tune_records_a_gated_outcome_when_every_candidate_that_could_run_fails() -> None:
     def declines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise Decline("tile too small")
 
     def wrong(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros((a.shape[0], b.shape[1]), a.dtype)
 
-    for kernel, name, reason in ((declines, "decliner", "declined every gate input"),
-                                 (wrong, "wrong", "all zeros")):
+    for kernel, name, outcome, reason in ((declines, "decliner", "degraded", "tile too small"),
+                                          (wrong, "wrong", "rejected", "all zeros")):
         reg = CandidateRegistry()
         reg.add(FunctionCandidate(kernel, name, "matmul", "cpu", 5, None, None))
         reg.add(FunctionCandidate(np.matmul, "other_lane", "matmul", "nvidia", 1, None, None))
@@ -347,9 +347,10 @@ def test_tune_records_degraded_when_every_candidate_that_could_run_fails_the_gat
         a, b = mats(8, 8, 8)
         np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
         arb.dispatch("matmul", a, b)
-        # the reference ran although a candidate could take these inputs: degraded
-        assert arb.histogram.counts() == {("cpu", "matmul", name, "degraded"): 2}
-        assert reason in arb.declines[("cpu", "matmul", name)]
+        # the reference ran in place of a candidate that declined (degraded) or was
+        # wrong (rejected): both are gated outcomes, with the reason
+        assert arb.histogram.counts() == {("cpu", "matmul", name, outcome): 2}
+        assert reason in arb.reasons[("cpu", "matmul", name, outcome)]
         assert len(arb.cache) == 0
     # nothing that applies at all is still no_candidate
     arb = Arbiter(registry=CandidateRegistry(), mode="tune", policy=FAST)

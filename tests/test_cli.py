@@ -22,7 +22,10 @@ from pytest_arbiter.measure import LatencyStats
 DECLINING_CONFTEST = """
 import pytest_arbiter
 
-@pytest_arbiter.candidate("matmul", target="cpu", name="cli_declining", tier=9)
+pytest_arbiter.op("cli_mm", reference=lambda a, b: a @ b)
+
+# the only candidate of its op, so its decline runs the reference: a degrade
+@pytest_arbiter.candidate("cli_mm", target="cpu", name="cli_declining", tier=9)
 def k(a, b):
     raise pytest_arbiter.Decline("not yet")
 """
@@ -36,7 +39,7 @@ B = np.ones((3, 2), np.float32)
 
 @pytest.mark.parametrize("i", range(3))
 def test_dispatch(arbiter, i):
-    arbiter.dispatch("matmul", A, B)
+    arbiter.dispatch("cli_mm", A, B)
 
 def test_softmax(arbiter):
     arbiter.dispatch("softmax", np.ones((2, 5), np.float32))
@@ -179,7 +182,7 @@ def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(reports: Path) -> N
     code, text = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
     assert code == 1, text
     assert "none.json does not exist yet: it counts as empty" in text
-    assert ("NEW degraded: target=cpu op=matmul candidate=cli_declining (3 dispatches) in "
+    assert ("NEW degraded: target=cpu op=cli_mm candidate=cli_declining (3 dispatches) in "
             "test_one::test_dispatch[0], test_one::test_dispatch[1], "
             "test_one::test_dispatch[2]") in text
     assert "degrade gate FAILED: 1 new degraded entries" in text
@@ -190,7 +193,7 @@ def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
     for report in ("plain.xml", "xdist.xml", "hist.json"):
         code, text = run("gate", "--baseline", reports / "base.json", reports / report)
         assert code == 0, text
-        assert "known degraded: target=cpu op=matmul candidate=cli_declining" in text
+        assert "known degraded: target=cpu op=cli_mm candidate=cli_declining" in text
         assert "degrade gate passed (1 known degraded entries)" in text
 
 
@@ -216,22 +219,22 @@ def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:
 def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> None:
     baseline = reports / "base.json"
     counts = artifacts.read_histogram(baseline)
-    counts[("cpu", "matmul", "retired_kernel", "degraded")] = 2
+    counts[("cpu", "cli_mm", "retired_kernel", "degraded")] = 2
     counts[("nvidia", "matmul", "wmma", "degraded")] = 1
     artifacts.write_histogram(baseline, counts)
     code, text = run("gate", "--baseline", baseline, reports / "plain.xml",
                      reports / "xdist.xml")
     assert code == 0, text
     assert "read 2 report(s), 10 testcase(s)" in text
-    assert "known degraded: target=cpu op=matmul candidate=cli_declining (6 dispatches" in text
-    assert "fixed degraded: target=cpu op=matmul candidate=retired_kernel" in text
+    assert "known degraded: target=cpu op=cli_mm candidate=cli_declining (6 dispatches" in text
+    assert "fixed degraded: target=cpu op=cli_mm candidate=retired_kernel" in text
     assert "unchecked degraded: target=nvidia op=matmul candidate=wmma" in text
     code, text = run("gate", "--update", "--baseline", baseline, reports / "plain.xml")
     assert code == 0 and "1 fixed entries removed" in text
     kept = artifacts.read_histogram(baseline)
-    assert ("cpu", "matmul", "retired_kernel", "degraded") not in kept
+    assert ("cpu", "cli_mm", "retired_kernel", "degraded") not in kept
     assert ("nvidia", "matmul", "wmma", "degraded") in kept
-    assert ("cpu", "matmul", "cli_declining", "degraded") in kept
+    assert ("cpu", "cli_mm", "cli_declining", "degraded") in kept
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [

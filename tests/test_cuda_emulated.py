@@ -40,7 +40,6 @@ from hypothesis import strategies as st
 from pytest_arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.dtypes import numpy_dtype
-from pytest_arbiter.histogram import NO_CANDIDATE
 from pytest_arbiter.ops import OPS
 from pytest_arbiter.runtime.cuda import emitted, sources
 
@@ -146,7 +145,7 @@ def test_inputs_are_left_as_they_were(emulate: Callable[..., EmulatedCupy]) -> N
 def test_tensor_core_lane_forced_onto_a_ragged_shape_declines_on_the_emulated_device(
         emulate: Callable[..., EmulatedCupy]) -> None:
     """SPEC bug 1: aligned 32x16x32 runs the kernel; ragged 24x16x32 is declined before
-    any launch, and with nothing else to run it the dispatch records no_candidate."""
+    any launch, and with nothing else to run it the dispatch records a degrade."""
     cp = emulate()
     mma = gpu_candidate("mma_matmul")
     reg = CandidateRegistry()
@@ -161,7 +160,8 @@ def test_tensor_core_lane_forced_onto_a_ragged_shape_declines_on_the_emulated_de
     ragged = _operands("mma_matmul", "float16", (24, 16, 32))
     arb.dispatch("matmul", *ragged, target="nvidia")
     assert len(cp.log) == launched, "the ragged shape reached the kernel"
-    assert arb.histogram.counts()[("nvidia", "matmul", NO_CANDIDATE, "no_candidate")] == 1
+    # it applied and declined, and nothing else could run it: a degrade, named after it
+    assert arb.histogram.counts()[("nvidia", "matmul", "mma_matmul", "degraded")] == 1
 
 
 def test_emitted_lane_is_unavailable_below_sm80_on_the_emulated_device(

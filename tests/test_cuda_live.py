@@ -23,8 +23,8 @@ from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.device import load_cupy
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 
-NVIDIA = pytest.mark.device(*sources.ARCHS)
-AMD = pytest.mark.device("amd")
+NVIDIA = pytest.mark.arbiter_device(*sources.ARCHS)
+AMD = pytest.mark.arbiter_device("amd")
 POLICY = ComparePolicy(min_rounds=5, max_rounds=40, budget_s=0.05)
 
 @NVIDIA

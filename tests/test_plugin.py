@@ -29,9 +29,22 @@ from pytest_arbiter.settings import OPTIONS, ArbiterSettings, resolve
 DECLINING_CONFTEST = """
 import pytest_arbiter
 
-@pytest_arbiter.candidate("matmul", target="cpu", name="plugin_declining", tier=9)
+pytest_arbiter.op("plugin_mm", reference=lambda a, b: a @ b)
+
+# the only candidate of its op: its decline runs the reference, a degrade
+@pytest_arbiter.candidate("plugin_mm", target="cpu", name="plugin_declining", tier=9)
 def k(a, b):
     raise pytest_arbiter.Decline("not yet")
+"""
+
+DEGRADE_TEST = """
+import numpy as np
+
+def test_dispatch(arbiter):
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    out = arbiter.dispatch("plugin_mm", a, b)
+    assert out.shape == (4, 2) and (out == 3).all()
 """
 
 DISPATCH_TEST = """
@@ -141,19 +154,19 @@ def test_help_lists_options_and_markers(pytester: pytest.Pytester) -> None:
 def test_degrade_fails_without_baseline_and_passes_with_written_one(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
-    pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makepyfile(test_one=DEGRADE_TEST)
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*= arbiter =*",
         "*no --arbiter-baseline given*",
-        "*new degraded: target=cpu op=matmul candidate=plugin_declining (1 dispatches)*",
+        "*new degraded: target=cpu op=plugin_mm candidate=plugin_declining (1 dispatches)*",
         "*degrade gate FAILED*",
     ])
     result = pytester.runpytest("--arbiter-write-baseline=base.json")
     assert result.ret == 0
     entries = _entries(pytester.path / "base.json")
-    assert {"target": "cpu", "op": "matmul", "selected": "plugin_declining",
+    assert {"target": "cpu", "op": "plugin_mm", "selected": "plugin_declining",
             "outcome": "degraded", "count": 1} in entries
     result = pytester.runpytest("--arbiter-baseline=base.json")
     assert result.ret == 0
@@ -162,7 +175,7 @@ def test_degrade_fails_without_baseline_and_passes_with_written_one(
 
 def test_missing_baseline_counts_as_empty_and_says_so(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
-    pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makepyfile(test_one=DEGRADE_TEST)
     result = pytester.runpytest("--arbiter-baseline=nope.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*baseline *nope.json does not exist yet*"])
@@ -179,11 +192,11 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
 
         @pytest.mark.arbiter_expect_degrade
         def test_marker(arbiter):
-            arbiter.dispatch("matmul", A, B)
+            arbiter.dispatch("plugin_mm", A, B)
 
         def test_fixture_argument(arbiter):
             arbiter.expect_degrade()
-            arbiter.dispatch("matmul", A, B)
+            arbiter.dispatch("plugin_mm", A, B)
     """)
     result = pytester.runpytest("--arbiter-histogram=h.json", "--junitxml=report.xml")
     assert result.ret == 0, result.stdout.str()
@@ -215,7 +228,7 @@ def test_expected_degrade_marker_and_fixture_do_not_count(pytester: pytest.Pytes
 
 def test_ini_keys_are_read(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
-    pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makepyfile(test_one=DEGRADE_TEST)
     pytester.makeini("[pytest]\narbiter_histogram = out/h.json\n")
     (pytester.path / "out").mkdir()
     result = pytester.runpytest("--arbiter-write-baseline=base.json")
@@ -260,9 +273,14 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
     result = pytester.runpytest(
         "--arbiter-tune", "--arbiter-cache=cache.json", "--arbiter-histogram=h.json",
         "--arbiter-explain")
-    assert result.ret == 0, result.stdout.str()
+    # the wrong kernel is passed over on both keys, and that fails the run: rejected
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*new rejected: target=cpu op=matmul candidate=plugin_fast_wrong (2 dispatches)*"])
     entries = _entries(pytester.path / "h.json")
-    assert entries and not [e for e in entries if e["outcome"] != "won"]
+    assert entries and not [e for e in entries if e["outcome"] != "won"
+                            and e["selected"] != "plugin_fast_wrong"]
+    assert sum(e["count"] for e in entries if e["outcome"] == "won") == 2
     cache = artifacts.read_cache(pytester.path / "cache.json").entries()
     assert len(cache) == 2 and "plugin_fast_wrong" not in {e.winner for e in cache}
     for entry in cache:
@@ -304,7 +322,7 @@ def test_artifact_write_error_fails_the_run_naming_the_path(pytester: pytest.Pyt
 DEVICE_TESTS = """
 import pytest
 
-@pytest.mark.device("sm_90", "gfx1151")
+@pytest.mark.arbiter_device("sm_90", "gfx1151")
 def test_gpu():
     pass
 
@@ -312,7 +330,7 @@ def test_gpu():
 def test_blackwell():
     pass
 
-@pytest.mark.device("cpu")
+@pytest.mark.arbiter_device("cpu")
 @pytest.mark.host_free
 def test_cpu():
     pass
@@ -423,11 +441,11 @@ def test_xdist_controller_merges_workers_and_names_a_crashed_one(
 
         @pytest.mark.parametrize("i", range(8))
         def test_dispatch(arbiter, i):
-            arbiter.dispatch("matmul", A, B)
+            arbiter.dispatch("plugin_mm", A, B)
 
         @pytest.mark.arbiter_expect_degrade
         def test_on_purpose(arbiter):
-            arbiter.dispatch("matmul", A, B)
+            arbiter.dispatch("plugin_mm", A, B)
 
         def test_crash():
             if os.environ.get("ARBITER_TEST_CRASH"):
@@ -534,10 +552,10 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
 
 def test_plugin_loads_and_gates_with_xdist_disabled(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(DECLINING_CONFTEST)
-    pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makepyfile(test_one=DEGRADE_TEST)
     result = pytester.runpytest("-p", "no:xdist", "-p", "no:benchmark")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=matmul "
+    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=plugin_mm "
                                  "candidate=plugin_declining (1 dispatches)*"])
 
 
@@ -632,12 +650,18 @@ def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
 
 def test_tune_run_fails_on_a_candidate_that_declines_in_the_gate(
         pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(DECLINING_CONFTEST)
+    pytester.makeconftest("""
+import pytest_arbiter
+
+@pytest_arbiter.candidate("matmul", target="cpu", name="plugin_declining", tier=9)
+def k(a, b):
+    raise pytest_arbiter.Decline("not yet")
+""")
     pytester.makepyfile(test_one=DISPATCH_TEST)
     result = pytester.runpytest("--arbiter-tune", "--arbiter-explain")
     # the other bundled candidates pass the gate and win: nothing degrades
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*passed over plugin_declining: failed the F4 gate*"])
+    result.stdout.fnmatch_lines(["*passed over plugin_declining: declined: not yet*"])
     pytester.makepyfile(test_one="""
         import numpy as np
 

@@ -82,7 +82,7 @@ def candidates() -> list[Candidate]:
         FunctionCandidate(blas_matmul, "blas_matmul", "matmul", "cpu", 1, pair, None),
         FunctionCandidate(dot_matmul, "dot_matmul", "matmul", "cpu", 0, pair, None),
         FunctionCandidate(panel_matmul, "panel_matmul", "matmul", "cpu", 0, panel_accepts,
-                          None),
+                          None, align=(1, 1, PANEL)),
         FunctionCandidate(stable_softmax, "stable_softmax", "softmax", "cpu", 0, one, None),
         FunctionCandidate(inplace_softmax, "inplace_softmax", "softmax", "cpu", 1, one, None),
     ]

@@ -102,6 +102,7 @@ class MmaMatmul(EmittedCandidate):
 
     arity = 2
     align_m, align_n, align_k = 16, 8, sources.MMA_TILE[2]
+    align = (align_m, align_n, align_k)  # what the registry reports to the cache key
 
     def problem(self, *inputs: Any) -> str | None:
         found = matmul_inputs_problem(inputs, self.dtypes)

@@ -1,0 +1,308 @@
+"""One gated arbiter: lead-safety in every mode, declines that fall through, errors that
+are seen, keys that separate what a kernel can run, and the bounded plan table.
+
+These drive :class:`Arbiter` directly (no pytest plugin); the plugin's wiring is in
+tests/test_library_dispatch.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache
+from pytest_arbiter import arbiter as arbiter_module
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.ops import OpRegistry, make_op
+
+FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
+
+
+def mats(m: int, n: int, k: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
+
+
+def fn(kernel: Callable[..., Any], name: str, op: str = "matmul", tier: int = 0,
+       accepts: Callable[..., bool] | None = None) -> FunctionCandidate:
+    return FunctionCandidate(kernel, name, op, "cpu", tier, accepts, None)
+
+
+def registry(*cands: FunctionCandidate) -> CandidateRegistry:
+    reg = CandidateRegistry()
+    reg.extend(cands)
+    return reg
+
+
+def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b)
+
+
+def zeros(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+
+
+def scribbler(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.matmul(a, b)
+    a[...] = 0  # writes into its input
+    return out
+
+
+@pytest.mark.parametrize("mode", ["static", "tune"])
+def test_a_wrong_top_tier_kernel_never_runs_on_the_callers_data(mode: str) -> None:
+    reg = registry(fn(zeros, "zeros", tier=5), fn(scribbler, "scribbler", tier=4),
+                   fn(library, "library", tier=0))
+    arb = Arbiter(registry=reg, mode=mode, policy=FAST)
+    for _ in range(12):
+        a, b = mats(16, 16, 16)
+        keep = a.copy()
+        out = arb.dispatch("matmul", a, b)
+        np.testing.assert_array_equal(a, keep)  # nobody wrote into the caller's array
+        np.testing.assert_allclose(out, keep @ b, rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "library", "won")] == 12
+    assert counts[("cpu", "matmul", "zeros", "rejected")] == 12
+    assert counts[("cpu", "matmul", "scribbler", "rejected")] == 12
+    assert not any(k[2] in ("zeros", "scribbler") and k[3] == "won" for k in counts)
+    assert "all zeros" in arb.reasons[("cpu", "matmul", "zeros", "rejected")]
+    assert "modified its inputs" in arb.reasons[("cpu", "matmul", "scribbler", "rejected")]
+
+
+def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
+    """The corpus names ``fast`` the winner; its body is now wrong: it never runs."""
+    tuned = Arbiter(registry=registry(fn(library, "one"), fn(np.dot, "two")), mode="tune",
+                    policy=FAST)
+    tuned.dispatch("matmul", *mats(32, 32, 32))
+    cache = tuned.cache
+    (entry,) = cache.entries()
+    winner = entry.winner
+    other = "two" if winner == "one" else "one"
+    changed = registry(fn(zeros, winner), fn(np.dot, other))
+    arb = Arbiter(registry=changed, cache=cache, mode="static")
+    a, b = mats(32, 32, 32)
+    np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    assert arb.histogram.counts() == {("cpu", "matmul", winner, "rejected"): 1,
+                                      ("cpu", "matmul", other, "won"): 1}
+
+
+def test_gate_off_outside_pytest_runs_the_pick_ungated() -> None:
+    """Production default: the corpus entry was gated when measured; no gate cost."""
+    arb = Arbiter(registry=registry(fn(zeros, "zeros", tier=5), fn(library, "library")),
+                  mode="static", gate=False)
+    arb.dispatch("matmul", *mats(8, 8, 8))
+    assert arb.histogram.counts() == {("cpu", "matmul", "zeros", "won"): 1}
+
+
+def test_decline_on_a_cache_hit_falls_to_the_cached_runner_up() -> None:
+    def picky(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.flags.f_contiguous and not a.flags.c_contiguous:
+            raise Decline("needs row-major A")
+        return np.matmul(a, b)
+
+    reg = registry(fn(picky, "picky", tier=1), fn(np.dot, "dot"))
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    a, b = mats(32, 32, 32)
+    arb.dispatch("matmul", a, b)
+    np.testing.assert_allclose(arb.dispatch("matmul", np.asfortranarray(a), b), a @ b,
+                               rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert not any(k[3] == "degraded" for k in counts), counts
+    assert sum(v for k, v in counts.items() if k[3] == "won") == 2
+
+
+def test_reference_runs_only_when_no_candidate_can_and_is_named_after_the_first() -> None:
+    def first(x: np.ndarray) -> np.ndarray:
+        raise Decline("tile too small")
+
+    def second(x: np.ndarray) -> np.ndarray:
+        raise Decline("no")
+
+    reg = registry(fn(first, "first", "softmax", tier=2), fn(second, "second", "softmax"))
+    arb = Arbiter(registry=reg, mode="static")
+    x = np.random.default_rng(0).standard_normal((3, 9)).astype(np.float32)
+    out = arb.dispatch("softmax", x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-5)
+    assert arb.histogram.counts() == {("cpu", "softmax", "first", "degraded"): 1}
+    assert arb.reasons[("cpu", "softmax", "first", "degraded")] == "tile too small"
+
+
+def test_an_error_falls_through_and_is_recorded_with_its_message() -> None:
+    armed = {"on": False}
+
+    def workspace(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if armed["on"]:  # passed the gate and ran once; now it fails at dispatch
+            raise MemoryError("workspace too small")
+        return np.matmul(a, b)
+
+    arb = Arbiter(registry=registry(fn(workspace, "workspace", tier=3), fn(library, "lib")),
+                  mode="static")
+    arb.dispatch("matmul", *mats(8, 8, 8))
+    assert arb.histogram.counts() == {("cpu", "matmul", "workspace", "won"): 1}
+    armed["on"] = True
+    for _ in range(3):
+        a, b = mats(8, 8, 8)
+        np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "workspace", "error")] == 3
+    assert counts[("cpu", "matmul", "lib", "won")] == 3
+    assert arb.reasons[("cpu", "matmul", "workspace", "error")] == (
+        "MemoryError: workspace too small")
+
+
+@pytest.mark.parametrize("mode", ["static", "tune"])
+def test_raising_accepts_and_available_never_reach_the_caller(mode: str) -> None:
+    def bad_accepts(a: np.ndarray, b: np.ndarray) -> bool:
+        raise KeyError("stride table")
+
+    def bad_available() -> bool:
+        raise OSError("driver gone")
+
+    reg = registry(fn(library, "picky", tier=3, accepts=bad_accepts),
+                   FunctionCandidate(library, "gone", "matmul", "cpu", 2, None, bad_available),
+                   fn(np.dot, "dot"))
+    arb = Arbiter(registry=reg, mode=mode, policy=FAST)
+    for _ in range(2):
+        a, b = mats(8, 8, 8)
+        np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "dot", "won")] == 2
+    assert counts[("cpu", "matmul", "picky", "error")] == 2
+    assert counts[("cpu", "matmul", "gone", "error")] == 2
+    assert "KeyError" in arb.reasons[("cpu", "matmul", "picky", "error")]
+    assert "driver gone" in arb.reasons[("cpu", "matmul", "gone", "error")]
+
+
+def test_a_raise_in_the_timed_rounds_is_an_error_not_an_escape() -> None:
+    calls = {"n": 0}
+
+    def late(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        calls["n"] += 1
+        if calls["n"] == 12:  # after the gate (5 trials) and the warmup
+            raise RuntimeError("fifth round")
+        return np.matmul(a, b)
+
+    arb = Arbiter(registry=registry(fn(late, "late", tier=1), fn(np.dot, "dot")),
+                  mode="tune", policy=ComparePolicy(min_rounds=9, max_rounds=20, budget_s=1.0))
+    a, b = mats(16, 16, 16)
+    np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "late", "error")] == 1
+    assert counts[("cpu", "matmul", "dot", "won")] == 1
+    assert "fifth round" in arb.reasons[("cpu", "matmul", "late", "error")]
+
+
+def test_softmax_tuned_on_a_vector_is_not_served_to_a_row() -> None:
+    def flat_only(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - x.max())
+        return (e / e.sum()).ravel()  # right for 1-D, wrong shape for (1, n)
+
+    reg = registry(fn(flat_only, "flat_only", "softmax", tier=2),
+                   fn(lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
+                       x - x.max(-1, keepdims=True)).sum(-1, keepdims=True), "rowwise",
+                      "softmax"))
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    x = np.random.default_rng(1).standard_normal(128).astype(np.float32)
+    assert arb.dispatch("softmax", x).shape == (128,)
+    row = arb.dispatch("softmax", x[None, :])
+    assert row.shape == (1, 128)
+    counts = arb.histogram.counts()
+    assert ("cpu", "softmax", "flat_only", "rejected") in counts
+    assert len({e.bucket for e in arb.events.values()}) == 2
+
+
+def test_the_bucket_separates_a_declared_alignment_above_16() -> None:
+    """A K%32 kernel: K=48 (16-aligned only) never shares a key with K=64."""
+    k32 = FunctionCandidate(library, "k32", "matmul", "cpu", 5,
+                            lambda a, b: a.shape[1] % 32 == 0, None)
+    k32.align = (1, 1, 32)
+    reg = registry(k32, fn(np.dot, "dot"))
+    arb = Arbiter(registry=reg, mode="tune", policy=FAST)
+    arb.dispatch("matmul", *mats(16, 16, 64))
+    arb.dispatch("matmul", *mats(16, 16, 48))
+    buckets = sorted(e.bucket for e in arb.events.values())
+    assert buckets == ["16x16x64/a16.16.16", "16x16x64/a16.16.32"]
+    counts = arb.histogram.counts()
+    assert sum(counts.values()) == 2 and all(k[3] == "won" for k in counts), counts
+
+
+@given(order=st.permutations(range(5)))
+@settings(max_examples=20, deadline=None)
+def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
+        order: list[int]) -> None:
+    """An aligned-only kernel that declines by raising, an odd-rows-only one that
+    declines through ``accepts``, and a library GEMM, over shapes that share buckets."""
+    def aligned_only(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.shape[0] % 8:
+            raise Decline("needs M % 8 == 0")
+        return np.matmul(a, b)
+
+    shapes = [(24, 16, 16), (25, 16, 16), (27, 16, 16), (17, 16, 16), (26, 16, 16)]
+
+    def outcomes(sequence: list[int], mode: str) -> dict[tuple[int, ...], str]:
+        reg = registry(fn(aligned_only, "aligned_only", tier=2),
+                       fn(library, "odd_only", tier=1, accepts=lambda a, b: a.shape[0] % 2 == 1),
+                       fn(np.dot, "lib"))
+        arb = Arbiter(registry=reg, mode=mode, policy=FAST)
+        seen: dict[tuple[int, ...], str] = {}
+        for i in sequence:
+            before = arb.histogram.counts()
+            arb.dispatch("matmul", *mats(*shapes[i]))
+            new = {k for k, v in arb.histogram.counts().items() if v > before.get(k, 0)}
+            seen[shapes[i]] = ",".join(sorted(f"{k[2]}:{k[3]}" for k in new))
+        return seen
+
+    assert outcomes(order, "static") == outcomes(sorted(order), "static")
+    # measured: which candidate wins may differ with the timing, never the outcome
+    for outcome in outcomes(order, "tune").values():
+        assert outcome.endswith(":won") and "," not in outcome, outcome
+
+
+def test_the_plan_table_is_bounded_and_cycling_shapes_keeps_hitting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arbiter_module, "MAX_PLANS", 8)
+    arb = Arbiter(registry=registry(fn(library, "lib")), mode="static")
+    planned = {"n": 0}
+    real = arb._plan
+
+    def counting(*args: Any) -> Any:
+        planned["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(arb, "_plan", counting)
+    working_set = [mats(m, 4, 4) for m in range(1, 7)]
+    for _ in range(5):
+        for a, b in working_set:
+            arb.dispatch("matmul", a, b)
+    assert planned["n"] == 6  # planned once each, then every dispatch hits
+    for m in range(7, 40):  # a burst of one-off shapes: the table stays bounded
+        arb.dispatch("matmul", *mats(m, 4, 4))
+        assert len(arb._plans) <= 8 and len(arb._older) <= 8
+    assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 30 + 33}
+
+
+def test_a_user_op_with_a_float64_reference_serves_float32() -> None:
+    ops = OpRegistry()
+    ops.register(make_op("axpy2", lambda x: 2.0 * x.astype(np.float64) + 1.0))
+    reg = registry(fn(lambda x: 2 * x + 1, "fused", "axpy2"))
+    arb = Arbiter(registry=reg, ops=ops, mode="static")
+    x = np.arange(8, dtype=np.float32)
+    out = arb.dispatch("axpy2", x)
+    assert out.dtype == np.float32
+    assert arb.histogram.counts() == {("cpu", "axpy2", "fused", "won"): 1}
+    declining = Arbiter(registry=registry(fn(lambda x: (_ for _ in ()).throw(Decline("no")),
+                                             "nope", "axpy2")), ops=ops, mode="static")
+    ref = declining.dispatch("axpy2", x)
+    assert ref.dtype == np.float32  # the reference's float64 comes back in the input dtype
+    np.testing.assert_array_equal(ref, 2 * x + 1)
+
+
+def test_strict_mode_still_raises_on_a_miss_and_hits_are_gated() -> None:
+    arb = Arbiter(registry=registry(fn(library, "lib")), mode="strict", cache=MeasureCache())
+    with pytest.raises(arbiter_module.CacheMiss, match="strict mode"):
+        arb.dispatch("matmul", *mats(8, 8, 8))
