@@ -258,6 +258,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     reports: dict[str, GateReport] = {}
     rejected: dict[str, str] = {}
     survivors = []
+    declined_these: list[Candidate] = []
     for cand in usable:
         report = gate(cand) if gate is not None else f4_gate(
             cand, the_op, inputs=inputs, region=region, seed=gate_seed)
@@ -266,6 +267,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         if kind == "pass":
             survivors.append(cand)
             continue
+        if kind == "decline-inputs":
+            declined_these.append(cand)
         passed_over[cand.name] = {"decline": f"declined: {reason}",
                                   "decline-inputs": f"declined the inputs: {reason}"
                                   }.get(kind, reason)
@@ -276,18 +279,31 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     if not survivors:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
                          errors=errors, rejected=rejected)
+    timed, timed_inputs = survivors, inputs
+    if declined_these and the_op.gate_inputs is not None:
+        # a candidate right for the key declined these inputs (their layout, say): time
+        # every one of them on the key's own generated input, so the ranking holds all
+        # the key's candidates whichever input came first
+        own = the_op.gate_inputs(region, gate_seed)[0]
+        if [np.shape(x) for x in own] == [np.shape(x) for x in inputs]:
+            timed_inputs = own
+            timed = [c for c in usable if c in survivors or c in declined_these
+                     if _accepts(c, own, {}, None)]
     fns = {}
-    for cand in survivors:
-        prepared = cand.prepare_inputs(*inputs)
+    for cand in timed:
+        prepared = cand.prepare_inputs(*timed_inputs)
         fns[cand.name] = (lambda c=cand, args=prepared: c.run(*args))
-    comparison = compare_latencies(fns, tiers={c.name: c.tier for c in survivors},
+    comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
                                    policy=policy, timer=timer or timer_for(target))
-    for name, why in getattr(comparison, "failed", {}).items():
+    for name, why in comparison.failed.items():
+        if why.startswith(f"{Decline.__name__}: "):
+            passed_over[name] = f"declined while timed: {why.split(': ', 1)[1]}"
+            continue
         errors[name] = f"while timed: {why}"
         passed_over[name] = f"raised while timed: {why}"
-    for name, why in getattr(comparison, "dropped", {}).items():
+    for name, why in comparison.dropped.items():
         passed_over[name] = why
-    by_name = {c.name: c for c in survivors}
+    by_name = {c.name: c for c in timed}
     if not comparison.ranking:
         return Selection(region, None, [], "measured", passed_over, None, comparison, reports,
                          errors, rejected)
@@ -301,9 +317,9 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison))
     cache.put(new_entry)
-    order = [by_name[n] for n in comparison.ranking]
-    return Selection(region, order[0], order, "measured", passed_over, new_entry, comparison,
-                     reports, errors, rejected)
+    order = [by_name[n] for n in comparison.ranking if by_name[n] in survivors]
+    return Selection(region, order[0] if order else None, order, "measured", passed_over,
+                     new_entry, comparison, reports, errors, rejected)
 
 
 def _by_rank(entry: CacheEntry, pool: Sequence[Candidate]) -> list[Candidate]:
@@ -345,15 +361,20 @@ class _Plan:
     """The memoised dispatch of one input signature: a key plan plus its fast step.
 
     ``run`` is ``None`` when the signature must take the slow path every time
-    (charges to record, or no candidate that ran its first inputs).
+    (charges to record, or no candidate that ran its first inputs). ``pre``: the
+    ``accepts`` of higher steps that declined the first inputs; inputs of the same
+    signature that one of them accepts (other strides, say) take the slow path, so
+    every input gets the same candidate whatever came first.
     """
 
-    __slots__ = ("accepts", "cache_version", "generation", "keyplan", "run", "start", "won")
+    __slots__ = ("accepts", "cache_version", "generation", "keyplan", "pre", "run", "start",
+                 "won")
 
-    def __init__(self, keyplan: _KeyPlan, start: int, generation: int,
-                 cache_version: int) -> None:
+    def __init__(self, keyplan: _KeyPlan, start: int, pre: tuple[Callable[..., bool], ...],
+                 generation: int, cache_version: int) -> None:
         self.keyplan = keyplan
         self.start = start
+        self.pre = pre or None
         self.generation = generation
         self.cache_version = cache_version
         fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
@@ -465,6 +486,8 @@ class Arbiter:
         if run is not None:
             accepts = plan.accepts
             try:
+                if plan.pre is not None and any(pre(*inputs) for pre in plan.pre):
+                    return self._run_slow(plan.keyplan, inputs, -1, None)
                 if accepts is None or accepts(*inputs):
                     out = run(*inputs)
                     plan.won()  # type: ignore[misc]
@@ -574,7 +597,7 @@ class Arbiter:
 
     def _find_plan(self, mode: str, op_name: str, inputs: Sequence[Any], target: str | None,
                    sig: Any) -> _Plan:
-        young, old = self._tables(mode)
+        old = self._tables(mode)[1]
         if sig is not None:
             found = old.get(sig)
             if (found is not None and found.generation == self.registry.generation
@@ -622,30 +645,39 @@ class Arbiter:
             kp = self._keyplans.get((mode, key))
             if kp is None or kp.stamp != (generation, self.cache.version, self._epoch):
                 kp = self._keyplan(mode, the_op, region, needs, key, inputs)
-            start = self._fast_start(kp, inputs)
+            start, pre = self._fast_start(kp, inputs)
             kp = self._keyplans.get((mode, key), kp)  # gating may have rebuilt it
-            return _Plan(kp, start, generation, self.cache.version)
+            return _Plan(kp, start, pre, generation, self.cache.version)
 
-    def _fast_start(self, kp: _KeyPlan, inputs: Sequence[Any]) -> int:
-        """The step that serves these inputs, gated now if it was not; -1 for none."""
+    def _fast_start(self, kp: _KeyPlan, inputs: Sequence[Any]
+                    ) -> tuple[int, tuple[Callable[..., bool], ...]]:
+        """The step that serves these inputs (gated now if it was not; -1 for none),
+        and the ``accepts`` of the steps above it that declined them."""
         while True:
+            pre: list[Callable[..., bool]] = []
             for index, step in enumerate(kp.steps):
                 try:
                     if step.accepts is not None and not step.accepts(*inputs):
+                        pre.append(step.accepts)
                         continue
                 except Exception:
-                    return -1  # recorded on each dispatch, by the slow path
+                    return -1, ()  # recorded on each dispatch, by the slow path
                 if step.gated:
-                    return index
+                    return index, tuple(pre)
                 verdict, _ = self._gate_for(kp, step.cand, inputs)
                 if verdict == "pass":
-                    return index
+                    return index, tuple(pre)
+                memo = self._verdicts.get((kp.key, step.cand.name))
+                if verdict == "decline" and memo is not None and memo.kind == "pass":
+                    # right for the key but raised Decline on these inputs: it stays the
+                    # fast step (inputs of this signature it can run must reach it)
+                    return index, tuple(pre)
                 if verdict in ("reject", "error"):
                     # the key plan was dropped with the verdict: build it again
                     kp = self._rebuilt(kp, inputs)
                     break
             else:
-                return -1
+                return -1, ()
 
     def _rebuilt(self, kp: _KeyPlan, inputs: Sequence[Any]) -> _KeyPlan:
         region = kp.op.region_of(*inputs)
@@ -662,19 +694,19 @@ class Arbiter:
         report = self._gate_report(kp.op, cand, inputs)
         kind, reason = _gate_verdict(report)
         with self._lock:
-            if kind == "decline-inputs":
-                # right for the key, but not these inputs: a decline of this dispatch
-                self._verdicts[memo_key] = _Verdict(cand, "pass", "")
-                return "decline", reason
-            self._verdicts[memo_key] = _Verdict(cand, kind, reason)
+            memo_kind = "pass" if kind == "decline-inputs" else kind
+            self._verdicts[memo_key] = _Verdict(cand, memo_kind, reason)
             if kind in ("reject", "error"):
                 self._forget_plans()
-            else:
+            elif memo_kind == "pass":
                 for other in list(self._keyplans.values()):
                     if other.key == kp.key:
                         for step in other.steps:
                             if step.cand is cand:
                                 step.gated = True
+        if kind == "decline-inputs":
+            # right for the key, but not these inputs: a decline of this dispatch
+            return "decline", reason
         return kind, reason
 
     def _gate_report(self, the_op: Op, cand: Candidate, inputs: Sequence[Any]) -> GateReport:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pytest_arbiter.watchdog import watchdog
+from pytest_arbiter.watchdog import watched_calls
 
 
 class Timer(Protocol):
@@ -187,13 +187,15 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     if pol.disable_gc:
         gc.disable()
     try:
-        # warm up in the rounds' own interleaved pattern, so the caches and the memory
-        # allocator reach the state the timed rounds will see
-        for _ in range(pol.warmup):
-            for name in contest.names:
-                if name in contest.alive:
-                    contest.warm += contest.call(name) or 0.0
-        contest.run_rounds()
+        with watched_calls(pol.call_timeout_s) as watched:
+            contest.watched = watched
+            # warm up in the rounds' own interleaved pattern, so the caches and the
+            # memory allocator reach the state the timed rounds will see
+            for _ in range(pol.warmup):
+                for name in contest.names:
+                    if name in contest.alive:
+                        contest.warm += contest.call(name) or 0.0
+            contest.run_rounds()
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -229,6 +231,7 @@ class _Contest:
         # after every later call too (a faster call elsewhere may convict it)
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
+        self.watched: Callable[[Callable[[], float]], float] = lambda f: f()
 
     def elapsed(self) -> float:
         """Nanoseconds spent: the wall clock, or the timer's total where that is more
@@ -237,12 +240,9 @@ class _Contest:
 
     def call(self, name: str) -> float | None:
         """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
+        fn, sample = self.fns[name], self.clock.sample
         try:
-            if self.pol.call_timeout_s is None:
-                took = self.clock.sample(self.fns[name])
-            else:
-                with watchdog(self.pol.call_timeout_s):
-                    took = self.clock.sample(self.fns[name])
+            took = self.watched(lambda: sample(fn))
         except Exception as exc:
             self.alive.remove(name)
             self.failed[name] = f"{type(exc).__name__}: {exc}"

@@ -15,8 +15,11 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # dispositions that leave SIGALRM free: nobody handles it in Python
 _FREE: tuple[object, ...] = (signal.SIG_DFL, signal.SIG_IGN, None)
@@ -51,23 +54,13 @@ def _expire(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def watchdog(seconds: float | None) -> Iterator[None]:
-    """Raise ``CallTimeout`` in the body if it runs longer than ``seconds``.
-
-    A no-op for ``None`` or a non-positive limit, and where the signal method cannot
-    be used (see :func:`watchdog_available`). On exit the timer is disarmed and the
-    previous SIGALRM handler restored; a timer that was already running is paused
-    meanwhile and resumes with what it had left (at once if that ran out).
-    """
-    if seconds is None or seconds <= 0 or not watchdog_available():
-        yield
-        return
+def _installed() -> Iterator[None]:
+    """Our SIGALRM handler installed for the body; the previous handler and any running
+    timer (paused meanwhile, resumed with what it had left) restored on exit."""
     left, interval = signal.setitimer(signal.ITIMER_REAL, 0)
     paused_at = time.monotonic() if left > 0 else 0.0
     previous = signal.signal(signal.SIGALRM, _expire)
-    _watching.append(seconds)
     try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
         # nested, so that an expiry between the body's end and the disarm (which
@@ -82,3 +75,54 @@ def watchdog(seconds: float | None) -> Iterator[None]:
             if left > 0:
                 resume = max(left - (time.monotonic() - paused_at), 1e-6)
                 signal.setitimer(signal.ITIMER_REAL, resume, interval)
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float | None) -> Iterator[None]:
+    """Raise ``CallTimeout`` in the body if it runs longer than ``seconds``.
+
+    A no-op for ``None`` or a non-positive limit, and where the signal method cannot
+    be used (see :func:`watchdog_available`). On exit the timer is disarmed and the
+    previous SIGALRM handler restored; a timer that was already running is paused
+    meanwhile and resumes with what it had left (at once if that ran out).
+    """
+    if seconds is None or seconds <= 0 or not watchdog_available():
+        yield
+        return
+    with _installed():
+        _watching.append(seconds)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield
+
+
+def _unwatched(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+@contextlib.contextmanager
+def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]], T]]:
+    """A runner that calls each function it is given under a ``seconds`` watchdog.
+
+    For many short calls (the timed rounds): the handler is installed once for the
+    body, and each call only arms and disarms the timer (about a microsecond, where
+    installing the handler costs tens). Where the watchdog cannot be used, the runner
+    just calls.
+    """
+    if seconds is None or seconds <= 0 or not watchdog_available():
+        yield _unwatched
+        return
+    limit = seconds
+    arm = signal.setitimer
+    real = signal.ITIMER_REAL
+
+    def watched(fn: Callable[[], T]) -> T:
+        _watching.append(limit)
+        arm(real, limit)
+        try:
+            return fn()
+        finally:
+            arm(real, 0)
+            _watching.clear()
+
+    with _installed():
+        yield watched
