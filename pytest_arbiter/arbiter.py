@@ -192,14 +192,13 @@ GateFn = Callable[[Candidate], GateReport]
 def _gate_verdict(report: GateReport) -> tuple[str, str]:
     """``(kind, reason)`` of one gate report: ``pass``, ``reject``, ``error``, ``decline``
     (nothing checked) or ``decline-inputs`` (right, but declined the dispatch's inputs)."""
-    error = getattr(report, "error", "")
-    if error:
-        return "error", f"in the F4 gate: {error}"
-    if getattr(report, "rejected", report.failing is not None):
+    if report.error:
+        return "error", f"in the F4 gate: {report.error}"
+    if report.rejected:
         return "reject", f"failed the F4 gate: {_gate_line(report)}"
     if not report.passed:
         return "decline", _decline_text(report) or report.reason or "declined every gate input"
-    if getattr(report, "declined_inputs", False):
+    if report.declined_inputs:
         return "decline-inputs", _decline_text(report)
     return "pass", ""
 
@@ -716,8 +715,8 @@ class Arbiter:
 
     def _policy(self) -> ComparePolicy:
         policy = self.policy or ComparePolicy()
-        if self.call_timeout_s is not None and getattr(policy, "call_timeout_s", 0) is None:
-            policy = replace(policy, call_timeout_s=self.call_timeout_s)  # type: ignore[call-arg]
+        if self.call_timeout_s is not None and policy.call_timeout_s is None:
+            policy = replace(policy, call_timeout_s=self.call_timeout_s)
         return policy
 
     def _keyplan(self, mode: str, the_op: Op, region: Region, needs: tuple[int, ...],

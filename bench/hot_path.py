@@ -1,0 +1,220 @@
+"""The dispatch hot path: what a cache-hit dispatch adds over calling the winner directly.
+
+Four ways to run the same kernel on the same inputs, side by side in one process:
+
+* ``direct``: the winning kernel called directly;
+* ``dict floor``: a hand-written dispatcher, ``floor(op, *inputs, target=None)``, that
+  looks the kernel up in a dict keyed like the arbiter's signature (op, target, and each
+  input's class, shape and dtype), then calls it;
+* ``pytest_arbiter.dispatch``: the public call a kernel library makes, through the
+  process arbiter;
+* ``Arbiter.dispatch``: the same arbiter's method, called directly.
+
+The user ops are registered with the public API (``pytest_arbiter.op`` and
+``pytest_arbiter.candidate``), and the process arbiter is configured as in production
+(``pytest_arbiter.configure(cache=None, mode="static", gate=False)``). Each round times
+one block of calls per variant, the order rotating from round to round; a variant's
+added cost is the median over rounds of its per-call time minus the direct call's in
+the same round. The garbage collector stays on, as in a user's process. After timing,
+every dispatch of the bench's ops must be counted ``won`` for its candidate: otherwise
+the rows did not measure the fast path, and they say so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import pytest_arbiter
+
+Row = tuple[str, str, str, bool | None]
+"""(figure, measured, target, met); ``None``: a reference figure with no target."""
+
+TARGET_NS = 600.0
+TRIVIAL_OP = "bench_add_one"
+SWEEP_OP = "bench_head_add_one"
+SWEEP_SIZES = (1, 100, 10_000, 100_000)
+
+
+def add_one(x: np.ndarray) -> np.ndarray:
+    """The trivial user op: x + 1 (reference and kernel alike)."""
+    return x + 1
+
+
+def head_add_one(x: np.ndarray) -> np.ndarray:
+    """x + 1 on the first 8 elements: the same work whatever the input's length, so the
+    sweep's kernel costs the same at every number of shapes."""
+    return x[:8] + 1
+
+
+def add_one_kernel(x: np.ndarray) -> np.ndarray:
+    return x + 1
+
+
+def head_add_one_kernel(x: np.ndarray) -> np.ndarray:
+    return x[:8] + 1
+
+
+def _setup() -> pytest_arbiter.Arbiter:
+    """Register the bench's ops and candidates and configure the process arbiter."""
+    pytest_arbiter.op(TRIVIAL_OP, reference=add_one)
+    pytest_arbiter.op(SWEEP_OP, reference=head_add_one)
+    pytest_arbiter.candidate(TRIVIAL_OP, target="cpu", name="bench_add_one_numpy",
+                             replace=True)(add_one_kernel)
+    pytest_arbiter.candidate(SWEEP_OP, target="cpu", name="bench_head_add_one_numpy",
+                             replace=True)(head_add_one_kernel)
+    return pytest_arbiter.configure(cache=None, mode="static", gate=False)
+
+
+def _floor_of(table: dict[Any, Callable[..., Any]]) -> Callable[..., Any]:
+    """A hand-written dispatcher over ``table``: the lookup floor the arbiter is held to."""
+
+    def floor(op: str, *inputs: Any, target: str | None = None) -> Any:
+        x = inputs[0]
+        return table[(op, target, x.__class__, x.shape, x.dtype)](*inputs)
+
+    return floor
+
+
+Variant = tuple[Callable[..., Any], list[tuple[Any, ...]]]
+
+
+def _block(fn: Callable[..., Any], calls: list[tuple[Any, ...]], repeat: int
+           ) -> Callable[[], float]:
+    """One timed block: ``repeat`` passes of ``fn(*args)`` over ``calls``; ns per call."""
+    clock = time.perf_counter_ns
+    count = repeat * len(calls)
+
+    def run() -> float:
+        start = clock()
+        for _ in range(repeat):
+            for args in calls:
+                fn(*args)
+        return (clock() - start) / count
+
+    return run
+
+
+def _side_by_side(variants: Sequence[Variant], rounds: int, per_block: int
+                  ) -> tuple[list[float], list[float]]:
+    """Per variant: the median per-call time, and the median paired difference to the
+    first variant (the direct call), over ``rounds`` interleaved rounds."""
+    repeat = max(1, per_block // len(variants[0][1]))
+    blocks = [_block(fn, calls, repeat) for fn, calls in variants]
+    samples: list[list[float]] = [[] for _ in blocks]
+    for block in blocks:  # one untimed pass each: caches and branch predictors warm
+        block()
+    k = len(blocks)
+    for r in range(rounds):
+        for j in range(k):
+            i = (r + j) % k
+            samples[i].append(blocks[i]())
+    medians = [statistics.median(s) for s in samples]
+    added = [statistics.median(v - d for v, d in zip(s, samples[0], strict=True))
+             for s in samples]
+    return medians, added
+
+
+def _only_won(op: str, candidate: str) -> bool:
+    counts = pytest_arbiter.dispatch_histogram(op=op)
+    return bool(counts) and all(k[2] == candidate and k[3] == "won" for k in counts)
+
+
+def _ok(added: float, fast_path: bool) -> bool:
+    return fast_path and added <= TARGET_NS
+
+
+def trivial(arb: pytest_arbiter.Arbiter, rounds: int, per_block: int) -> list[Row]:
+    """``x + 1`` on 8 float32: the four ways side by side."""
+    x = np.arange(8, dtype=np.float32)
+    dispatch = pytest_arbiter.dispatch
+    dispatch(TRIVIAL_OP, x)  # plans the signature
+    floor = _floor_of({(TRIVIAL_OP, None, x.__class__, x.shape, x.dtype): add_one_kernel})
+    calls = [(TRIVIAL_OP, x)]
+    (direct, _, _, _), (_, by_floor, by_public, by_method) = _side_by_side(
+        [(add_one_kernel, [(x,)]), (floor, calls), (dispatch, calls), (arb.dispatch, calls)],
+        rounds, per_block)
+    fast = _only_won(TRIVIAL_OP, "bench_add_one_numpy")
+    note = "" if fast else "; NOT all won by the candidate: not the fast path"
+    what = "x+1, 8 f32"
+    return [
+        (f"hot path: dict floor - direct ({what})", f"+{by_floor:.0f} ns (direct "
+         f"{direct:.0f} ns){note}", "reference", None),
+        (f"hot path: pytest_arbiter.dispatch - direct ({what})", f"+{by_public:.0f} ns "
+         f"({by_public - by_floor:+.0f} ns over the floor){note}", f"<= {TARGET_NS:.0f} ns",
+         _ok(by_public, fast)),
+        (f"hot path: Arbiter.dispatch - direct ({what})", f"+{by_method:.0f} ns "
+         f"({by_method - by_floor:+.0f} ns over the floor){note}", f"<= {TARGET_NS:.0f} ns",
+         _ok(by_method, fast)),
+    ]
+
+
+def sweep(arb: pytest_arbiter.Arbiter, sizes: Sequence[int], rounds: int, per_block: int
+          ) -> list[Row]:
+    """Cycling through ``n`` distinct input shapes (float32 views of lengths 8..8+n-1 of
+    one buffer, pre-built), after one warm pass that plans every signature."""
+    dispatch = pytest_arbiter.dispatch
+    base = np.arange(8 + max(sizes), dtype=np.float32)
+    rows: list[Row] = []
+    for n in sizes:
+        xs = [base[:8 + i] for i in range(n)]
+        start = time.perf_counter()
+        for x in xs:  # the warm pass
+            dispatch(SWEEP_OP, x)
+        warm_us = (time.perf_counter() - start) / n * 1e6
+        floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype): head_add_one_kernel
+                           for x in xs})
+        calls = [(SWEEP_OP, x) for x in xs]
+        (direct, _, _, _), (_, by_floor, by_public, by_method) = _side_by_side(
+            [(head_add_one_kernel, [(x,) for x in xs]), (floor, calls), (dispatch, calls),
+             (arb.dispatch, calls)], rounds, per_block)
+        fast = _only_won(SWEEP_OP, "bench_head_add_one_numpy")
+        note = "" if fast else "; NOT all won by the candidate: not the fast path"
+        shapes = f"{n:,} shape{'s' if n > 1 else ''}"
+        context = (f"dict floor +{by_floor:.0f} ns, direct {direct:.0f} ns, warm pass "
+                   f"{warm_us:.1f} us/call{note}")
+        rows += [
+            (f"hot path, {shapes}: pytest_arbiter.dispatch - direct", f"+{by_public:.0f} ns "
+             f"({context})", f"<= {TARGET_NS:.0f} ns, flat", _ok(by_public, fast)),
+            (f"hot path, {shapes}: Arbiter.dispatch - direct", f"+{by_method:.0f} ns "
+             f"({context})", f"<= {TARGET_NS:.0f} ns, flat", _ok(by_method, fast)),
+        ]
+    return rows
+
+
+def hot_path_rows(quick: bool) -> list[Row]:
+    """Every hot-path row of the trivial user op: side by side, then the shape sweep."""
+    arb = _setup()
+    rounds, per_block = (9, 10_000) if quick else (21, 20_000)
+    return trivial(arb, rounds, per_block) + sweep(arb, SWEEP_SIZES, rounds, per_block)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The hot-path rows alone, or the sweep over other numbers of shapes (past
+    ``MAX_PLANS`` too): ``python bench/hot_path.py --sizes 140000,300000 --rounds 3``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--sizes", default=",".join(map(str, SWEEP_SIZES)), metavar="LIST",
+                        help="numbers of distinct shapes to cycle through")
+    parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="leave out the side-by-side rows of x+1 on 8 float32")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    arb = _setup()
+    rows = [] if args.sweep_only else trivial(arb, args.rounds, 20_000)
+    rows += sweep(arb, sizes, args.rounds, 20_000)
+    width = max(len(r[0]) for r in rows)
+    for name, measured, target, ok in rows:
+        met = "-" if ok is None else "yes" if ok else "NO"
+        print(f"{name:<{width}}  {measured:<50}  {target:<16}  {met}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
