@@ -768,6 +768,8 @@ class Arbiter:
         for cand in order:
             if not _usable(cand, region, passed_over, errors):
                 continue
+            if cand.name not in passed_over:
+                _accepts(cand, inputs, passed_over, None)  # the explain text, no more
             verdict = self._verdicts.get((key, cand.name)) if self.gate_enabled else None
             if verdict is not None and verdict.cand is not cand:
                 verdict = None

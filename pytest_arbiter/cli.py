@@ -158,7 +158,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
               f"{len(fleet.counts)} dispatch entries; {note}\n")
     if not fleet.counts:
         out.write("warning: the reports hold no pytest-arbiter dispatch data "
-                  "(was the plugin active? did any test use the arbiter fixture?)\n")
+                  "(was the plugin active? did any test dispatch?)\n")
     tests = ids_for(fleet, fv.verdict.new)
     for key, count in sorted(fv.verdict.new.items()):
         ids = tests[key]
@@ -180,11 +180,12 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"wrote the tightened baseline {baseline_path} "
                   f"({len(fv.fixed)} fixed entries removed)\n")
     if not fv.passed:
-        out.write(f"degrade gate FAILED: {len(fv.verdict.new)} new degraded entries "
+        out.write(f"degrade gate FAILED: {len(fv.verdict.new)} new degraded, rejected or "
+                  "error entries "
                   "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
                   "the baseline)\n")
         return EXIT_FAILED
-    out.write(f"degrade gate passed ({len(fv.verdict.known)} known degraded entries)\n")
+    out.write(f"degrade gate passed ({len(fv.verdict.known)} known gated entries)\n")
     return EXIT_OK
 
 

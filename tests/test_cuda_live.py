@@ -16,7 +16,6 @@ from gpu_gates import gate_cases, gpu_candidate, run_gate
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
 from pytest_arbiter.candidates import Candidate, CandidateRegistry
 from pytest_arbiter.device import DeviceInfo, probe_device
-from pytest_arbiter.histogram import NO_CANDIDATE
 from pytest_arbiter.measure import measure_latency
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import emitted, sources
@@ -125,7 +124,7 @@ def test_tensor_core_lane_forced_onto_a_ragged_shape_hands_it_on() -> None:
         np.testing.assert_allclose(out.get().astype(np.float32), expected, rtol=2e-2, atol=2e-2)
         delta = arb.histogram.minus(before)
         assert delta == {("nvidia", "matmul", "cublas_matmul", "won"): 1}, (mode, delta)
-        event = arb.events[("nvidia", "matmul", "32x16x32/a8.16.16", "float16")]
+        event = arb.events[("nvidia", "matmul", "32x16x32/a8.16.32", "float16")]
         assert "declined" in event.passed_over["mma_matmul"], event
     with pytest.raises(ValueError, match="M=24, N=16, K=32"):
         mma.run(*_device_mats(24, 16, 32, "float16"))
@@ -133,7 +132,8 @@ def test_tensor_core_lane_forced_onto_a_ragged_shape_hands_it_on() -> None:
     alone.add(mma)
     arb = Arbiter(registry=alone, mode="static")
     arb.dispatch("matmul", *_device_mats(24, 16, 32, "float16"))
-    assert arb.histogram.counts() == {("nvidia", "matmul", NO_CANDIDATE, "no_candidate"): 1}
+    # it applied and declined, and nothing else could run it: a degrade named after it
+    assert arb.histogram.counts() == {("nvidia", "matmul", "mma_matmul", "degraded"): 1}
 
 
 @NVIDIA
