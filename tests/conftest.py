@@ -24,6 +24,19 @@ def registry() -> CandidateRegistry:
 
 
 @pytest.fixture
+def clean_registry() -> Iterator[None]:
+    """Remove the candidates an inner (in-process) pytester run registered into the
+    global registry, so the next inner run may register the same names."""
+    from pytest_arbiter import REGISTRY
+
+    before = {c.name for c in REGISTRY}
+    yield
+    for cand in list(REGISTRY):
+        if cand.name not in before:
+            REGISTRY.remove(cand.name)
+
+
+@pytest.fixture
 def rng() -> Iterator[np.random.Generator]:
     yield np.random.default_rng(1234)
 

@@ -12,13 +12,12 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pytest_arbiter import REGISTRY, Arbiter, artifacts
+from pytest_arbiter import Arbiter, artifacts
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 
 pytest_plugins = ["pytester"]
@@ -56,14 +55,7 @@ def test_ragged():
 '''
 
 
-@pytest.fixture(autouse=True)
-def _clean_registry() -> Iterator[None]:
-    """Remove the candidates an inner run registered into the global registry."""
-    before = {c.name for c in REGISTRY}
-    yield
-    for cand in list(REGISTRY):
-        if cand.name not in before:
-            REGISTRY.remove(cand.name)
+pytestmark = pytest.mark.usefixtures("clean_registry")
 
 
 def _histogram(path: Path) -> dict[tuple[str, ...], int]:

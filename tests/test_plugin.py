@@ -11,7 +11,6 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,15 +36,6 @@ def k(a, b):
     raise pytest_arbiter.Decline("not yet")
 """
 
-DEGRADE_TEST = """
-import numpy as np
-
-def test_dispatch(arbiter):
-    a = np.ones((4, 3), np.float32)
-    b = np.ones((3, 2), np.float32)
-    out = arbiter.dispatch("plugin_mm", a, b)
-    assert out.shape == (4, 2) and (out == 3).all()
-"""
 
 DISPATCH_TEST = """
 import numpy as np
@@ -56,16 +46,10 @@ def test_dispatch(arbiter):
     out = arbiter.dispatch("matmul", a, b)
     assert out.shape == (4, 2) and (out == 3).all()
 """
+DEGRADE_TEST = DISPATCH_TEST.replace('"matmul"', '"plugin_mm"')
 
 
-@pytest.fixture(autouse=True)
-def _clean_registry() -> Iterator[None]:
-    """Remove the candidates an inner run registered into the global registry."""
-    before = {c.name for c in REGISTRY}
-    yield
-    for cand in list(REGISTRY):
-        if cand.name not in before:
-            REGISTRY.remove(cand.name)
+pytestmark = pytest.mark.usefixtures("clean_registry")
 
 
 def _entries(path: Path) -> list[dict[str, object]]:
