@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +36,7 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
     from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+    from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.fixture import ArbiterFixture
 
 DEVICE_TARGETS = ("cpu", "nvidia", "amd")
@@ -63,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
                            config.invocation_params.dir)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_writable(settings)
     if settings.worker_devices:
         _pin_worker_device(config, settings.worker_devices)
     session = ArbiterSession(config, settings)
@@ -71,6 +75,19 @@ def pytest_configure(config: pytest.Config) -> None:
     process.bind(session.factory)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
+
+
+def _check_writable(settings: ArbiterSettings) -> None:
+    """Every artifact path the options name can be written: a usage error before any
+    test runs, not a lost run after all of them."""
+    from pytest_arbiter.completeness import unwritable
+
+    for flag, path in (("--arbiter-histogram", settings.histogram),
+                       ("--arbiter-write-baseline", settings.write_baseline),
+                       ("--arbiter-cache", settings.cache if settings.tune else None)):
+        why = unwritable(path) if path is not None else None
+        if why is not None:
+            raise pytest.UsageError(f"{flag}: cannot write {path}: {why}")
 
 
 def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
@@ -190,6 +207,9 @@ class ArbiterSession:
         self._before: dict[HistogramKey, int] | None = None
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
+        self._deselected = 0
+        self.notes: list[str] = []
+        """What the session end did with the artifacts, for the summary."""
         self.factory: Callable[[], Arbiter] = self._get_arbiter
         """What the process arbiter is bound to (one object, so unbind finds it)."""
 
@@ -301,6 +321,29 @@ class ArbiterSession:
 
             item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected += len(items)
+
+    def scope(self, session: pytest.Session) -> RunScope:
+        """What this run covered (see :mod:`pytest_arbiter.completeness`)."""
+        from pytest_arbiter.completeness import RunScope
+
+        option = self.config.option
+        partial = []
+        if self._deselected:
+            partial.append(f"{self._deselected} tests deselected")
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            partial.append("test paths given on the command line")
+        if getattr(option, "lf", False):
+            partial.append("--lf")
+        if session.shouldstop or session.shouldfail:
+            partial.append("stopped early")
+        incomplete = [f"worker {name} crashed" for name in self.crashed_nodes]
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            incomplete.append("the session was interrupted")
+        return RunScope(tuple(partial), tuple(incomplete),
+                        bool(getattr(option, "collectonly", False)))
+
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         present: set[str] | None = None
         for item in items:
@@ -352,6 +395,49 @@ class ArbiterSession:
         except artifacts.ArtifactError as exc:
             self.errors.append(f"{what}: {exc}")
 
+    def _write_baseline(self, path: Path, counts: dict[HistogramKey, int],
+                        scope: RunScope) -> None:
+        """Write the baseline, keeping the old entries this run could not check."""
+        from pytest_arbiter import artifacts
+        from pytest_arbiter.completeness import baseline_to_write
+
+        try:
+            old = artifacts.read_histogram(path) if path.exists() else {}
+        except artifacts.ArtifactError as exc:
+            self.errors.append(f"--arbiter-write-baseline: not written, the current file "
+                               f"is unreadable: {exc}")
+            return
+        new, kept = baseline_to_write(counts, old, scope)
+        self._write("--arbiter-write-baseline", path, lambda a, p: a.write_histogram(p, new))
+        if kept:
+            why = "; ".join(scope.partial) if scope.partial else "their target and op " \
+                "were not dispatched"
+            self.notes.append(f"--arbiter-write-baseline {path}: kept {len(kept)} entries "
+                              f"this run could not check ({why})")
+
+    def _write_measured(self, path: Path, measured: list[CacheEntry]) -> None:
+        """Merge the measured entries into the cache; if that fails, into a side shard
+        beside it, with the command that folds it in: a measurement is never lost."""
+        from pytest_arbiter import artifacts
+        from pytest_arbiter.cache import MeasureCache
+
+        try:
+            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S)
+            return
+        except artifacts.ArtifactError as exc:
+            failure = str(exc)
+        shard = path.with_name(f"{path.stem}.shard-{socket.gethostname()}-{os.getpid()}-"
+                               f"{int(time.time())}{path.suffix or '.json'}")
+        try:
+            artifacts.write_cache(shard, MeasureCache(measured))
+        except artifacts.ArtifactError as exc:
+            self.errors.append(f"--arbiter-cache: {failure}; the {len(measured)} measured "
+                               f"entries could not be saved either: {exc}")
+            return
+        self.errors.append(
+            f"--arbiter-cache: {failure}; the {len(measured)} measured entries were saved "
+            f"to {shard}: fold them in with: pytest-arbiter merge -o {path} {shard}")
+
     def _fail_run(self, session: pytest.Session) -> None:
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -363,22 +449,32 @@ class ArbiterSession:
             return
         s = self.settings
         counts = self.counts()
-        if s.histogram is not None:
-            expected = self.expected_counts()
-            self._write("--arbiter-histogram", s.histogram,
-                        lambda a, p: a.write_histogram(p, counts, expected))
-        if s.write_baseline is not None:
-            self._write("--arbiter-write-baseline", s.write_baseline,
-                        lambda a, p: a.write_histogram(p, counts))
-        if s.tune and s.cache is not None:
+        scope = self.scope(session)
+        if scope.collect_only:
+            if any(p is not None for p in (s.histogram, s.write_baseline)) or s.tune:
+                self.notes.append("collect-only run: no artifact written")
+        elif scope.incomplete:
+            why = "; ".join(scope.incomplete)
+            for flag, path in (("--arbiter-histogram", s.histogram),
+                               ("--arbiter-write-baseline", s.write_baseline)):
+                if path is not None:
+                    self.notes.append(f"{flag} {path} not written: the run's counts are "
+                                      f"incomplete ({why})")
+        else:
+            if s.histogram is not None:
+                expected = self.expected_counts()
+                self._write("--arbiter-histogram", s.histogram,
+                            lambda a, p: a.write_histogram(p, counts, expected))
+            if s.write_baseline is not None:
+                self._write_baseline(s.write_baseline, counts, scope)
+        if s.tune and s.cache is not None and not scope.collect_only:
             # only what this run measured goes into the file, merged with what it holds
             # now: nothing measured leaves the file alone (a re-read copy of the old
             # entries would bring back ones deleted in the meantime, and the write of a
             # large corpus costs seconds)
             measured = self.measured_entries()
-            if measured or not s.cache.exists():
-                self._write("--arbiter-cache", s.cache,
-                            lambda a, p: a.update_cache(p, measured))
+            if measured:
+                self._write_measured(s.cache, measured)
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(self.gated_counts(), self.baseline)
         self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
@@ -468,6 +564,7 @@ class ArbiterSession:
             lines.extend(self._winner_lines())
         for name in self.crashed_nodes:
             lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
+        lines.extend(self.notes)
         for error in self.errors:
             lines.append(f"artifact error: {error}")
         verdict = self.verdict

@@ -194,7 +194,7 @@ def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
         code, text = run("gate", "--baseline", reports / "base.json", reports / report)
         assert code == 0, text
         assert "known degraded: target=cpu op=cli_mm candidate=cli_declining" in text
-        assert "degrade gate passed (1 known degraded entries)" in text
+        assert "degrade gate passed (1 known gated entries)" in text
 
 
 def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:

@@ -296,11 +296,18 @@ def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pyte
     result.stderr.fnmatch_lines(["*bad.json*not valid JSON*"])
 
 
-def test_artifact_write_error_fails_the_run_naming_the_path(pytester: pytest.Pytester) -> None:
+def test_an_unwritable_artifact_path_is_a_usage_error_before_any_test_runs(
+        pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest("--arbiter-histogram=no/such/dir/h.json")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*artifact error: --arbiter-histogram: cannot write*h.json*"])
+    for flag in ("--arbiter-histogram", "--arbiter-write-baseline"):
+        result = pytester.runpytest(f"{flag}=no/such/dir/h.json")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*{flag}: cannot write */no/such/dir/h.json: the folder "
+                                     "*/no/such/dir does not exist*"])
+        assert "test_dispatch" not in result.stdout.str()
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=missing/c.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--arbiter-cache: cannot write */missing/c.json*"])
 
 
 DEVICE_TESTS = """
@@ -450,15 +457,18 @@ def test_xdist_controller_merges_workers_and_names_a_crashed_one(
     out = result.stdout.str()
     crashed = re.findall(r"worker (gw\d+) returned no arbiter data \(crashed\?\)", out)
     assert len(crashed) == 1, out
-    # the dispatches of the workers that finished reach the histogram; the crashed
-    # worker's are lost with it, which is why the run fails
-    passed_on = re.findall(
-        r"\[(gw\d+)\] \[ *\d+%\] PASSED test_one\.py::test_(?:dispatch|on_purpose)", out)
-    survivors = sum(worker != crashed[0] for worker in passed_on)
-    assert survivors > 0, out
-    counts = [e["count"] for e in _entries(pytester.path / "h.json")
-              if e["selected"] == "plugin_declining"]
-    assert counts == [survivors], out
+    # the crashed worker's dispatches are lost with it: the run fails, and neither the
+    # histogram nor a baseline is written from counts known to be incomplete
+    assert not (pytester.path / "h.json").exists()
+    result.stdout.fnmatch_lines([f"*--arbiter-histogram *h.json not written: the run's counts "
+                                 f"are incomplete (worker {crashed[0]} crashed)*"])
+    monkeypatch.delenv("ARBITER_TEST_CRASH")
+    before = (pytester.path / "base.json").read_bytes()
+    monkeypatch.setenv("ARBITER_TEST_CRASH", "1")
+    result = pytester.runpytest("-n", "2", "-p", "no:benchmark",
+                                "--arbiter-write-baseline=base.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert (pytester.path / "base.json").read_bytes() == before  # the baseline is intact
 
 
 TUNE_PROJECT = """
