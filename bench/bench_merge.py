@@ -7,32 +7,29 @@ times the real reader (``artifacts.read_cache``) on the first and ``corpus.merge
 both. Prints the best of R repeats as its last line and exits 0 only when load and
 merge each take under a second. bench/run_all.py shows that line.
 
-The load includes reading the file, parsing the JSON and validating every entry
-(column by column and all ranking rows at once, in C loops; see docs/artifacts.md); an
-entry builds its ranking and provenance objects on first use, and the merge compares
-only the keys both shards hold. The entries carry the provenance the tuner writes
-(rounds, timed_ns, spent_ns, p_value, shapes and a ``runs`` row). The second-to-last
-line prints every repeat and the load average.
-
-The cyclic garbage collector is off while timing, as in the ``pytest-arbiter`` CLI
-(which does the merging at scale): with it on, collections triggered by whatever
-allocates next rescan the million objects a 100k-entry load creates, and that cost
-lands on the next timed step at random.
+The load includes reading the file, decoding and validating every entry (one msgspec
+pass into the schema's structs; see docs/artifacts.md) and building the cache's dict.
+The entries carry what the tuner writes: a ranking of one to four candidates, the
+candidates considered with their fingerprints, the environment, ``since``, and the
+provenance (host, device name, versions, time, rounds, timed_ns, spent_ns, p_value,
+shapes). The garbage collector stays on, as in a pytest run: the entries leave it
+nothing to walk. bench/bench_store.py compares this with the version 2 format.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import datetime
 import os
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.cache import CacheEntry, Considered, MeasureCache, RankedCandidate
 from pytest_arbiter.corpus import merge
 from pytest_arbiter.measure import LatencyStats
 
@@ -40,16 +37,29 @@ DEVICES = (("sm_120", "nvidia", "NVIDIA RTX PRO 6000"), ("sm_90", "nvidia", "NVI
            ("gfx1151", "amd", "AMD Radeon 8060S"), ("cpu-x86_64-avx2", "cpu", "AMD EPYC"))
 CANDIDATES = {"matmul": ("cublas_gemm", "tiled_sgemm", "wmma_gemm", "reference_matmul"),
               "softmax": ("stable_softmax", "online_softmax", "reference_softmax")}
+VERSIONS = {"pytest-arbiter": "0.1.0", "numpy": "2.1.3", "python": "3.12.7"}
+SINCE = datetime.datetime(2026, 12, 1, 6, 0, tzinfo=datetime.timezone.utc)
 
 
-def _stats(rnd: random.Random, median: float) -> LatencyStats:
-    samples = rnd.randint(7, 200)
-    return LatencyStats(median, median * 0.93, median * 0.97, median * 1.04, median * 1.4,
-                        samples)
+def environment(target: str, device_name: str) -> dict[str, str]:
+    env = {"device_name": device_name, "numpy": "2.1.3", "python": "3.12.7",
+           "blas": "scipy-openblas 0.3.28"}
+    if target != "cpu":
+        env.update(cupy="14.0.0", cuda_runtime="12080", driver="12090",
+                   blas_library="cublas 120804")
+    return env
 
 
-def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheEntry]:
-    """``n`` entries with keys ``start`` .. ``start + n``, as a tuning run writes them."""
+def considered(op: str, host: str) -> dict[str, Considered]:
+    """Every candidate of ``op`` with a fingerprint (one code version per host)."""
+    return {name: Considered(f"{abs(hash((name, host))) % 16**16:016x}", "timed")
+            for name in CANDIDATES[op]}
+
+
+def entry_fields(n: int, *, seed: int, host: str, start: int = 0) -> list[dict[str, Any]]:
+    """The values of ``n`` entries with keys ``start`` .. ``start + n``, as a tuning run
+    measures them (plain values, so that bench/bench_store.py can build the entries of
+    either format from them)."""
     rnd = random.Random(seed)
     out = []
     for i in range(start, start + n):
@@ -57,20 +67,41 @@ def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheE
         op = "matmul" if i % 3 else "softmax"
         names = list(CANDIDATES[op])
         rnd.shuffle(names)
-        base = rnd.uniform(2e3, 5e6)
-        ranking = tuple(RankedCandidate(name, _stats(rnd, base * (1 + 0.15 * j)))
-                        for j, name in enumerate(names[:rnd.randint(1, len(names))]))
-        prov = {"host": host, "device_name": device_name,
-                "versions": {"pytest-arbiter": "0.1.0", "numpy": "2.1.3", "python": "3.12.7"},
+        base = float(rnd.randint(2_000, 5_000_000))
+        ranking = []
+        for j, name in enumerate(names[:rnd.randint(1, len(names))]):
+            median = round(base * (1 + 0.15 * j))
+            ranking.append((name, float(median), float(round(median * 0.93)),
+                            float(round(median * 0.97)), float(round(median * 1.04)),
+                            float(round(median * 1.4)), rnd.randint(7, 200)))
+        out.append({
+            "device": device, "target": target, "op": op,
+            "bucket": f"m{2 ** (i % 13)}-n{2 ** (i // 13 % 11)}-k{i // 143}",
+            "dtype": ("float32", "float16", "bfloat16")[i % 3], "ranking": ranking,
+            "confidence": round(rnd.uniform(0.9, 1.0), 4),
+            "provenance": {
+                "host": host, "device_name": device_name, "versions": VERSIONS,
                 "measured_at": f"2026-12-03T0{i % 4}:1{i % 6}:00Z",
                 "shapes": [[64, 32], [32, 16]] if op == "matmul" else [[64, 32]],
                 "rounds": rnd.randint(7, 200), "timed_ns": rnd.randint(10**5, 10**7),
                 "spent_ns": rnd.randint(10**6, 10**8),
-                "p_value": rnd.randint(1, 99) * 0.5 ** rnd.randint(7, 20)}
-        bucket = f"m{2 ** (i % 13)}-n{2 ** (i // 13 % 11)}-k{i // 143}"
-        dtype = ("float32", "float16", "bfloat16")[i % 3]
-        out.append(CacheEntry(device, target, op, bucket, dtype, ranking,
-                              round(rnd.uniform(0.9, 1.0), 4), False, {}, prov))
+                "p_value": rnd.randint(1, 99) * 0.5 ** rnd.randint(7, 20)},
+        })
+    return out
+
+
+def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheEntry]:
+    """``n`` entries with keys ``start`` .. ``start + n``, as a tuning run writes them."""
+    shared = {(op, host): considered(op, host) for op in CANDIDATES}
+    envs = {(t, d): environment(t, d) for _, t, d in DEVICES}
+    out = []
+    for f in entry_fields(n, seed=seed, host=host, start=start):
+        prov = f["provenance"]
+        out.append(CacheEntry(
+            f["device"], f["target"], f["op"], f["bucket"], f["dtype"],
+            tuple(RankedCandidate(r[0], LatencyStats(*r[1:])) for r in f["ranking"]),
+            f["confidence"], False, {}, prov, considered=shared[f["op"], host],
+            environment=envs[f["target"], prov["device_name"]], since=SINCE))
     return out
 
 
@@ -92,8 +123,6 @@ def main() -> int:
         size_mb = first.stat().st_size / 1e6
         del shard_a, shard_b
         loads, merges = [], []
-        gc.collect()
-        gc.disable()
         for _ in range(args.repeat):
             start = time.perf_counter()
             a = artifacts.read_cache(first)
@@ -104,14 +133,12 @@ def main() -> int:
             merges.append(time.perf_counter() - start)
             assert len(a) == n and len(result.entries) == n + n * 3 // 4
             del a, b, result
-        gc.enable()
     load, merged = min(loads), min(merges)
     busy = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"loads: {', '.join(f'{t:.2f}' for t in loads)} s; merges: "
           f"{', '.join(f'{t:.2f}' for t in merges)} s; write {write_s:.2f} s "
           f"({size_mb:.0f} MB); load average {busy} on {os.cpu_count()} CPUs")
-    print(f"load {load:.2f} s, merge {merged:.2f} s ({n:,} entries, best of {args.repeat}, "
-          "GC off as in the CLI)")
+    print(f"load {load:.2f} s, merge {merged:.2f} s ({n:,} entries, best of {args.repeat})")
     return 0 if load < 1.0 and merged < 1.0 else 1
 
 

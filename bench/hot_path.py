@@ -18,6 +18,14 @@ added cost is the median over rounds of its per-call time minus the direct call'
 the same round. The garbage collector stays on, as in a user's process. After timing,
 every dispatch of the bench's ops must be counted ``won`` for its candidate: otherwise
 the rows did not measure the fast path, and they say so.
+
+Run alone: ``python bench/hot_path.py`` (``--help`` for the options). Before and after
+the dispatch rewrite, with the older tree extracted to a folder (it has no
+``pytest_arbiter.dispatch``, so only ``Arbiter.dispatch`` is measured there)::
+
+    git archive a9cd687 | tar -x -C /tmp/before
+    PYTHONPATH=/tmp/before python bench/hot_path.py --sizes 100,10000 --rounds 7
+    python bench/hot_path.py --sizes 100,10000 --rounds 7
 """
 
 from __future__ import annotations
@@ -62,15 +70,31 @@ def head_add_one_kernel(x: np.ndarray) -> np.ndarray:
     return x[:8] + 1
 
 
-def _setup() -> pytest_arbiter.Arbiter:
-    """Register the bench's ops and candidates and configure the process arbiter."""
+Paths = dict[str, Callable[..., Any]]
+"""The dispatch paths measured, by the label their rows carry."""
+
+
+def _setup() -> tuple[Paths, Callable[..., dict[Any, int]]]:
+    """Register the bench's ops and candidates, configure the process arbiter, and return
+    the paths to measure and the arbiter's histogram counts.
+
+    On a tree without ``pytest_arbiter.configure`` (the code before the dispatch rewrite,
+    for a before/after run) only ``Arbiter.dispatch`` is measured, on a ``static``
+    arbiter of its own.
+    """
     pytest_arbiter.op(TRIVIAL_OP, reference=add_one)
     pytest_arbiter.op(SWEEP_OP, reference=head_add_one)
-    pytest_arbiter.candidate(TRIVIAL_OP, target="cpu", name="bench_add_one_numpy",
-                             replace=True)(add_one_kernel)
-    pytest_arbiter.candidate(SWEEP_OP, target="cpu", name="bench_head_add_one_numpy",
-                             replace=True)(head_add_one_kernel)
-    return pytest_arbiter.configure(cache=None, mode="static", gate=False)
+    pytest_arbiter.candidate(TRIVIAL_OP, target="cpu", name="bench_add_one_numpy")(
+        add_one_kernel)
+    pytest_arbiter.candidate(SWEEP_OP, target="cpu", name="bench_head_add_one_numpy")(
+        head_add_one_kernel)
+    configure = getattr(pytest_arbiter, "configure", None)
+    if configure is None:
+        arb = pytest_arbiter.Arbiter(mode="static")
+        return {"Arbiter.dispatch": arb.dispatch}, arb.histogram.counts
+    arb = configure(cache=None, mode="static", gate=False)
+    return ({"pytest_arbiter.dispatch": pytest_arbiter.dispatch,
+             "Arbiter.dispatch": arb.dispatch}, arb.histogram.counts)
 
 
 def _floor_of(table: dict[Any, Callable[..., Any]]) -> Callable[..., Any]:
@@ -122,42 +146,42 @@ def _side_by_side(variants: Sequence[Variant], rounds: int, per_block: int
     return medians, added
 
 
-def _only_won(op: str, candidate: str) -> bool:
-    counts = pytest_arbiter.dispatch_histogram(op=op)
-    return bool(counts) and all(k[2] == candidate and k[3] == "won" for k in counts)
+def _only_won(counts: Callable[..., dict[Any, int]], op: str, candidate: str) -> bool:
+    found = counts(op=op)
+    return bool(found) and all(k[2] == candidate and k[3] == "won" for k in found)
 
 
 def _ok(added: float, fast_path: bool) -> bool:
     return fast_path and added <= TARGET_NS
 
 
-def trivial(arb: pytest_arbiter.Arbiter, rounds: int, per_block: int) -> list[Row]:
-    """``x + 1`` on 8 float32: the four ways side by side."""
+NOT_FAST = "; NOT all won by the candidate: not the fast path"
+
+
+def trivial(paths: Paths, counts: Callable[..., dict[Any, int]], rounds: int,
+            per_block: int) -> list[Row]:
+    """``x + 1`` on 8 float32: the direct call, the dict floor and each path side by side."""
     x = np.arange(8, dtype=np.float32)
-    dispatch = pytest_arbiter.dispatch
-    dispatch(TRIVIAL_OP, x)  # plans the signature
+    next(iter(paths.values()))(TRIVIAL_OP, x)  # plans the signature
     floor = _floor_of({(TRIVIAL_OP, None, x.__class__, x.shape, x.dtype): add_one_kernel})
     calls = [(TRIVIAL_OP, x)]
-    (direct, _, _, _), (_, by_floor, by_public, by_method) = _side_by_side(
-        [(add_one_kernel, [(x,)]), (floor, calls), (dispatch, calls), (arb.dispatch, calls)],
+    medians, added = _side_by_side(
+        [(add_one_kernel, [(x,)]), (floor, calls), *[(fn, calls) for fn in paths.values()]],
         rounds, per_block)
-    fast = _only_won(TRIVIAL_OP, "bench_add_one_numpy")
-    note = "" if fast else "; NOT all won by the candidate: not the fast path"
+    direct, by_floor = medians[0], added[1]
+    note = "" if _only_won(counts, TRIVIAL_OP, "bench_add_one_numpy") else NOT_FAST
     what = "x+1, 8 f32"
-    return [
-        (f"hot path: dict floor - direct ({what})", f"+{by_floor:.0f} ns (direct "
-         f"{direct:.0f} ns){note}", "reference", None),
-        (f"hot path: pytest_arbiter.dispatch - direct ({what})", f"+{by_public:.0f} ns "
-         f"({by_public - by_floor:+.0f} ns over the floor){note}", f"<= {TARGET_NS:.0f} ns",
-         _ok(by_public, fast)),
-        (f"hot path: Arbiter.dispatch - direct ({what})", f"+{by_method:.0f} ns "
-         f"({by_method - by_floor:+.0f} ns over the floor){note}", f"<= {TARGET_NS:.0f} ns",
-         _ok(by_method, fast)),
-    ]
+    rows: list[Row] = [(f"hot path: dict floor - direct ({what})", f"{by_floor:+.0f} ns "
+                        f"(direct {direct:.0f} ns){note}", "reference", None)]
+    for path, by_path in zip(paths, added[2:], strict=True):
+        rows.append((f"hot path: {path} - direct ({what})", f"{by_path:+.0f} ns "
+                     f"({by_path - by_floor:+.0f} ns over the floor){note}",
+                     f"<= {TARGET_NS:.0f} ns", _ok(by_path, not note)))
+    return rows
 
 
-def sweep(arb: pytest_arbiter.Arbiter, sizes: Sequence[int], rounds: int, per_block: int
-          ) -> list[Row]:
+def sweep(paths: Paths, counts: Callable[..., dict[Any, int]], sizes: Sequence[int],
+          rounds: int, per_block: int) -> list[Row]:
     """Cycling through ``n`` distinct input shapes (float32 views of lengths 8..8+n-1 of
     one buffer, pre-built), after one warm pass that plans every signature.
 
@@ -165,36 +189,31 @@ def sweep(arb: pytest_arbiter.Arbiter, sizes: Sequence[int], rounds: int, per_bl
     the dispatch adds over the dict floor may grow by at most ``FLAT_NS`` (the floor's
     own growth is the memory cost of a table that large, which any dispatcher pays).
     """
-    dispatch = pytest_arbiter.dispatch
+    warm = next(iter(paths.values()))
     base = np.arange(8 + max(sizes), dtype=np.float32)
     rows: list[Row] = []
-    over: dict[str, list[tuple[int, float, bool]]] = {"pytest_arbiter.dispatch": [],
-                                                      "Arbiter.dispatch": []}
+    over: dict[str, list[tuple[int, float, bool]]] = {path: [] for path in paths}
     for n in sizes:
         xs = [base[:8 + i] for i in range(n)]
         start = time.perf_counter()
         for x in xs:  # the warm pass
-            dispatch(SWEEP_OP, x)
+            warm(SWEEP_OP, x)
         warm_us = (time.perf_counter() - start) / n * 1e6
         floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype): head_add_one_kernel
                            for x in xs})
         calls = [(SWEEP_OP, x) for x in xs]
-        (direct, _, _, _), (_, by_floor, by_public, by_method) = _side_by_side(
-            [(head_add_one_kernel, [(x,) for x in xs]), (floor, calls), (dispatch, calls),
-             (arb.dispatch, calls)], rounds, per_block)
-        fast = _only_won(SWEEP_OP, "bench_head_add_one_numpy")
-        note = "" if fast else "; NOT all won by the candidate: not the fast path"
+        medians, added = _side_by_side(
+            [(head_add_one_kernel, [(x,) for x in xs]), (floor, calls),
+             *[(fn, calls) for fn in paths.values()]], rounds, per_block)
+        direct, by_floor = medians[0], added[1]
+        fast = _only_won(counts, SWEEP_OP, "bench_head_add_one_numpy")
         shapes = f"{n:,} shape{'s' if n > 1 else ''}"
-        context = (f"dict floor +{by_floor:.0f} ns, direct {direct:.0f} ns, warm pass "
-                   f"{warm_us:.1f} us/call{note}")
-        rows += [
-            (f"hot path, {shapes}: pytest_arbiter.dispatch - direct", f"+{by_public:.0f} ns "
-             f"({context})", f"<= {TARGET_NS:.0f} ns", _ok(by_public, fast)),
-            (f"hot path, {shapes}: Arbiter.dispatch - direct", f"+{by_method:.0f} ns "
-             f"({context})", f"<= {TARGET_NS:.0f} ns", _ok(by_method, fast)),
-        ]
-        over["pytest_arbiter.dispatch"].append((n, by_public - by_floor, fast))
-        over["Arbiter.dispatch"].append((n, by_method - by_floor, fast))
+        context = (f"dict floor {by_floor:+.0f} ns, direct {direct:.0f} ns, warm pass "
+                   f"{warm_us:.1f} us/call{'' if fast else NOT_FAST}")
+        for path, by_path in zip(paths, added[2:], strict=True):
+            rows.append((f"hot path, {shapes}: {path} - direct", f"{by_path:+.0f} ns "
+                         f"({context})", f"<= {TARGET_NS:.0f} ns", _ok(by_path, fast)))
+            over[path].append((n, by_path - by_floor, fast))
     if len(sizes) > 1:
         for path, seen in over.items():
             (first, at_first, _), (last, at_last, _) = seen[0], seen[-1]
@@ -208,15 +227,18 @@ def sweep(arb: pytest_arbiter.Arbiter, sizes: Sequence[int], rounds: int, per_bl
 
 def hot_path_rows(quick: bool) -> list[Row]:
     """Every hot-path row of the trivial user op: side by side, then the shape sweep."""
-    arb = _setup()
+    paths, counts = _setup()
     rounds, per_block = (9, 10_000) if quick else (21, 20_000)
-    return trivial(arb, rounds, per_block) + sweep(arb, SWEEP_SIZES, rounds, per_block)
+    return (trivial(paths, counts, rounds, per_block)
+            + sweep(paths, counts, SWEEP_SIZES, rounds, per_block))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The hot-path rows alone, or the sweep over other numbers of shapes (past
     ``MAX_PLANS`` too): ``python bench/hot_path.py --sizes 140000,300000 --rounds 3``."""
     import argparse
+    import sys
+    from pathlib import Path
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--sizes", default=",".join(map(str, SWEEP_SIZES)), metavar="LIST",
@@ -226,9 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="leave out the side-by-side rows of x+1 on 8 float32")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    arb = _setup()
-    rows = [] if args.sweep_only else trivial(arb, args.rounds, 20_000)
-    rows += sweep(arb, sizes, args.rounds, 20_000)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"{pytest_arbiter.__file__}; Python {sys.version.split()[0]}, NumPy "
+          f"{np.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+          f"load average {load}")
+    paths, counts = _setup()
+    rows = [] if args.sweep_only else trivial(paths, counts, args.rounds, 20_000)
+    rows += sweep(paths, counts, sizes, args.rounds, 20_000)
     width = max(len(r[0]) for r in rows)
     for name, measured, target, ok in rows:
         met = "-" if ok is None else "yes" if ok else "NO"

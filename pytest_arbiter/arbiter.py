@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache, RankedCandidate
-from pytest_arbiter.candidates import REGISTRY, Candidate, CandidateRegistry, Decline
+from pytest_arbiter.candidates import (
+    REGISTRY,
+    Candidate,
+    CandidateRegistry,
+    Decline,
+    known_targets,
+)
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
@@ -80,6 +86,9 @@ class Selection:
     gate_reports: dict[str, GateReport] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
+    found: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """What this measurement found wrong: name -> (outcome, reason), for the candidates
+    it gated and timed (``rejected``, or ``error`` in the gate, staging or timing)."""
 
 
 def _usable(cand: Candidate, region: Region, passed_over: dict[str, str],
@@ -186,7 +195,8 @@ def _merged_ranking(fresh: list[RankedCandidate], old: CacheEntry | None,
     return tuple(merged)
 
 
-GateFn = Callable[[Candidate], GateReport]
+VerdictFn = Callable[[Candidate], tuple[str, str]]
+"""A candidate's gate verdict ``(kind, reason)``, as :func:`_gate_verdict` gives it."""
 
 
 def _gate_verdict(report: GateReport) -> tuple[str, str]:
@@ -222,13 +232,14 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                        cache: MeasureCache, *, target: str = "cpu",
                        timer: Timer | None = None, policy: ComparePolicy | None = None,
                        gate_seed: int = GATE_SEED, remeasure: bool = False,
-                       needs: tuple[int, ...] = (), gate: GateFn | None = None) -> Selection:
+                       needs: tuple[int, ...] = (), verdict: VerdictFn | None = None
+                       ) -> Selection:
     """Gate the candidates, time the survivors interleaved, cache and return the fastest.
 
     A cache hit times nothing; its winner is re-checked with ``accepts(inputs)`` and,
     if it cannot run them, the next-fastest cached candidate that can is used. The key
     is measured again when no cached candidate can run the inputs, or when a candidate
-    that can run them was never measured for it (it joins the ranking). ``gate``
+    that can run them was never measured for it (it joins the ranking). ``verdict``
     replaces the plain F4 gate call (the arbiter passes its per-process memo).
     """
     the_op = OPS.get(op) if isinstance(op, str) else op
@@ -256,13 +267,16 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                              errors=errors)
     reports: dict[str, GateReport] = {}
     rejected: dict[str, str] = {}
+    findings = {name: ("error", why) for name, why in errors.items()}  # from the screen
     survivors = []
     declined_these: list[Candidate] = []
     for cand in usable:
-        report = gate(cand) if gate is not None else f4_gate(
-            cand, the_op, inputs=inputs, region=region, seed=gate_seed)
-        reports[cand.name] = report
-        kind, reason = _gate_verdict(report)
+        if verdict is not None:
+            kind, reason = verdict(cand)
+        else:
+            report = f4_gate(cand, the_op, inputs=inputs, region=region, seed=gate_seed)
+            reports[cand.name] = report
+            kind, reason = _gate_verdict(report)
         if kind == "pass":
             survivors.append(cand)
             continue
@@ -273,11 +287,13 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                                   }.get(kind, reason)
         if kind == "reject":
             rejected[cand.name] = reason
+            findings[cand.name] = ("rejected", reason)
         elif kind == "error":
             errors[cand.name] = reason
+            findings[cand.name] = ("error", reason)
     if not survivors:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
-                         errors=errors, rejected=rejected)
+                         errors=errors, rejected=rejected, found=findings)
     timed, timed_inputs = survivors, inputs
     if declined_these and the_op.gate_inputs is not None:
         # a candidate right for the key declined these inputs (their layout, say): time
@@ -290,8 +306,18 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                      if _accepts(c, own, {}, None)]
     fns = {}
     for cand in timed:
-        prepared = cand.prepare_inputs(*timed_inputs)
+        try:
+            prepared = cand.prepare_inputs(*timed_inputs)
+        except Exception as exc:
+            errors[cand.name] = f"while staging its inputs: {_exc_text(exc)}"
+            passed_over[cand.name] = errors[cand.name]
+            findings[cand.name] = ("error", errors[cand.name])
+            continue
         fns[cand.name] = (lambda c=cand, args=prepared: c.run(*args))
+    timed = [c for c in timed if c.name in fns]
+    if not fns:
+        return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
+                         errors=errors, rejected=rejected, found=findings)
     comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
                                    policy=policy, timer=timer or timer_for(target))
     for name, why in comparison.failed.items():
@@ -300,12 +326,13 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             continue
         errors[name] = f"while timed: {why}"
         passed_over[name] = f"raised while timed: {why}"
+        findings[name] = ("error", errors[name])
     for name, why in comparison.dropped.items():
         passed_over[name] = why
     by_name = {c.name: c for c in timed}
     if not comparison.ranking:
         return Selection(region, None, [], "measured", passed_over, None, comparison, reports,
-                         errors, rejected)
+                         errors, rejected, findings)
     fresh = [RankedCandidate(n, comparison.stats[n]) for n in comparison.ranking]
     ranking = _merged_ranking(fresh, entry, [*errors, *rejected])
     gone = {**(dict(entry.rejected) if entry is not None else {}), **rejected,
@@ -318,7 +345,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     cache.put(new_entry)
     order = [by_name[n] for n in comparison.ranking if by_name[n] in survivors]
     return Selection(region, order[0] if order else None, order, "measured", passed_over,
-                     new_entry, comparison, reports, errors, rejected)
+                     new_entry, comparison, reports, errors, rejected, findings)
 
 
 def _by_rank(entry: CacheEntry, pool: Sequence[Candidate]) -> list[Candidate]:
@@ -330,40 +357,44 @@ def _by_rank(entry: CacheEntry, pool: Sequence[Candidate]) -> list[Candidate]:
 
 @dataclass(eq=False)
 class _Step:
-    """One candidate of a plan, in order, with its counters and whether it is gated."""
+    """One candidate of a key's order, with its counters.
+
+    ``blocked``: the histogram key and reason of a candidate whose ``available()``
+    raised: it never runs for the key, and every dispatch that reaches it (one it
+    would have served) records the error. (A gate failure blocks a candidate for one
+    layout of the inputs: see ``Arbiter._gate_for``.)
+    """
 
     cand: Candidate
     accepts: Callable[..., bool] | None  # None: it accepts everything
     run: Callable[..., Any]
     won: Callable[[], int]
-    gated: bool
+    blocked: tuple[HistogramKey, str] | None = None
 
 
 @dataclass(eq=False)
 class _KeyPlan:
-    """The order of one dispatch key in one mode: steps, and what each dispatch charges.
-
-    ``charges`` are the counters of candidates passed over on every dispatch of the
-    key (failed the gate, raised in the gate or in ``available()``).
-    """
+    """The order of one dispatch key in one mode."""
 
     op: Op
     key: DispatchKey
     mode: str
     steps: tuple[_Step, ...]
-    charges: tuple[Callable[[], int], ...]
     no_candidate: str  # why nothing could run, when there are no steps
-    stamp: tuple[int, int, int]
+    stamp: tuple[int, int]
+    fresh: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """What the measurement that built this plan found wrong (name -> outcome, reason):
+    the dispatch that measured reached those candidates, and records them once."""
 
 
 class _Plan:
     """The memoised dispatch of one input signature: a key plan plus its fast step.
 
-    ``run`` is ``None`` when the signature must take the slow path every time
-    (charges to record, or no candidate that ran its first inputs). ``pre``: the
-    ``accepts`` of higher steps that declined the first inputs; inputs of the same
-    signature that one of them accepts (other strides, say) take the slow path, so
-    every input gets the same candidate whatever came first.
+    ``run`` is ``None`` when the signature must take the slow path every time (a
+    candidate above to charge, one not gated yet, or none that ran its first inputs).
+    ``pre``: the ``accepts`` of higher steps that declined the first inputs; inputs of
+    the same signature that one of them accepts take the slow path, so every input gets
+    the same candidate and outcome whatever came first.
     """
 
     __slots__ = ("accepts", "cache_version", "generation", "keyplan", "pre", "run", "start",
@@ -377,7 +408,7 @@ class _Plan:
         self.generation = generation
         self.cache_version = cache_version
         fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
-        if fast is None or keyplan.charges or not fast.gated:
+        if fast is None or fast.blocked is not None:
             self.accepts: Callable[..., bool] | None = None
             self.run: Callable[..., Any] | None = None
             self.won: Callable[[], int] | None = None
@@ -403,15 +434,23 @@ class DispatchEvent:
 
 @dataclass(eq=False)
 class _Verdict:
-    """The gate's memoised verdict on one candidate for one key.
-
-    ``decline``: it declined every gate input, so nothing was checked; it is not run
-    for the key (a decline), and not gated again.
-    """
+    """The gate's memoised verdict on one candidate: ``pass`` or ``decline`` (nothing of
+    the key's own generated inputs could be checked) per layout of the inputs;
+    ``reject`` or ``error`` for the whole key."""
 
     cand: Candidate
-    kind: str  # "pass", "reject", "error", "decline"
+    kind: str
     reason: str
+
+
+def _plain_signature(op: str, target: str | None, inputs: Sequence[Any]) -> Any:
+    """A signature for inputs without strides (other array types), None if unhashable."""
+    try:
+        sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
+        hash(sig)
+    except (AttributeError, TypeError):
+        return None
+    return sig
 
 
 def _default_accepts(cand: Candidate) -> Callable[..., bool] | None:
@@ -420,6 +459,23 @@ def _default_accepts(cand: Candidate) -> Callable[..., bool] | None:
     if getattr(method, "__func__", None) is Candidate.accepts:
         return None
     return method
+
+
+def _layout(inputs: Sequence[Any]) -> tuple[str, ...]:
+    """Each input's memory layout class: C- or F-contiguous, strided, or unknown. A pass
+    of the gate holds for the layout it was checked on."""
+    out = []
+    for x in inputs:
+        flags = getattr(x, "flags", None)
+        if flags is None:
+            out.append("?")
+        elif flags.c_contiguous:
+            out.append("C")
+        elif flags.f_contiguous:
+            out.append("F")
+        else:
+            out.append("S")
+    return tuple(out)
 
 
 class Arbiter:
@@ -454,64 +510,75 @@ class Arbiter:
         self.reasons: dict[HistogramKey, str] = {}
         """Why each degraded, rejected, error and no_candidate entry happened (the first
         reason seen): the decline's reason, the gate's report line, the exception."""
-        self._verdicts: dict[tuple[DispatchKey, str], _Verdict] = {}
+        self._checked: dict[tuple[DispatchKey, str, tuple[str, ...]], _Verdict] = {}
         self._keyplans: dict[tuple[str, DispatchKey], _KeyPlan] = {}
         self._plans: dict[Any, _Plan] = {}
         self._older: dict[Any, _Plan] = {}
         self._mode_plans: dict[str, tuple[dict[Any, _Plan], dict[Any, _Plan]]] = {}
-        self._epoch = 0
         self._lock = threading.RLock()
+        self._fresh: list[dict[str, tuple[str, str]]] = []
 
     # -- the hot path ---------------------------------------------------------------
 
     def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
         """Run ``op`` on ``inputs`` with the arbitrated candidate and record the outcome."""
+        return self.dispatch_inputs(op, inputs, target)
+
+    def dispatch_inputs(self, op: str, inputs: tuple[Any, ...], target: str | None) -> Any:
+        """:meth:`dispatch` with the inputs as one tuple (what ``pytest_arbiter.dispatch``
+        calls: no argument repacking on the way)."""
         try:
             if len(inputs) == 1:
                 x = inputs[0]
-                sig: Any = (op, target, x.__class__, x.shape, x.dtype)
+                sig: Any = (op, target, x.__class__, x.shape, x.dtype, x.strides)
             elif len(inputs) == 2:
                 a, b = inputs
-                sig = (op, target, a.__class__, a.shape, a.dtype, b.__class__, b.shape, b.dtype)
+                sig = (op, target, a.__class__, a.shape, a.dtype, a.strides,
+                       b.__class__, b.shape, b.dtype, b.strides)
             else:
-                sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
+                sig = (op, target, *[(x.__class__, x.shape, x.dtype, x.strides)
+                                     for x in inputs])
             plan = self._plans.get(sig)
         except (AttributeError, TypeError):
-            sig, plan = None, None
+            sig, plan = _plain_signature(op, target, inputs), None
         if (plan is None or plan.generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._find_plan(self.mode, op, inputs, target, sig)
+            if self._fresh:
+                return self._run_slow(plan.keyplan, inputs, -1, None, self._take_fresh())
         run = plan.run
-        if run is not None:
-            accepts = plan.accepts
+        if run is None:
+            return self._run_slow(plan.keyplan, inputs, -1, None)
+        pre = plan.pre
+        if pre is not None:
             try:
-                if plan.pre is not None and any(pre(*inputs) for pre in plan.pre):
+                if any(check(*inputs) for check in pre):
                     return self._run_slow(plan.keyplan, inputs, -1, None)
-                if accepts is None or accepts(*inputs):
-                    out = run(*inputs)
-                    plan.won()  # type: ignore[misc]
-                    return out
-            except Exception as exc:
-                return self._run_slow(plan.keyplan, inputs, plan.start, exc)
-            return self._run_slow(plan.keyplan, inputs, plan.start, False)
-        return self._run_slow(plan.keyplan, inputs, plan.start, None)
+            except Exception:
+                return self._run_slow(plan.keyplan, inputs, -1, None)  # it records them
+        accepts = plan.accepts
+        try:
+            if accepts is None or accepts(*inputs):
+                out = run(*inputs)
+                plan.won()  # type: ignore[misc]
+                return out
+        except Exception as exc:
+            return self._run_slow(plan.keyplan, inputs, plan.start, exc)
+        return self._run_slow(plan.keyplan, inputs, plan.start, False)
 
     def dispatch_as(self, mode: str, op: str, *inputs: Any, target: str | None = None) -> Any:
         """:meth:`dispatch` in another mode, on this arbiter's cache, gate and histogram."""
         if mode == self.mode:
-            return self.dispatch(op, *inputs, target=target)
+            return self.dispatch_inputs(op, inputs, target)
         if mode not in MODES:
             raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
-        try:
-            sig: Any = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
-            young, old = self._tables(mode)
-            plan = young.get(sig) or old.get(sig)
-        except (AttributeError, TypeError):
-            sig, plan = None, None
+        sig = _plain_signature(op, target, inputs)
+        young, old = self._tables(mode)
+        plan = young.get(sig) or old.get(sig) if sig is not None else None
         if (plan is None or plan.generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._find_plan(mode, op, inputs, target, sig)
-        return self._run_slow(plan.keyplan, inputs, -1, None)
+        return self._run_slow(plan.keyplan, inputs, -1, None, self._take_fresh())
 
     # -- the slow path --------------------------------------------------------------
 
@@ -520,30 +587,48 @@ class Arbiter:
         if key not in self.reasons:
             self.reasons[key] = reason
 
+    def _take_fresh(self) -> dict[str, tuple[str, str]]:
+        with self._lock:
+            found: dict[str, tuple[str, str]] = {}
+            for part in self._fresh:
+                found.update(part)
+            self._fresh.clear()
+        return found
+
     def _run_slow(self, kp: _KeyPlan, inputs: Sequence[Any], start: int,
-                  first: BaseException | bool | None) -> Any:
-        """Every dispatch but the fast step's success: charges, declines, errors, the
-        gate of a step not yet gated, and the reference when nothing could run.
+                  first: BaseException | bool | None,
+                  fresh: dict[str, tuple[str, str]] | None = None) -> Any:
+        return self._run_steps(kp, inputs, start, first, fresh if fresh is not None else {})
+
+    def _run_steps(self, kp: _KeyPlan, inputs: Sequence[Any], start: int,
+                   first: BaseException | bool | None,
+                   fresh: dict[str, tuple[str, str]]) -> Any:
+        """Every dispatch but the fast step's success: declines, errors, candidates that
+        are blocked (recorded when the dispatch reaches them), the gate of a candidate
+        not yet gated for these inputs' layout, and the reference when nothing could run.
 
         ``first``: what the fast step ``start`` already did (raised, or ``False``:
         declined through ``accepts``); ``None``: nothing ran yet.
         """
         target, op_name = kp.key[0], kp.key[1]
-        for charge in kp.charges:
-            charge()
+
+        def record(key: HistogramKey, reason: str) -> None:
+            fresh.pop(key[2], None)  # reached now: recorded once, here
+            self._record(key, reason)
+
         declined: tuple[str, str] | None = None
-        ran_any = False
+        reached = False
         for index, step in enumerate(kp.steps):
             name = step.cand.name
             if index == start and first is not None:
-                ran_any = True
+                reached = True
                 if first is False:
                     declined = declined or (name, "declined the inputs (accepts() returned "
                                                   "False)")
                 elif isinstance(first, Decline):
                     declined = declined or (name, first.reason)
                 else:
-                    self._record((target, op_name, name, "error"),
+                    record((target, op_name, name, "error"),
                                  _exc_text(first))  # type: ignore[arg-type]
                 continue
             try:
@@ -555,34 +640,46 @@ class Arbiter:
                 declined = declined or (name, dec.reason)
                 continue
             except Exception as exc:
-                self._record((target, op_name, name, "error"), f"accepts() raised "
-                             f"{_exc_text(exc)}")
+                reached = True
+                record((target, op_name, name, "error"),
+                             f"accepts() raised {_exc_text(exc)}")
                 continue
-            if not step.gated:
-                verdict, reason = self._gate_for(kp, step.cand, inputs)
-                if verdict == "decline":
+            reached = True
+            if step.blocked is not None:
+                record(*step.blocked)
+                continue
+            if self.gate_enabled:
+                kind, reason = self._gate_for(kp, step.cand, inputs)
+                if kind == "decline":
                     declined = declined or (name, reason)
                     continue
-                if verdict != "pass":
-                    outcome = "rejected" if verdict == "reject" else "error"
-                    self._record((target, op_name, name, outcome), reason)
+                if kind != "pass":
+                    record((target, op_name, name,
+                                  "rejected" if kind == "reject" else "error"), reason)
                     continue
-            ran_any = True
             try:
                 out = step.run(*inputs)
             except Decline as dec:
                 declined = declined or (name, dec.reason)
                 continue
             except Exception as exc:
-                self._record((target, op_name, name, "error"), _exc_text(exc))
+                record((target, op_name, name, "error"), _exc_text(exc))
                 continue
             step.won()
+            self._record_fresh(target, op_name, fresh)
             return out
         if declined is not None:
-            self._record((target, op_name, declined[0], "degraded"), declined[1])
-        elif not kp.charges and not ran_any:
-            self._record((target, op_name, NO_CANDIDATE, "no_candidate"), kp.no_candidate)
+            record((target, op_name, declined[0], "degraded"), declined[1])
+        elif not reached:
+            record((target, op_name, NO_CANDIDATE, "no_candidate"), kp.no_candidate)
+        self._record_fresh(target, op_name, fresh)
         return kp.op.run_reference(*inputs)
+
+    def _record_fresh(self, target: str, op_name: str,
+                      fresh: dict[str, tuple[str, str]]) -> None:
+        """What the measurement of this dispatch found wrong and the loop did not reach."""
+        for name, (outcome, reason) in sorted(fresh.items()):
+            self._record((target, op_name, name, outcome), reason)
 
     # -- planning -------------------------------------------------------------------
 
@@ -610,7 +707,7 @@ class Arbiter:
 
     def _remember(self, mode: str, sig: Any, plan: _Plan) -> None:
         # two generations: a plan used since the last rotation survives it, so the cost
-        # stays flat however many signatures a workload cycles through
+        # stays flat for any working set of up to MAX_PLANS signatures
         with self._lock:
             young, old = self._tables(mode)
             if len(young) >= MAX_PLANS:
@@ -619,99 +716,114 @@ class Arbiter:
                 young.clear()
             young[sig] = plan
 
-    def _forget_plans(self) -> None:
-        """Drop every memoised plan (a verdict changed what some key may run)."""
+    def _invalidate(self, key: DispatchKey) -> None:
+        """Drop the plans of one dispatch key (a candidate of it was just blocked)."""
         with self._lock:
-            self._epoch += 1
-            self._plans.clear()
-            self._older.clear()
-            for young, old in self._mode_plans.values():
-                young.clear()
-                old.clear()
-            self._keyplans.clear()
+            for mode in [m for m, k in self._keyplans if k == key]:
+                self._keyplans.pop((mode, key), None)
+            for table in (self._plans, self._older,
+                          *(t for pair in self._mode_plans.values() for t in pair)):
+                for sig in [s for s, p in table.items() if p.keyplan.key == key]:
+                    del table[sig]
 
     def _plan(self, mode: str, op_name: str, inputs: Sequence[Any], target: str | None
               ) -> _Plan:
         the_op = self.ops.get(op_name)
         the_op.validate(*inputs)
+        if target is not None and target not in known_targets():
+            raise ValueError(f"dispatch of {op_name!r}: unknown target {target!r}; known "
+                             f"targets: {', '.join(known_targets())}")
         resolved = target if target is not None else (
             target_of_array(inputs[0]) if inputs else "cpu")
-        with self._lock:
-            generation = self.registry.generation
-            region = the_op.region_of(*inputs)
-            needs = self.registry.alignment_needs(the_op.name, resolved)
-            key: DispatchKey = (resolved, the_op.name, region.bucket(needs), region.dtype)
-            kp = self._keyplans.get((mode, key))
-            if kp is None or kp.stamp != (generation, self.cache.version, self._epoch):
-                kp = self._keyplan(mode, the_op, region, needs, key, inputs)
-            start, pre = self._fast_start(kp, inputs)
-            kp = self._keyplans.get((mode, key), kp)  # gating may have rebuilt it
-            return _Plan(kp, start, pre, generation, self.cache.version)
+        generation = self.registry.generation
+        region = the_op.region_of(*inputs)
+        needs = self.registry.alignment_needs(the_op.name, resolved)
+        key: DispatchKey = (resolved, the_op.name, region.bucket(needs), region.dtype)
+        kp = self._keyplans.get((mode, key))
+        if kp is None or kp.stamp != (generation, self.cache.version):
+            kp = self._keyplan(mode, the_op, region, needs, key, inputs)
+        start, pre = self._fast_start(kp, inputs)
+        if kp.fresh:
+            self._fresh.append(kp.fresh)  # for the dispatch that is planning
+            kp.fresh = {}
+        return _Plan(kp, start, pre, generation, self.cache.version)
 
     def _fast_start(self, kp: _KeyPlan, inputs: Sequence[Any]
                     ) -> tuple[int, tuple[Callable[..., bool], ...]]:
-        """The step that serves these inputs (gated now if it was not; -1 for none),
-        and the ``accepts`` of the steps above it that declined them."""
-        while True:
-            pre: list[Callable[..., bool]] = []
-            for index, step in enumerate(kp.steps):
-                try:
-                    if step.accepts is not None and not step.accepts(*inputs):
-                        pre.append(step.accepts)
-                        continue
-                except Exception:
-                    return -1, ()  # recorded on each dispatch, by the slow path
-                if step.gated:
+        """The step that serves inputs of this signature on the fast path, gated now if
+        it was not (-1: the slow path every time), and the ``accepts`` of the steps
+        above it that declined these inputs."""
+        pre: list[Callable[..., bool]] = []
+        for index, step in enumerate(kp.steps):
+            try:
+                if step.accepts is not None and not step.accepts(*inputs):
+                    pre.append(step.accepts)
+                    continue
+            except Exception:
+                return -1, ()  # recorded on each dispatch, by the slow path
+            if step.blocked is not None or not self.gate_enabled:
+                # reached by every such dispatch: charged each time, on the slow path
+                return (-1, ()) if step.blocked is not None else (index, tuple(pre))
+            kind, _ = self._gate_for(kp, step.cand, inputs)
+            if kind == "pass":
+                return index, tuple(pre)
+            if kind == "decline":
+                found = self._checked.get((kp.key, step.cand.name, _layout(inputs)))
+                if found is not None and found.kind == "pass":
+                    # right for the key, raised Decline on these inputs: it stays the fast
+                    # step, so inputs of this signature it can run reach it
                     return index, tuple(pre)
-                verdict, _ = self._gate_for(kp, step.cand, inputs)
-                if verdict == "pass":
-                    return index, tuple(pre)
-                memo = self._verdicts.get((kp.key, step.cand.name))
-                if verdict == "decline" and memo is not None and memo.kind == "pass":
-                    # right for the key but raised Decline on these inputs: it stays the
-                    # fast step (inputs of this signature it can run must reach it)
-                    return index, tuple(pre)
-                if verdict in ("reject", "error"):
-                    # the key plan was dropped with the verdict: build it again
-                    kp = self._rebuilt(kp, inputs)
-                    break
-            else:
-                return -1, ()
-
-    def _rebuilt(self, kp: _KeyPlan, inputs: Sequence[Any]) -> _KeyPlan:
-        region = kp.op.region_of(*inputs)
-        needs = self.registry.alignment_needs(kp.op.name, kp.key[0])
-        return self._keyplan(kp.mode, kp.op, region, needs, kp.key, inputs)
+                if found is None:
+                    return -1, ()  # nothing checked yet: gated again on the next inputs
+                continue  # it declined the key's own generated inputs: not for this key
+            return -1, ()  # just blocked: charged on the slow path
+        return -1, ()
 
     def _gate_for(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any]
                   ) -> tuple[str, str]:
-        """The gate's verdict on ``cand`` for ``kp``'s key, memoised per process."""
-        memo_key = (kp.key, cand.name)
-        found = self._verdicts.get(memo_key)
+        """The gate's verdict on ``cand`` for ``kp``'s key and these inputs' memory
+        layout: ``pass``, ``decline`` (for these inputs), ``reject`` or ``error``;
+        memoised per process. A kernel wrong on column-major inputs is rejected for
+        them, whichever layout came first, and still serves the row-major ones it got
+        right."""
+        memo_key = (kp.key, cand.name, _layout(inputs))
+        found = self._checked.get(memo_key)
         if found is not None and found.cand is cand:
             return found.kind, found.reason
-        report = self._gate_report(kp.op, cand, inputs)
-        kind, reason = _gate_verdict(report)
-        with self._lock:
-            memo_kind = "pass" if kind == "decline-inputs" else kind
-            self._verdicts[memo_key] = _Verdict(cand, memo_kind, reason)
-            if kind in ("reject", "error"):
-                self._forget_plans()
-            elif memo_kind == "pass":
-                for other in list(self._keyplans.values()):
-                    if other.key == kp.key:
-                        for step in other.steps:
-                            if step.cand is cand:
-                                step.gated = True
+        kind, reason = _gate_verdict(self._gate_report(kp.op, cand, inputs))
+        self._remember_verdict(kp, cand, inputs, kind, reason)
         if kind == "decline-inputs":
-            # right for the key, but not these inputs: a decline of this dispatch
             return "decline", reason
         return kind, reason
+
+    def _remember_verdict(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any],
+                          kind: str, reason: str) -> None:
+        memo_key = (kp.key, cand.name, _layout(inputs))
+        if kind in ("reject", "error"):
+            self._checked[memo_key] = _Verdict(cand, kind, reason)
+            self._invalidate(kp.key)
+        elif kind in ("pass", "decline-inputs"):
+            self._checked[memo_key] = _Verdict(cand, "pass", "")
+        elif kind == "decline" and kp.op.gate_inputs is not None:
+            # it declined the key's own generated inputs too: not run for this layout
+            self._checked[memo_key] = _Verdict(cand, "decline", reason)
+        # a user op's decline checked nothing: gated again on the next inputs
 
     def _gate_report(self, the_op: Op, cand: Candidate, inputs: Sequence[Any]) -> GateReport:
         region = the_op.region_of(*inputs)
         return f4_gate(cand, the_op, inputs=inputs, region=region, seed=self.gate_seed,
                        call_timeout_s=self.call_timeout_s)
+
+    def _measure_verdict(self, kp: _KeyPlan, cand: Candidate,
+                         inputs: Sequence[Any]) -> tuple[str, str]:
+        """The measurement's gate: the memoised verdict, in the measurement's terms
+        (``decline-inputs`` for a candidate right for the key that declined these)."""
+        found = self._checked.get((kp.key, cand.name, _layout(inputs)))
+        if found is None or found.cand is not cand:
+            kind, reason = _gate_verdict(self._gate_report(kp.op, cand, inputs))
+            self._remember_verdict(kp, cand, inputs, kind, reason)
+            return kind, reason
+        return found.kind, found.reason
 
     def _policy(self) -> ComparePolicy:
         policy = self.policy or ComparePolicy()
@@ -725,10 +837,10 @@ class Arbiter:
         pool = self.registry.for_op(the_op.name, target)
         passed_over: dict[str, str] = {}
         errors: dict[str, str] = {}
-        rejected: dict[str, str] = {}
         found = probe_device(target)
         selection: Selection | None = None
         entry: CacheEntry | None = None
+        stub = _KeyPlan(the_op, key, mode, (), "", (0, 0))  # what the measurement gates with
         if not isinstance(found, DeviceInfo):
             for cand in pool:
                 passed_over[cand.name] = f"unavailable: {found}"
@@ -740,10 +852,9 @@ class Arbiter:
                 selection = measured_arbitrate(
                     the_op, inputs, pool, self.cache, target=target, policy=self._policy(),
                     gate_seed=self.gate_seed, needs=needs,
-                    gate=(lambda c: self._gate_memo(key, the_op, c, inputs))
+                    verdict=(lambda c: self._measure_verdict(stub, c, inputs))
                     if self.gate_enabled else None)
                 errors.update(selection.errors)
-                rejected.update(selection.rejected)
                 passed_over.update(selection.passed_over)
             entry = self.cache.get(ckey)
             if entry is not None:
@@ -764,33 +875,21 @@ class Arbiter:
                             f"{target!r} (device {found.tag}, bucket {key[2]}); tune with "
                             "--arbiter-tune or add the entry to the cache")
         steps: list[_Step] = []
-        charges: list[Callable[[], int]] = []
         for cand in order:
-            if not _usable(cand, region, passed_over, errors):
-                continue
-            if cand.name not in passed_over:
+            usable_errors: dict[str, str] = {}
+            if not _usable(cand, region, passed_over, usable_errors):
+                if not usable_errors:
+                    continue
+                errors.update(usable_errors)
+            elif cand.name not in passed_over:
                 _accepts(cand, inputs, passed_over, None)  # the explain text, no more
-            verdict = self._verdicts.get((key, cand.name)) if self.gate_enabled else None
-            if verdict is not None and verdict.cand is not cand:
-                verdict = None
-            if verdict is not None and verdict.kind in ("reject", "error"):
-                (rejected if verdict.kind == "reject" else errors)[cand.name] = verdict.reason
-                continue
-            if cand.name in errors or cand.name in rejected:
-                continue
-            gated = not self.gate_enabled or (verdict is not None and verdict.kind == "pass")
+            blocked: tuple[HistogramKey, str] | None = None
+            if cand.name in usable_errors:
+                blocked = ((target, the_op.name, cand.name, "error"), usable_errors[cand.name])
+            if blocked is not None:
+                self.reasons.setdefault(*blocked)
             won = self.histogram.counter((target, the_op.name, cand.name, "won"))
-            steps.append(_Step(cand, _default_accepts(cand), cand.run, won, gated))
-        for name, reason in sorted(rejected.items()):
-            hkey: HistogramKey = (target, the_op.name, name, "rejected")
-            self.reasons.setdefault(hkey, reason)
-            charges.append(self.histogram.counter(hkey))
-        for name, reason in sorted(errors.items()):
-            if name in rejected:
-                continue
-            hkey = (target, the_op.name, name, "error")
-            self.reasons.setdefault(hkey, reason)
-            charges.append(self.histogram.counter(hkey))
+            steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked))
         if not isinstance(found, DeviceInfo):
             why = f"no {target} device: {found}"
         elif not pool:
@@ -798,22 +897,15 @@ class Arbiter:
         else:
             why = "; ".join(f"{n}: {r}" for n, r in sorted(passed_over.items())) or (
                 "no candidate applies")
-        kp = _KeyPlan(the_op, key, mode, tuple(steps), tuple(charges), why,
-                      (self.registry.generation, self.cache.version, self._epoch))
-        self._keyplans[(mode, key)] = kp
-        why_not = {**passed_over, **rejected, **errors}
+        kp = _KeyPlan(the_op, key, mode, tuple(steps), why,
+                      (self.registry.generation, self.cache.version),
+                      dict(selection.found) if selection is not None else {})
+        with self._lock:
+            self._keyplans[(mode, key)] = kp
+        why_not = {**passed_over, **errors}
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
                    why_not, selection, entry)
         return kp
-
-    def _gate_memo(self, key: DispatchKey, the_op: Op, cand: Candidate,
-                   inputs: Sequence[Any]) -> GateReport:
-        """The measurement's gate call: a report, with its verdict memoised."""
-        report = self._gate_report(the_op, cand, inputs)
-        kind, reason = _gate_verdict(report)
-        self._verdicts[(key, cand.name)] = _Verdict(
-            cand, "pass" if kind == "decline-inputs" else kind, reason)
-        return report
 
     def _note(self, key: DispatchKey, source: str, order: list[str],
               passed_over: dict[str, str], selection: Selection | None,

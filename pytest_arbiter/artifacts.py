@@ -4,11 +4,13 @@ Writes are atomic (a temporary file in the same folder, fsync, ``os.replace``), 
 failed or killed run never leaves a half-written artifact behind. Cache writes also
 hold a lock file beside the cache (``NAME.lock``, :mod:`filelock`), and
 :func:`update_cache` reads, merges and writes under it, so processes adding entries
-to one cache at the same time lose none.
+to one cache at the same time lose none. A path that is a symbolic link is written
+(and locked) at the file it points to, so the link stays a link.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -22,19 +24,13 @@ import filelock
 from pytest_arbiter.cache import (
     CacheEntry,
     MeasureCache,
-    cache_document,
-    gc_paused,
-    load_entries,
+    decode_document,
+    encode_document,
+    keyed,
 )
 from pytest_arbiter.corpus import MergeResult, Part, merge
-from pytest_arbiter.histogram import (
-    HISTOGRAM_SCHEMA,
-    HISTOGRAM_VERSION,
-    HistogramKey,
-    counts_and_expected,
-    counts_from_dict,
-    entries_of,
-)
+from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.safetext import escape
 
 LOCK_TIMEOUT_S = 120.0
 """How long a cache write waits for another process's lock before giving up."""
@@ -49,58 +45,51 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-_line = json.JSONEncoder(sort_keys=True, allow_nan=False).encode
-"""One value as one line of JSON: one encoder for every line (``json.dumps`` with
-options builds a new one per call)."""
-
-
-def cache_text(document: dict[str, Any]) -> str:
-    """The cache document as text: the header (schema, version, entry_fields and
-    ranking_fields) first, then one line per run and per entry.
-
-    One entry per line keeps a committed corpus's diffs to the entries that changed,
-    and lets the C JSON encoder do the work (an indented dump is pure Python).
-    """
-    head = [f'  "{name}": {_line(document[name])},'
-            for name in ("schema", "version", "entry_fields", "ranking_fields")]
-    parts = ["{", *head]
-    for name, last in (("runs", False), ("entries", True)):
-        rows = document[name]
-        close = "]" if last else "],"
-        if not rows:
-            parts.append(f'  "{name}": []{"" if last else ","}')
-            continue
-        parts.append(f'  "{name}": [')
-        parts.append(",\n".join("    " + _line(row) for row in rows))
-        parts.append("  " + close)
-    parts.append("}")
-    return "\n".join(parts) + "\n"
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number an artifact may hold")
-
-
-def parse_json(text: str, source: str) -> Any:
-    """JSON from ``text``; ``ArtifactError`` naming ``source`` and the position."""
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (only :func:`read_json` still
+    uses it; the cache's structs leave the collector nothing to walk)."""
+    was = gc.isenabled()
+    gc.disable()
     try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno} (char {exc.pos})") from None
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def parse_json(text: str | bytes, source: str) -> Any:
+    """JSON from ``text``; ``ArtifactError`` naming ``source`` and the position.
+
+    Strict (:mod:`pytest_arbiter.strictjson`): UTF-8 without a byte order mark, no key
+    twice in one object, finite numbers, no lone surrogates, bounded nesting.
+    """
+    from pytest_arbiter import strictjson
+
+    try:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        return strictjson.decode(data, source)
+    except UnicodeEncodeError:
+        raise ArtifactError(f"{escape(source)} is not valid JSON: it holds a lone "
+                            "surrogate") from None
     except ValueError as exc:
-        raise ArtifactError(f"{source} is not valid JSON: {exc}") from None
+        raise ArtifactError(str(exc)) from None
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an artifact; ``ArtifactError`` naming it if it cannot be read."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {escape(p)}: {escape(exc.strerror or exc)}"
+                            ) from None
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"cannot read {p}: {getattr(exc, 'strerror', None) or exc}"
-                            ) from None
+    data = read_bytes(path)
     with gc_paused():
-        return parse_json(text, str(p))
+        return parse_json(data, str(path))
 
 
 def _current_umask() -> int:
@@ -120,32 +109,53 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~_UMASK
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+def target(path: str | os.PathLike[str]) -> Path:
+    """Where a write of ``path`` goes: the file a symbolic link points to (through any
+    chain of links, even to a file that does not exist yet), else ``path`` itself.
+
+    Replacing the link itself would turn it into a regular file and leave the file it
+    pointed to, and whoever else reads it, behind.
+    """
     p = Path(path)
+    return Path(os.path.realpath(p)) if os.path.islink(p) else p
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace the file at ``path`` (at its target if it is a symbolic link) with
+    ``data``: a temporary file in the same folder, fsync, ``os.replace``."""
+    p = target(path)
     folder = p.parent if str(p.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise ArtifactError(f"cannot write {p}: {exc.strerror or exc}") from None
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
     try:
         # mkstemp makes the file 0600: give it the mode a plain open() would have had
         os.chmod(tmp, _mode_for(p))
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, p)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise ArtifactError(f"cannot write {p}: {exc.strerror or exc}") from None
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
 def lock_path(path: str | os.PathLike[str]) -> Path:
-    """The lock file of the cache at ``path``: ``NAME.lock`` in the same folder."""
-    p = Path(path)
+    """The lock file of the cache at ``path``: ``NAME.lock`` beside the file (beside the
+    file a symbolic link points to, where the writes go)."""
+    p = target(path)
     return p.with_name(p.name + ".lock")
 
 
@@ -161,16 +171,19 @@ def cache_lock(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT_S
     lock = lock_path(path)
     folder = lock.parent
     if not folder.is_dir():
-        raise ArtifactError(f"cannot write {path}: the folder {folder} does not exist")
+        raise ArtifactError(f"cannot write {escape(path)}: the folder {escape(folder)} "
+                            "does not exist")
     try:
         with filelock.FileLock(str(lock), timeout=timeout):
-            _remove_stale_temps(Path(path))
+            _remove_stale_temps(target(path))
             yield
     except filelock.Timeout:
-        raise ArtifactError(f"cannot lock {path}: {lock} stayed locked for {timeout:g} s "
-                            "(another pytest-arbiter process is writing it)") from None
+        raise ArtifactError(f"cannot lock {escape(path)}: {escape(lock)} stayed locked for "
+                            f"{timeout:g} s (another pytest-arbiter process is writing it)"
+                            ) from None
     except OSError as exc:
-        raise ArtifactError(f"cannot lock {path}: {exc.strerror or exc} ({lock})") from None
+        raise ArtifactError(f"cannot lock {escape(path)}: {escape(exc.strerror or exc)} "
+                            f"({escape(lock)})") from None
 
 
 def _remove_stale_temps(path: Path) -> None:
@@ -180,36 +193,35 @@ def _remove_stale_temps(path: Path) -> None:
 
 
 def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
-    """The cache at ``path``; ``ArtifactError`` naming the path and what is wrong.
+    """The cache at ``path`` (any schema version); ``ArtifactError`` naming the path and
+    what is wrong: the position of a JSON syntax error, the JSON path of a bad value
+    (``$.entries[3].ranking[0].stats.samples``).
 
     A file listing one key twice (a hand-resolved git conflict) keeps the entry the
     merge rule prefers.
     """
-    with gc_paused():
-        data = read_json(path)
-        try:
-            keys, entries = load_entries(data, source=str(path))
-        except ValueError as exc:
-            raise ArtifactError(str(exc)) from None
-        by_key = dict(zip(keys, entries, strict=True))
-        if len(by_key) != len(entries):
-            return merge(entries).cache()
-        return MeasureCache.of_keyed(by_key)
+    data = read_bytes(path)
+    try:
+        return keyed(decode_document(data, source=str(path)))
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def cache_bytes(entries: Iterable[CacheEntry], path: str | os.PathLike[str] = "the cache"
+                ) -> bytes:
+    """The file of ``entries`` (schema version 3); ``ArtifactError`` naming ``path`` and
+    the entry when one holds what a reader would refuse (a NaN, a negative latency)."""
+    try:
+        return encode_document(entries)
+    except ValueError as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
 
 
 def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
     """Replace the cache at ``path`` with ``cache`` (under its lock)."""
-    text = _cache_text(cache)
+    data = cache_bytes(cache, path)
     with cache_lock(path):
-        write_text_atomic(path, text)
-
-
-def _cache_text(entries: Iterable[CacheEntry]) -> str:
-    try:
-        with gc_paused():
-            return cache_text(cache_document(entries))
-    except ValueError as exc:
-        raise ArtifactError(f"cannot encode the cache: {exc}") from None
+        write_bytes_atomic(path, data)
 
 
 def update_cache(path: str | os.PathLike[str], *parts: Part,
@@ -219,40 +231,49 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     The current file is read under the lock, so entries another process added since
     are kept. An unreadable current file is an ``ArtifactError`` and is left untouched.
     """
-    p = Path(path)
-    # no collections from the read to the write: each would walk every object of the
-    # corpus just read, which lives only until this returns
-    with cache_lock(p, timeout), gc_paused():
-        current = read_cache(p) if p.exists() else MeasureCache()
+    with cache_lock(path, timeout):
+        current = read_cache(path) if os.path.exists(path) else MeasureCache()
         result = merge(current, *parts)
-        write_text_atomic(p, _cache_text(result.entries.values()))
+        write_bytes_atomic(path, cache_bytes(result.entries.values(), path))
     return result
 
 
 def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
-    data = read_json(path)
-    try:
-        return counts_from_dict(data, source=str(path))
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from None
+    """The counts of a histogram (or baseline) file; ``ArtifactError`` naming the file
+    and what is wrong (the JSON path of a bad value, an unknown or missing field)."""
+    return read_histogram_expected(path)[0]
 
 
 def read_histogram_expected(path: str | os.PathLike[str]
                             ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
     """The counts of a histogram file and how many of them were degrades on purpose."""
-    data = read_json(path)
+    from pytest_arbiter import histogram_file
+
+    data = read_bytes(path)
     try:
-        return counts_and_expected(data, source=str(path))
+        return histogram_file.counts_and_expected(histogram_file.decode(data, str(path)))
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
 
 
 def histogram_document(counts: dict[HistogramKey, int],
                        expected: dict[HistogramKey, int] | None = None) -> dict[str, Any]:
-    return {"schema": HISTOGRAM_SCHEMA, "version": HISTOGRAM_VERSION,
-            "entries": entries_of(counts, expected)}
+    """The histogram file's document for ``counts`` as plain builtins."""
+    import msgspec
+
+    from pytest_arbiter.histogram_file import document
+
+    data: dict[str, Any] = msgspec.to_builtins(document(counts, expected))
+    return data
 
 
 def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int],
                     expected: dict[HistogramKey, int] | None = None) -> None:
-    write_text_atomic(path, dumps(histogram_document(counts, expected)))
+    """Write a histogram (or baseline) file atomically; ``ArtifactError`` naming it."""
+    from pytest_arbiter import histogram_file
+
+    try:
+        data = histogram_file.encode(histogram_file.document(counts, expected))
+    except ValueError as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
+    write_text_atomic(path, data.decode("utf-8"))

@@ -1,69 +1,216 @@
-"""The MeasureCache: measured winners keyed by (device, target, op, bucket, dtype).
+"""The MeasureCache and its file format: schema ``pytest-arbiter/cache``, version 3.
 
-The on-disk form (schema ``pytest-arbiter/cache``, version 1, docs/artifacts.md) is
-built by :func:`cache_document` and read by :func:`load_entries`. It is deterministic:
-entries sorted by key, each an array in the order of ``entry_fields``, each ranking row
-one string in the order of ``ranking_fields`` with latencies in whole nanoseconds, the
-provenance every entry of one run shares written once in a ``runs`` table. Reading a
-document and writing it again gives the same bytes. Loaded entries are validated on
-load and build their ranking and provenance objects on first use.
+The classes below are the format's documentation and its validation: a cache file is
+decoded by msgspec straight into them, in one pass that checks every type and bound
+and names the JSON path of a bad value (``$.entries[3].ranking[0].stats.samples``);
+unknown fields, NaN, infinities and out-of-range numbers are refused.
+
+Every struct is frozen and untracked by the garbage collector (``gc=False``): a loaded
+corpus of a million entries leaves the collector almost nothing to walk. What many
+entries share (the tuning run's host and versions, the environment, the candidates
+considered and their code fingerprints) is written once, in a table at the top of the
+file, and read into one shared, immutable :class:`FrozenMap` that every entry of that
+row points at. docs/artifacts.md describes the file; version 1 and 2 files are read
+by :mod:`pytest_arbiter.cache_legacy` and written back as version 3.
 """
 
 from __future__ import annotations
 
-import gc
-import json
-import math
+import datetime
 import re
-import sys
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NoReturn, TypeVar
 
-from pytest_arbiter.measure import LatencyStats, relative_spread
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec.structs import force_setattr
+
+from pytest_arbiter.measure import LatencyStats
 
 CACHE_SCHEMA = "pytest-arbiter/cache"
-CACHE_VERSION = 2
-"""Version 2: an entry is an array, a ranking row a string. Version 1 (an object per
-entry, rows arrays of numbers) is still read."""
+CACHE_VERSION = 3
+"""Version 3: entries are objects with named fields, shared data in tables. Versions 1
+and 2 are still read (:mod:`pytest_arbiter.cache_legacy`)."""
 
 CacheKey = tuple[str, str, str, str, str]
 """(device, target, op, bucket, dtype)."""
 
-ENTRY_FIELDS = ("device", "target", "op", "bucket", "dtype", "confidence", "tie", "ranking",
-                "rejected", "provenance")
-"""The fields of one entry in the on-disk form, an array in this order."""
-
-RANKING_FIELDS = ("name", "median_ns", "min_ns", "q1_ns", "q3_ns", "max_ns", "samples")
-"""The fields of one ranking row in the on-disk form, a string of them one space apart."""
-
-RUN_FIELDS = ("device_name", "host", "measured_at", "versions")
-"""Provenance fields that every entry of one run shares: written once, in ``runs``."""
-
-RUN_REF = "run"
-"""The provenance key that points an on-disk entry at its row of ``runs``."""
-
 CONFIDENT = 0.99
 """An entry at or above this confidence (and not a tie) is a clear pick; two clear picks
-of different winners for one key are a merge conflict."""
+of different winners for one key, measured against the same code and environment, are
+a merge conflict."""
+
+OUTCOMES = ("timed", "rejected", "declined", "error")
+"""What happened to a candidate considered for a key (:class:`Considered`)."""
+
+_UTC = datetime.timezone.utc
+NO_SINCE = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+"""The ``since`` of an entry that does not know what it was measured against (one read
+from a version 1 or 2 file, or built without it): older than any measurement."""
+
+Name = Annotated[str, Meta(min_length=1)]
+Count = Annotated[int, Meta(ge=0)]
+Probability = Annotated[float, Meta(ge=0.0, le=1.0)]
+Since = Annotated[datetime.datetime, Meta(tz=True)]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_KEY = attrgetter("device", "target", "op", "bucket", "dtype")
 
 
-def stable_float(value: float) -> float:
-    """``value`` at six significant digits: what the cache artifact stores.
+class FrozenMap(Mapping[K, V], Generic[K, V]):
+    """A read-only mapping, equal and hashable by content.
 
-    Applying it twice changes nothing, so a read-then-write round trip is exact.
+    Many entries point at one: equal maps are interned (one object per content in the
+    process, while anything uses it), so entries read from two copies of one file
+    share them, compare them by identity and keep one copy in memory.
     """
-    return float(f"{value:.6g}") + 0.0  # + 0.0 turns -0.0 into 0.0
+
+    __slots__ = ("__weakref__", "_hash", "_items")
+    _items: dict[K, V]
+    _hash: int | None
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._items = dict(items)
+        self._hash = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._items.get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, FrozenMap):
+            return self._items == other._items
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = self._hash = hash(frozenset(self._items.items()))
+        return found
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._items!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_interned, (type(self), self._items))
+
+    def to_dict(self) -> dict[K, V]:
+        """A plain dict of the items, sorted by key."""
+        return {k: self._items[k] for k in sorted(self._items)}  # type: ignore[type-var]
 
 
-@dataclass(frozen=True)
-class RankedCandidate:
+_INTERNED: weakref.WeakValueDictionary[Any, FrozenMap[Any, Any]] = \
+    weakref.WeakValueDictionary()
+_INTERN_LOCK = threading.Lock()
+
+M = TypeVar("M", bound=FrozenMap[Any, Any])
+
+
+def _interned(cls: type[M], items: Mapping[Any, Any]) -> M:
+    """The one ``cls`` of these items in the process (made if there is none)."""
+    made = cls(items)
+    tag = (cls, frozenset(made._items.items()))
+    with _INTERN_LOCK:
+        found = _INTERNED.get(tag)
+        if found is None:
+            _INTERNED[tag] = made
+            return made
+    return found  # type: ignore[return-value]
+
+
+class Environment(FrozenMap[str, str]):
+    """What an entry's timings are valid under: the device's name and the versions of
+    what runs the kernels (``numpy``, ``blas``, ``python``; ``cupy``, ``cuda_runtime``,
+    ``driver`` on a GPU). A new driver or BLAS makes a new environment."""
+
+    __slots__ = ()
+
+
+class Reasons(FrozenMap[str, str]):
+    """Candidate name to the reason it was passed over (an entry's ``rejected``)."""
+
+    __slots__ = ()
+
+
+class Versions(FrozenMap[str, str]):
+    """Package name to version (``pytest-arbiter``, ``numpy``, ``python``)."""
+
+    __slots__ = ()
+
+
+class Run(FrozenMap[str, Any]):
+    """The provenance that every entry of one tuning run shares: ``host``,
+    ``device_name`` and ``versions`` (any of them may be missing)."""
+
+    __slots__ = ()
+
+
+class _RunRow(Struct, frozen=True, gc=False, forbid_unknown_fields=True, omit_defaults=True):
+    device_name: str | UnsetType = UNSET
+    host: str | UnsetType = UNSET
+    versions: dict[str, str] | UnsetType = UNSET
+
+
+class Considered(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                 omit_defaults=True):
+    """One candidate considered for a key: what its code was, and what became of it."""
+
+    fingerprint: Name
+    """A short hash of the candidate's code (:func:`pytest_arbiter.fingerprint.fingerprint_of`)."""
+    outcome: Literal["timed", "rejected", "declined", "error"]
+    """``timed`` (in the ranking), ``rejected`` (failed the F4 gate), ``declined`` (cannot
+    run the key's inputs) or ``error`` (raised)."""
+    reason: str = ""
+    """Why it was not timed (empty when it was)."""
+
+
+class ConsideredMap(FrozenMap[str, Considered]):
+    """Candidate name to :class:`Considered`: every candidate measured for a key."""
+
+    __slots__ = ()
+
+
+NO_REASONS = _interned(Reasons, {})
+NO_CONSIDERED = _interned(ConsideredMap, {})
+NO_ENVIRONMENT = _interned(Environment, {})
+NO_RUN = _interned(Run, {})
+
+if TYPE_CHECKING:  # what code reads and passes: after __post_init__ the shared types
+    _ReasonsField = Mapping[str, str]
+    _ConsideredField = Mapping[str, Considered]
+    _EnvironmentField = Mapping[str, str]
+    _RunField = Run
+else:  # what the file holds: an index into a table of the file, or the object itself
+    _ReasonsField = dict[str, str]
+    _ConsideredField = int | dict[str, Considered]
+    _EnvironmentField = int | dict[str, str]
+    _RunField = int | _RunRow
+
+
+class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     """One timed candidate of an entry, fastest first in the entry's ranking."""
 
-    name: str
+    name: Name
     stats: LatencyStats
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,20 +221,192 @@ class RankedCandidate:
         return cls(str(data["name"]), LatencyStats.from_dict(data))
 
 
-@dataclass(frozen=True)
-class CacheEntry:
-    """A measured pick for one key, with the full ranking and the evidence behind it."""
+_RUN_KEYS = ("device_name", "host", "versions")
+_OWN_KEYS = ("measured_at", "p_value", "rounds", "shapes", "spent_ns", "timed_ns")
+PROVENANCE_KEYS = tuple(sorted(_RUN_KEYS + _OWN_KEYS))
+"""The keys a provenance may have."""
 
-    device: str
-    target: str
-    op: str
+
+class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                 omit_defaults=True, kw_only=True):
+    """Who measured an entry, when, and what the measurement cost.
+
+    Reads like the dict it used to be (``provenance["host"]``, ``.get("host", "-")``,
+    ``dict(provenance)``): a key is present when its value is set. ``run`` is the part
+    every entry of one tuning run shares (written once, in the file's ``runs``).
+    """
+
+    run: _RunField = NO_RUN
+    """``host``, ``device_name``, ``versions``: shared by the run's entries."""
+    measured_at: str | UnsetType = UNSET
+    """UTC time of the measurement, to the second (``2026-12-03T06:23:11Z``)."""
+    shapes: tuple[tuple[Count, ...], ...] | UnsetType = UNSET
+    """The input shapes that were measured."""
+    rounds: Count | UnsetType = UNSET
+    timed_ns: Count | UnsetType = UNSET
+    """Sum of the timed calls."""
+    spent_ns: Count | UnsetType = UNSET
+    """Wall time of the comparison."""
+    p_value: Probability | UnsetType = UNSET
+    """The sign test's p-value of the pick against the closest other candidate."""
+
+    @classmethod
+    def of(cls, data: Provenance | Mapping[str, Any]) -> Provenance:
+        """The provenance of a dict of :data:`PROVENANCE_KEYS` (what the arbiter and
+        older files give); ``ValueError`` for another key."""
+        if isinstance(data, Provenance):
+            return data
+        unknown = sorted(set(data) - set(PROVENANCE_KEYS))
+        if unknown:
+            raise ValueError(f"unknown provenance keys {unknown}; a provenance has "
+                             f"{', '.join(PROVENANCE_KEYS)}")
+        run = {k: data[k] for k in _RUN_KEYS if k in data}
+        if "versions" in run:
+            run["versions"] = _interned(Versions, run["versions"])
+        own: dict[str, Any] = {k: data[k] for k in _OWN_KEYS if k in data}
+        if "shapes" in own:
+            own["shapes"] = tuple(tuple(shape) for shape in own["shapes"])
+        return cls(run=_interned(Run, run), **own)
+
+    def keys(self) -> list[str]:
+        """The keys that are set, sorted."""
+        return sorted([*self.run, *(k for k in _OWN_KEYS if getattr(self, k) is not UNSET)])
+
+    def __getitem__(self, key: str) -> Any:
+        if key in _RUN_KEYS:
+            return self.run[key]
+        if key in _OWN_KEYS:
+            value = getattr(self, key)
+            if value is not UNSET:
+                return value
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, self[k]) for k in self.keys()]
+
+    def values(self) -> list[Any]:
+        return [self[k] for k in self.keys()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values, sorted (``versions`` a dict, ``shapes`` lists)."""
+        out = dict(self.items())
+        if "versions" in out:
+            out["versions"] = dict(sorted(out["versions"].items()))
+        if "shapes" in out:
+            out["shapes"] = [list(shape) for shape in out["shapes"]]
+        return out
+
+
+Mapping.register(Provenance)
+NO_PROVENANCE = Provenance()
+
+if TYPE_CHECKING:  # a dict of its keys is turned into a Provenance by __post_init__
+    _ProvenanceField = Provenance | Mapping[str, Any]
+else:
+    _ProvenanceField = Provenance
+
+
+class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                 omit_defaults=True):
+    """A measured pick for one key, with the full ranking, the evidence behind it and
+    what it was measured against.
+
+    Built in code, ``rejected``, ``provenance``, ``considered`` and ``environment`` may
+    be plain dicts (they are turned into the shared, immutable types) and ``ranking``
+    any sequence.
+    """
+
+    device: Name
+    """The exact device tag the timings come from (``sm_120``, ``cpu-x86_64-...``)."""
+    target: Name
+    op: Name
     bucket: str
-    dtype: str
-    ranking: tuple[RankedCandidate, ...]
-    confidence: float = 1.0
+    dtype: Name
+    ranking: Annotated[tuple[RankedCandidate, ...], Meta(min_length=1)]
+    """Every gate-passing candidate that was timed, fastest first: the first is the winner."""
+    confidence: Probability = 1.0
+    """1 minus the worst one-sided sign-test p-value of the winner against each other
+    timed candidate; 1 when only one was timed."""
     tie: bool = False
-    rejected: Mapping[str, str] = field(default_factory=dict)
-    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """The rounds did not separate the leaders by more than the tie margin."""
+    rejected: _ReasonsField = NO_REASONS
+    """Candidates passed over when measuring, with the reason."""
+    provenance: _ProvenanceField = NO_PROVENANCE
+    """Who measured the entry, when, at what cost (:class:`Provenance`; a dict of its
+    keys when built in code)."""
+    considered: _ConsideredField = NO_CONSIDERED
+    """Every candidate considered for the key, with its code's fingerprint."""
+    environment: _EnvironmentField = NO_ENVIRONMENT
+    """What the timings are valid under (:class:`Environment`)."""
+    reverify: bool = False
+    """The environment changed since the measurement: the next tune re-times the
+    winner against the runner-up."""
+    since: Since = NO_SINCE
+    """When an entry of this key was first measured against these fingerprints and this
+    environment (kept by a re-measurement that finds them unchanged): the merge rule's
+    first criterion (docs/artifacts.md)."""
+
+    def __post_init__(self) -> None:
+        tables = _READING.tables
+        if tables is None:
+            self._check()
+            return
+        # Decoding (a file, a payload, an entry built in code being checked): the shared
+        # fields are indices into the document's tables, read before the entries, or
+        # inline objects. This runs for every entry of a file: the common case inline.
+        prov = self.provenance
+        if type(prov) is Provenance:
+            run = prov.run
+            if type(run) is not Run:
+                force_setattr(prov, "run", _resolved(run, tables, "runs"))
+        else:
+            force_setattr(self, "provenance", Provenance.of(prov))
+        value: Any = self.environment
+        if type(value) is not Environment:
+            force_setattr(self, "environment", _resolved(value, tables, "environments"))
+        value = self.considered
+        if type(value) is not ConsideredMap:
+            force_setattr(self, "considered", _resolved(value, tables, "considered"))
+        value = self.rejected
+        if type(value) is not Reasons:
+            force_setattr(self, "rejected", _interned(Reasons, value))
+        since = self.since
+        if since.tzinfo is not _UTC:  # written and compared in UTC
+            force_setattr(self, "since", since.astimezone(_UTC))
+
+    def _check(self) -> None:
+        """An entry built in code goes through the schema as a file's would: what a
+        reader would refuse (a NaN, a negative latency, a confidence over 1, an unknown
+        provenance key) is a ``ValueError`` now, not at the next write, and its values
+        become what a read gives back (``1`` as ``1.0``, ``since`` in UTC)."""
+        try:
+            since = self.since
+            if getattr(since, "tzinfo", _UTC) is None:
+                raise ValueError(f"since must carry a time zone, got {since!r}")
+            force_setattr(self, "provenance", Provenance.of(self.provenance))
+            raw = msgspec.to_builtins(self, enc_hook=_inline)
+            checked = _read_tables(lambda: msgspec.convert(raw, CacheEntry), _Tables())
+        except (TypeError, ValueError) as exc:
+            message = _message(exc) if isinstance(exc, msgspec.ValidationError) else exc
+            raise ValueError(f"cache entry {'/'.join(map(str, self.key))}: {message}"
+                             ) from None
+        for name in self.__struct_fields__:
+            force_setattr(self, name, getattr(checked, name))
 
     @property
     def key(self) -> CacheKey:
@@ -112,46 +431,77 @@ class CacheEntry:
         """A clear pick: not a tie, and the comparison's confidence reached CONFIDENT."""
         return not self.tie and self.confidence >= CONFIDENT
 
+    def fingerprints(self) -> dict[str, str]:
+        """Candidate name to the fingerprint of the code it was measured with."""
+        return {name: c.fingerprint for name, c in self.considered.items()}
+
+    def same_basis(self, other: CacheEntry) -> bool:
+        """Measured against the same candidates' code and the same environment."""
+        return (self.environment == other.environment
+                and (self.considered is other.considered
+                     or self.fingerprints() == other.fingerprints()))
+
     def to_dict(self) -> dict[str, Any]:
-        """The self-contained form (``pytest-arbiter show --json``, the xdist payload)."""
-        return {
+        """The self-contained form (``pytest-arbiter show --json``): plain JSON values."""
+        out: dict[str, Any] = {
             "device": self.device, "target": self.target, "op": self.op,
             "bucket": self.bucket, "dtype": self.dtype, "winner": self.winner,
             "ranking": [r.to_dict() for r in self.ranking],
             "confidence": self.confidence, "tie": self.tie,
             "rejected": dict(sorted(self.rejected.items())),
-            "provenance": dict(sorted(self.provenance.items())),
+            "provenance": Provenance.of(self.provenance).to_dict(),
+            "considered": {name: msgspec.to_builtins(c) for name, c
+                           in sorted(self.considered.items())},
+            "environment": dict(sorted(self.environment.items())),
+            "reverify": self.reverify,
         }
+        if self.since != NO_SINCE:
+            out["since"] = msgspec.to_builtins(self.since)
+        return out
 
-    def canonical(self) -> str:
-        """Canonical JSON of :meth:`to_dict`: the merge rule's last tie-break."""
-        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False,
-                          separators=(",", ":"))
-
-    def _values(self) -> tuple[Any, ...]:
-        return (self.device, self.target, self.op, self.bucket, self.dtype, self.ranking,
-                self.confidence, self.tie, self.rejected, self.provenance)
-
-    def __eq__(self, other: object) -> bool:
-        # by content, so an entry read from a file equals the one that was written; the
-        # provenance also by its JSON, where 25 and 25.0 or true and 1 differ (the merge
-        # rule's last tie-break, the canonical JSON, tells them apart)
-        if not isinstance(other, CacheEntry):
-            return NotImplemented
-        return self._values() == other._values() \
-            and _same_json(self.provenance, other.provenance)
+    def canonical(self) -> bytes:
+        """Canonical JSON of the entry (every key sorted, tables inlined): the merge
+        rule's last tie-break."""
+        return _CANONICAL.encode(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CacheEntry:
+        """The entry of its :meth:`to_dict` form (``winner`` optional, checked)."""
         ranking = tuple(RankedCandidate.from_dict(r) for r in data["ranking"])
         if not ranking:
             raise ValueError("an entry needs at least one ranked candidate")
         if data.get("winner", ranking[0].name) != ranking[0].name:
             raise ValueError(f"winner {data['winner']!r} is not first in the ranking")
+        considered = {str(name): msgspec.convert(c, Considered)
+                      for name, c in data.get("considered", {}).items()}
+        since = data.get("since")
         return cls(str(data["device"]), str(data["target"]), str(data["op"]),
                    str(data["bucket"]), str(data["dtype"]), ranking,
                    float(data.get("confidence", 1.0)), bool(data.get("tie", False)),
-                   dict(data.get("rejected", {})), dict(data.get("provenance", {})))
+                   dict(data.get("rejected", {})), dict(data.get("provenance", {})),
+                   considered, dict(data.get("environment", {})),
+                   bool(data.get("reverify", False)),
+                   NO_SINCE if since is None else msgspec.convert(since, Since))
+
+
+def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
+              environment: Mapping[str, str], now: datetime.datetime) -> datetime.datetime:
+    """The ``since`` of a new measurement of a key: the old entry's when it was measured
+    against the same fingerprints and environment, else ``now``.
+
+    What makes a re-measurement of unchanged code compete with the old entry on its
+    evidence, and a measurement of changed code (or a new environment, or a candidate
+    added or removed) supersede it (the merge rule, :func:`pytest_arbiter.corpus.prefer`).
+    """
+    if old is None or old.since == NO_SINCE or dict(old.environment) != dict(environment):
+        return now
+    fingerprints = {name: c.fingerprint for name, c in considered.items()}
+    return old.since if old.fingerprints() == fingerprints else now
+
+
+def utc_now() -> datetime.datetime:
+    """Now, in UTC, to the second: a ``since`` (and the ``measured_at`` it matches)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
 
 
 class MeasureCache:
@@ -214,473 +564,377 @@ class MeasureCache:
         return key in self._entries
 
     def to_dict(self) -> dict[str, Any]:
-        return cache_document(self)
+        """The cache's document as plain builtins (the xdist payload)."""
+        return document_builtins(self._entries.values())
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "cache") -> MeasureCache:
-        """The cache of a document (its arrays are kept, not copied: pass a freshly parsed
-        one); a key listed twice keeps the last entry."""
-        keys, entries = load_entries(data, source=source)
-        by_key = dict(zip(keys, entries, strict=True))
-        return cls.of_keyed(by_key) if len(by_key) == len(entries) else cls(entries)
+    def from_dict(cls, data: Any, *, source: str = "cache") -> MeasureCache:
+        """The cache of a document (:meth:`to_dict`'s, or a parsed file of any version);
+        ``ValueError`` naming ``source`` and what is wrong. A key listed twice keeps
+        the entry the merge rule prefers."""
+        return keyed(convert_document(data, source=source))
 
 
-# -- the on-disk form ---------------------------------------------------------------------
+def keyed(entries: list[CacheEntry]) -> MeasureCache:
+    """A cache of ``entries``; a key listed twice (a hand-resolved git conflict) keeps
+    the entry the merge rule prefers."""
+    by_key = dict(zip(map(_KEY, entries), entries, strict=True))
+    if len(by_key) != len(entries):
+        from pytest_arbiter.corpus import merge
+
+        return merge(entries).cache()
+    return MeasureCache.of_keyed(by_key)
+
+
+# -- the file ---------------------------------------------------------------------------
 #
-# An entry is one JSON array (one line) in the order of ENTRY_FIELDS; each of its ranking
-# rows is one string, "name median_ns min_ns q1_ns q3_ns max_ns samples", latencies in
-# whole nanoseconds. Far fewer JSON values to parse than an object per entry and an array
-# per row: that is most of what loading a large corpus costs (docs/artifacts.md).
-
-_RANKING = ENTRY_FIELDS.index("ranking")
-_PROVENANCE = ENTRY_FIELDS.index("provenance")
-_KEY_FIELDS = ENTRY_FIELDS[:5]
-_RUN_FIELD_SET = frozenset(RUN_FIELDS)
-_STATS_FIELDS = RANKING_FIELDS[1:]
-_MAX = sys.float_info.max
-_new = object.__new__
-_set = object.__setattr__
-_ABSENT = object()
-_DECIMAL = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_NO_DIGITS = str.maketrans("", "", "0123456789")
-_DIGITS_AS_ZERO = str.maketrans("0123456789", "0" * 10)
-_LONG_NUMBER = "0" * 16
-"""16 digits in a row: a latency that may not be exactly a float (2^53 has 16)."""
-_LEADING_ZERO = re.compile(r" 0(?:[0-9]|\n|\Z)")
-"""A field with a leading zero, or a last field (samples) of zero."""
-_SIX_SPACES = " " * 6
+# {"schema": ..., "version": 3, "runs": [...], "environments": [...],
+#  "considered": [...], "entries": [...]}: an entry's provenance.run, environment and
+# considered are indices into the tables (or, in a hand-written file, the object
+# itself). The tables come first, so one decode reads them before the entries that
+# point into them; each entry's __post_init__ swaps its indices for the shared rows.
 
 
-def latency_ns(value: float) -> int:
-    """A latency as the artifact stores it: whole nanoseconds.
-
-    Reading ``2435734`` back gives ``2435734.0``, which is written ``2435734`` again, so
-    the read-then-write round trip is exact.
-    """
-    if not math.isfinite(value):
-        raise ValueError(f"a latency must be finite, got {value!r}")
-    return round(value)
+def _run_of(row: _RunRow | Mapping[str, Any]) -> Run:
+    items = msgspec.structs.asdict(row) if isinstance(row, _RunRow) else dict(row)
+    if items.get("versions", UNSET) is not UNSET:
+        items["versions"] = _interned(Versions, items["versions"])
+    return _interned(Run, {k: v for k, v in items.items() if v is not UNSET})
 
 
-def ranking_row(candidate: RankedCandidate) -> str:
-    """The on-disk row of one ranked candidate (see :data:`RANKING_FIELDS`)."""
-    s, ns = candidate.stats, latency_ns
-    return (f"{candidate.name} {ns(s.median_ns)} {ns(s.min_ns)} {ns(s.q1_ns)} "
-            f"{ns(s.q3_ns)} {ns(s.max_ns)} {s.samples}")
+class _Tables:
+    """The shared rows of one document, as the objects its entries point at (``None``:
+    not read yet)."""
+
+    def __init__(self, runs: list[Run] | None = None,
+                 environments: list[Environment] | None = None,
+                 considered: list[ConsideredMap] | None = None) -> None:
+        self.runs = runs
+        self.environments = environments
+        self.considered = considered
 
 
-def _field(name: str) -> Any:
-    """A read-only attribute that reads field ``name`` of a loaded entry's array."""
-    index = ENTRY_FIELDS.index(name)
-    return property(lambda self: self._array[index])
+class _Reading(threading.local):
+    tables: _Tables | None = None
+    """The tables of the document this thread is decoding."""
 
 
-class _LoadedEntry(CacheEntry):
-    """An entry of a file the fast path validated: it reads its fields from its on-disk
-    array and builds its ranking and provenance on first use.
-
-    Creating one costs three slot writes, not a dict and ten attributes: a 100k-entry
-    corpus loads in a fraction of the time (docs/performance.md, artifacts).
-    """
-
-    __slots__ = ("_array", "_run_texts", "_runs")
-    _array: list[Any]
-    _runs: list[dict[str, Any]]
-    _run_texts: list[str]  # each row of the document's runs as JSON, to compare them
-
-    def __new__(cls, *fields: Any, **named: Any) -> Any:
-        # dataclasses.replace() builds a new entry from field values: a plain CacheEntry
-        # (a _LoadedEntry only ever comes from a file, through _loaded)
-        return CacheEntry(*fields, **named) if fields or named else object.__new__(cls)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_loaded, (self._array, self._runs, self._run_texts))
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, CacheEntry) and same_on_disk(self, other)) \
-            or super().__eq__(other)
-
-    __hash__ = CacheEntry.__hash__
-
-    def _run_text(self) -> str | None:
-        ref = self._array[_PROVENANCE].get(RUN_REF)
-        return None if ref is None else self._run_texts[ref]
-
-    if not TYPE_CHECKING:  # to mypy these are the dataclass's fields, which they serve
-        device, target, op = _field("device"), _field("target"), _field("op")
-        bucket, dtype = _field("bucket"), _field("dtype")
-        confidence, tie, rejected = _field("confidence"), _field("tie"), _field("rejected")
-
-        @property
-        def ranking(self) -> tuple[RankedCandidate, ...]:
-            built = self.__dict__.get("ranking")
-            if built is None:
-                built = self.__dict__["ranking"] = tuple(
-                    map(_candidate, self._array[_RANKING]))
-            return built
-
-        @property
-        def provenance(self) -> dict[str, Any]:
-            built = self.__dict__.get("provenance")
-            if built is None:
-                built = self.__dict__["provenance"] = _provenance_of(
-                    self._array[_PROVENANCE], self._runs)
-            return built
-
-    @property
-    def key(self) -> CacheKey:
-        device, target, op, bucket, dtype = self._array[:5]
-        return (device, target, op, bucket, dtype)
-
-    def raw_ranking(self) -> list[str] | None:
-        """The on-disk ranking rows, while the ranking is not built."""
-        return None if "ranking" in self.__dict__ else self._array[_RANKING]
-
-    def raw_provenance(self) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        """The on-disk provenance and the document's ``runs``, while not built."""
-        if "provenance" in self.__dict__:
-            return None
-        return (self._array[_PROVENANCE], self._runs)
+_READING = _Reading()
 
 
-def same_on_disk(a: CacheEntry, b: CacheEntry) -> bool:
-    """Two entries read from files in the same on-disk form, so with the same values:
-    told without building either (what makes merging a corpus with itself cheap)."""
-    if not (isinstance(a, _LoadedEntry) and isinstance(b, _LoadedEntry)
-            and a._array == b._array and a._run_text() == b._run_text()):
-        return False
-    # every other field has one JSON type on the fast path, so == is exact there; the
-    # provenance's numbers may not be (25 == 25.0): its repr tells them apart, and is
-    # the same for two files only when they list its keys in the same order (the
-    # writer sorts them), else the entries are compared in full
-    return repr(a._array[_PROVENANCE]) == repr(b._array[_PROVENANCE])
+class _TablesLater(Exception):
+    """An entry pointed into a table the decoder had not reached yet (a file whose
+    tables follow its entries): decode the tables first, then the entries."""
 
 
-_json_text = json.JSONEncoder(sort_keys=True).encode
+_SHARED_TYPES: dict[str, Any] = {"runs": Run, "environments": Environment,
+                                  "considered": ConsideredMap}
 
 
-def _same_json(a: Any, b: Any) -> bool:
-    """Equal as JSON: ``==``, and the same text (``25`` is not ``25.0``, nor ``true`` 1).
-    Values JSON cannot write (an entry built in memory may hold them) compare by ``==``."""
-    if a != b:
-        return False
-    try:
-        return a is b or _json_text(a) == _json_text(b)
-    except (TypeError, ValueError):
-        return True
-
-
-def _loaded(array: list[Any], runs: list[dict[str, Any]], run_texts: list[str]) -> CacheEntry:
-    entry = _new(_LoadedEntry)
-    _set(entry, "_array", array)
-    _set(entry, "_runs", runs)
-    _set(entry, "_run_texts", run_texts)
-    return entry
-
-
-def _candidate(row: str) -> RankedCandidate:
-    """A ranking row the fast path validated, as a RankedCandidate."""
-    name, median, low, q1, q3, high, samples = row.rsplit(" ", 6)
-    return RankedCandidate(name, LatencyStats(float(median), float(low), float(q1),
-                                              float(q3), float(high), int(samples)))
-
-
-def _provenance_of(prov: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    if RUN_REF not in prov:
-        return dict(prov)
-    rest = dict(prov)
-    return {**runs[rest.pop(RUN_REF)], **rest}
-
-
-def evidence(entry: CacheEntry) -> tuple[float, int, float]:
-    """(confidence, samples, -spread) of the winner: what the merge rule compares.
-
-    Read from the on-disk row of a loaded entry whose ranking is not built yet.
-    """
-    rows = entry.raw_ranking() if type(entry) is _LoadedEntry else None
+def _resolved(value: Any, tables: _Tables | None, table: str) -> Any:
+    """The shared object of a reference: row ``value`` of the document's ``table``, or
+    the inline object (a file's) or dict (code's) itself."""
+    if type(value) is not int:
+        if table == "runs":
+            return _run_of(value)
+        return _interned(_SHARED_TYPES[table], value)
+    if tables is None:
+        raise ValueError(f"{table} {value} is an index into a file's {table!r} table: "
+                         "only an entry read from a file may hold one")
+    rows: list[Any] | None = getattr(tables, table)
     if rows is None:
-        stats = entry.ranking[0].stats
-        return (entry.confidence, stats.samples, -stats.spread)
-    _, median, _, q1, q3, _, samples = rows[0].rsplit(" ", 6)
-    spread = relative_spread(float(median), float(q1), float(q3))
-    return (entry.confidence, int(samples), -spread)
+        raise _TablesLater
+    if not 0 <= value < len(rows):
+        raise ValueError(f"{value} is not an index into {table!r}, which has "
+                         f"{len(rows)} rows")
+    return rows[value]
 
 
-def _disk_rows(entry: CacheEntry) -> list[str]:
-    rows = entry.raw_ranking() if type(entry) is _LoadedEntry else None
-    return list(rows) if rows is not None else [ranking_row(c) for c in entry.ranking]
-
-
-def cache_document(entries: Iterable[CacheEntry]) -> dict[str, Any]:
-    """The on-disk document of ``entries``: sorted, whole-nanosecond latencies, shared
-    provenance once.
-
-    Each entry's provenance fields named in :data:`RUN_FIELDS` go to one row of ``runs``
-    (rows sorted by their canonical JSON); the entry keeps ``"run": index`` and its own
-    fields (rounds, timed_ns, shapes, ...). An entry is an array in the order of
-    ``entry_fields`` (:data:`ENTRY_FIELDS`), its ranking rows strings in the order of
-    ``ranking_fields`` (:data:`RANKING_FIELDS`).
-    """
-    by_key = sorted(entries, key=lambda e: e.key)
-    shared: list[tuple[CacheEntry, dict[str, Any], str | None]] = []
-    runs: dict[str, dict[str, Any]] = {}
-    tags: dict[int, str] = {}  # id of a loaded runs row -> its tag
-    for entry in by_key:
-        raw = entry.raw_provenance() if type(entry) is _LoadedEntry else None
-        tag: str | None
-        if raw is not None:
-            # a loaded entry: its run row is shared, so its tag is computed once
-            prov_raw, src_runs = raw
-            ref = prov_raw.get(RUN_REF)
-            if ref is not None and src_runs[ref] and _RUN_FIELD_SET.isdisjoint(prov_raw) \
-                    and _RUN_FIELD_SET.issuperset(src_runs[ref]):
-                row = src_runs[ref]
-                tag = tags.get(id(row))
-                if tag is None:
-                    tag = tags[id(row)] = json.dumps(row, sort_keys=True, allow_nan=False)
-                    runs.setdefault(tag, row)
-                prov = dict(prov_raw)
-                del prov[RUN_REF]
-                shared.append((entry, prov, tag))
-                continue
-        prov = dict(entry.provenance)
-        if RUN_REF in prov:
-            raise ValueError(f"{'/'.join(entry.key)}: provenance key {RUN_REF!r} is reserved")
-        run = {k: prov.pop(k) for k in RUN_FIELDS if k in prov}
-        tag = json.dumps(run, sort_keys=True, allow_nan=False) if run else None
-        if tag is not None:
-            runs.setdefault(tag, run)
-        shared.append((entry, prov, tag))
-    order = sorted(runs)
-    index = {tag: i for i, tag in enumerate(order)}
-    rows = []
-    for entry, prov, tag in shared:
-        if tag is not None:
-            prov[RUN_REF] = index[tag]
-        rows.append([entry.device, entry.target, entry.op, entry.bucket, entry.dtype,
-                     stable_float(entry.confidence), bool(entry.tie), _disk_rows(entry),
-                     dict(entry.rejected), prov])
-    return {"schema": CACHE_SCHEMA, "version": CACHE_VERSION,
-            "entry_fields": list(ENTRY_FIELDS), "ranking_fields": list(RANKING_FIELDS),
-            "runs": [runs[tag] for tag in order], "entries": rows}
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many objects at once.
-
-    Loading 100k entries allocates millions of objects, none of them cyclic; each
-    collection the allocations would trigger scans them all again (profiled: most of
-    the load time). Restores the previous state.
-    """
-    was = gc.isenabled()
-    gc.disable()
+def _convert(raw: Any, kind: Any) -> Any:
+    """``raw`` as ``kind``; a plain ``ValueError`` (so the decoder adds where it was)."""
     try:
-        yield
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class _RunsTable(list[Run]):
+    pass
+
+
+class _EnvironmentsTable(list[Environment]):
+    pass
+
+
+class _ConsideredTable(list[ConsideredMap]):
+    pass
+
+
+def _table_hook(tables: _Tables) -> Any:
+    """Reads a table of the file into ``tables`` as it is decoded (before the entries)."""
+
+    def hook(kind: type, raw: Any) -> Any:
+        if kind is _RunsTable:
+            tables.runs = [_run_of(r) for r in _convert(raw, list[_RunRow])]
+            return _RunsTable(tables.runs)
+        if kind is _EnvironmentsTable:
+            tables.environments = [_interned(Environment, r) for r in
+                                   _convert(raw, list[dict[str, str]])]
+            return _EnvironmentsTable(tables.environments)
+        if kind is _ConsideredTable:
+            tables.considered = [_interned(ConsideredMap, r) for r in
+                                 _convert(raw, list[dict[str, Considered]])]
+            return _ConsideredTable(tables.considered)
+        raise NotImplementedError(kind)
+
+    return hook
+
+
+class _Document(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """The whole file, tables first."""
+
+    schema: str
+    version: int
+    runs: _RunsTable = _RunsTable()
+    environments: _EnvironmentsTable = _EnvironmentsTable()
+    considered: _ConsideredTable = _ConsideredTable()
+    entries: list[CacheEntry] = []
+
+
+class _TablesOnly(Struct, frozen=True, gc=False):
+    """The tables of a file, its entries skipped."""
+
+    runs: _RunsTable = _RunsTable()
+    environments: _EnvironmentsTable = _EnvironmentsTable()
+    considered: _ConsideredTable = _ConsideredTable()
+
+
+def _read_tables(read: Any, tables: _Tables) -> Any:
+    """``read()`` (a decode) with ``tables`` as this thread's document tables."""
+    before, _READING.tables = _READING.tables, tables
+    try:
+        return read()
     finally:
-        if was:
-            gc.enable()
+        _READING.tables = before
 
 
-# -- reading: a fast check of the whole document, else entry by entry ---------------------
+def _preset(tables: _Tables) -> None:
+    tables.runs = tables.runs or []
+    tables.environments = tables.environments or []
+    tables.considered = tables.considered or []
 
 
-def _types(values: Iterable[Any]) -> set[type]:
-    return set(map(type, values))
+class _Header(Struct, frozen=True, gc=False):
+    """What any version's file starts with; everything else skipped."""
+
+    schema: Any = None
+    version: Any = None
 
 
-def _rows_valid(rows: list[Any]) -> bool:
-    """Every ranking row in the writer's exact form, checked in C loops over all rows
-    at once: a name without a line break, a double space or a space at either end, then
-    six whole numbers one space apart, in ASCII digits, without a leading zero or a
-    16th digit (so each is exactly a float), the last (samples) not zero. A row is split
-    at its last six spaces, as the precise path splits it.
-
-    Anything else (a decimal, a leading zero, an array) is left to :func:`_parse_row`,
-    which reads every valid form and names what is wrong.
-    """
-    if _types(rows) != {str}:
-        return False
-    text = "\n".join(rows)
-    if text.count("\n") != len(rows) - 1:
-        return False  # a row with a line break: the lines of text below must be the rows
-    spaced = text.replace("\n", " ")
-    if spaced[0] == " " or spaced[-1] == " " or "  " in spaced:
-        return False  # an empty field
-    if _LEADING_ZERO.search(text) or _LONG_NUMBER in text.translate(_DIGITS_AS_ZERO):
-        return False
-    # without its digits a row ends in six spaces only if its last six fields are digits
-    letters = text.translate(_NO_DIGITS)
-    return letters.endswith(_SIX_SPACES) and letters.count(_SIX_SPACES + "\n") == len(rows) - 1
-
-
-def _load_fast(raw: list[Any], runs: list[dict[str, Any]]
-               ) -> tuple[list[CacheKey], list[CacheEntry]] | None:
-    """(keys, entries) if every entry of ``raw`` is in the writer's exact form (an array
-    of :data:`ENTRY_FIELDS`, a float confidence, rows as :func:`_rows_valid` says), else
-    None.
-
-    The checks run column by column and row by row in C loops, and they are those of
-    :func:`_parse_entry`, which finds and names the first bad entry when this says None
-    (or reads a hand-written file in another valid form).
-    """
-    if not raw:
-        return [], []
-    if _types(raw) != {list} or set(map(len, raw)) != {len(ENTRY_FIELDS)}:
-        return None
-    columns = list(zip(*raw, strict=True))
-    device, target, op, bucket, dtype, confidence, tie, ranking, rejected, prov = columns
-    if any(_types(column) != {str} for column in columns[:5]):
-        return None
-    if _types(confidence) != {float} or not 0.0 <= min(confidence) <= max(confidence) <= 1.0 \
-            or math.isnan(sum(confidence)):  # min and max step over a NaN that is not first
-        return None
-    if _types(tie) != {bool} or _types(rejected) != {dict} or _types(prov) != {dict}:
-        return None
-    if not _types(chain.from_iterable(map(dict.values, rejected))) <= {str}:
-        return None
-    refs = [r for r in map(dict.get, prov, repeat(RUN_REF), repeat(_ABSENT)) if r is not _ABSENT]
-    if refs and (_types(refs) != {int} or min(refs) < 0 or max(refs) >= len(runs)):
-        return None
-    if _types(ranking) != {list} or min(map(len, ranking)) < 1:
-        return None
-    if not _rows_valid(list(chain.from_iterable(ranking))):
-        return None
-    keys = list(zip(device, target, op, bucket, dtype, strict=True))
-    run_texts = list(map(_json_text, runs))
-    return keys, list(map(_loaded, raw, repeat(runs), repeat(run_texts)))
-
-
-def _number(value: Any, what: str) -> float:
-    if type(value) is not float and type(value) is not int:
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    if not 0 <= value <= _MAX:
-        raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
-    return float(value)
-
-
-def _row_values(row: Any) -> list[Any]:
-    """The values of a ranking row: a string of them one space apart (split at its last
-    six spaces; numbers in decimal notation), or an array of them."""
-    if type(row) is str:
-        values: list[Any] = row.rsplit(" ", len(RANKING_FIELDS) - 1)
-        if len(values) == len(RANKING_FIELDS):
-            *_, samples = values
-            values[1:-1] = [float(v) if _DECIMAL.fullmatch(v) else v for v in values[1:-1]]
-            if samples.isascii() and samples.isdigit():
-                values[-1] = int(samples)
-    else:
-        values = row
-    if type(values) is not list or len(values) != len(RANKING_FIELDS):
-        raise ValueError(f"a ranking row must be a string '{' '.join(RANKING_FIELDS)}' or "
-                         f"an array of those {len(RANKING_FIELDS)} values, got {row!r}")
-    return values
-
-
-def _parse_row(row: Any) -> RankedCandidate:
-    name, *latencies, samples = _row_values(row)
-    if type(name) is not str or not name:
-        raise ValueError(f"candidate name must be a non-empty string, got {name!r}")
-    if type(samples) is not int or samples < 1:
-        raise ValueError(f"{name}: samples must be a positive integer, got {samples!r}")
-    median, low, q1, q3, high = (_number(value, f"{name}: {field_name}")
-                                 for field_name, value in zip(_STATS_FIELDS[:-1], latencies,
-                                                              strict=True))
-    return RankedCandidate(name, LatencyStats(median, low, q1, q3, high, samples))
-
-
-def _parse_entry(item: Any, runs: list[dict[str, Any]]) -> CacheEntry:
-    """One entry, checked field by field and built now (the slow, precise path).
-
-    Reads the writer's form (an array of :data:`ENTRY_FIELDS`) and the hand-written one
-    (an object of those fields, all but the key and ``ranking`` optional, and an optional
-    ``winner`` that must be first in the ranking); rows as strings or arrays.
-    """
-    if type(item) is list:
-        if len(item) != len(ENTRY_FIELDS):
-            raise ValueError(f"an entry array must have {len(ENTRY_FIELDS)} values "
-                             f"({', '.join(ENTRY_FIELDS)}), got {len(item)}")
-        item = dict(zip(ENTRY_FIELDS, item, strict=True))
-    elif type(item) is not dict:
-        raise ValueError(f"an entry must be an array or an object, got {type(item).__name__}")
-    unknown = set(item) - {*ENTRY_FIELDS, "winner"}
-    if unknown:
-        raise ValueError(f"unknown fields {sorted(unknown)}")
-    for name in _KEY_FIELDS:
-        value = item.get(name)
-        if type(value) is not str:
-            raise ValueError(f"{name!r} must be a string, got {value!r}")
-    raw = item.get("ranking")
-    if type(raw) is not list or not raw:
-        raise ValueError("'ranking' must be a non-empty list")
-    ranking = tuple([_parse_row(row) for row in raw])
-    winner = item.get("winner", ranking[0].name)
-    if winner != ranking[0].name:
-        raise ValueError(f"winner {winner!r} is not first in the ranking")
-    confidence = item.get("confidence", 1.0)
-    if type(confidence) is not float and type(confidence) is not int:
-        raise ValueError(f"'confidence' must be a number, got {confidence!r}")
-    if not 0.0 <= confidence <= 1.0:
-        raise ValueError(f"'confidence' must be in [0, 1], got {confidence!r}")
-    tie = item.get("tie", False)
-    if type(tie) is not bool:
-        raise ValueError(f"'tie' must be true or false, got {tie!r}")
-    rejected = item.get("rejected", {})
-    if type(rejected) is not dict or not all(type(v) is str for v in rejected.values()):
-        raise ValueError(f"'rejected' must map candidate names to reasons, got {rejected!r}")
-    prov = item.get("provenance", {})
-    if type(prov) is not dict:
-        raise ValueError(f"'provenance' must be an object, got {prov!r}")
-    if RUN_REF in prov:
-        ref = prov[RUN_REF]
-        if type(ref) is not int or not 0 <= ref < len(runs):
-            raise ValueError(f"provenance 'run' {ref!r} is not an index into 'runs' "
-                             f"(which has {len(runs)} rows)")
-    return CacheEntry(item["device"], item["target"], item["op"], item["bucket"],
-                      item["dtype"], ranking, float(confidence), tie, rejected,
-                      _provenance_of(prov, runs))
-
-
-def load_entries(data: Mapping[str, Any], *, source: str = "cache"
-                 ) -> tuple[list[CacheKey], list[CacheEntry]]:
-    """Parse a cache document into (keys, entries); ``ValueError`` naming ``source`` and
-    the first bad entry's index.
-
-    Every entry is validated here. When the whole document is in the writer's exact form
-    (:func:`_load_fast`: every check a C loop over a column or over all ranking rows),
-    each entry reads its fields from its on-disk array and builds its ranking and
-    provenance objects on first use; otherwise each entry is checked and built one by
-    one, which also names the first bad one. The entries keep the document's arrays:
-    pass a freshly parsed document and leave it alone.
-    """
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    if data.get("schema") != CACHE_SCHEMA:
-        raise ValueError(f"{source}: schema is {data.get('schema')!r}, expected {CACHE_SCHEMA!r}")
-    version = data.get("version")
+def _check_header(header: _Header, source: str) -> int:
+    if header.schema != CACHE_SCHEMA:
+        _refuse(f"{_escape(source)}: schema is {_escape(repr(header.schema))}, expected "
+                f"{CACHE_SCHEMA!r}")
+    version = header.version
     if type(version) is not int or version < 1:
-        raise ValueError(f"{source}: cache version {version!r} is not a positive integer")
+        _refuse(f"{_escape(source)}: cache version {_escape(repr(version))} is not a "
+                "positive integer")
     if version > CACHE_VERSION:
-        raise ValueError(f"{source}: cache schema version {version} is newer than version "
-                         f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
-    for header, expected in (("entry_fields", ENTRY_FIELDS), ("ranking_fields", RANKING_FIELDS)):
-        order = data.get(header, list(expected))
-        if order != list(expected):
-            raise ValueError(f"{source}: {header!r} is {order!r}, expected {list(expected)!r}")
-    runs = data.get("runs", [])
-    if type(runs) is not list or not all(type(r) is dict for r in runs):
-        raise ValueError(f"{source}: 'runs' must be a list of objects")
-    raw = data.get("entries")
-    if type(raw) is not list:
-        raise ValueError(f"{source}: 'entries' must be a list")
-    with gc_paused():
-        fast = _load_fast(raw, runs)
-        if fast is not None:
-            return fast
-        entries: list[CacheEntry] = []
-        for i, item in enumerate(raw):
-            try:
-                entries.append(_parse_entry(item, runs))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{source}: entries[{i}] is invalid: {exc}") from None
-        return [e.key for e in entries], entries
+        _refuse(f"{_escape(source)}: cache schema version {version} is newer than version "
+                f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
+    return version
+
+
+def _refuse(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+_NESTED_PATH = re.compile(r" - at `\$([^`]*)` - at `\$([^`]*)`$")
+
+
+def _message(exc: msgspec.ValidationError) -> str:
+    """msgspec's message, one path: a value checked inside a hook reports its path in
+    the value, the decoder the value's place in the file."""
+    message = _NESTED_PATH.sub(lambda m: f" - at `${m.group(2)}{m.group(1)}`", str(exc))
+    return message.replace("got `null`", "got `null` (NaN, infinity or None)")
+
+
+def _validation(exc: msgspec.ValidationError, source: str) -> ValueError:
+    return ValueError(f"{_escape(source)}: {_escape(_message(exc))}")
+
+
+def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
+    """The entries of a cache file (any version); ``ValueError`` naming ``source`` and
+    what is wrong (the position of a syntax error, the JSON path of a bad value)."""
+    from pytest_arbiter import strictjson
+
+    strictjson.check_bom(data, source)
+    tables = _Tables()
+    decoder = msgspec.json.Decoder(_Document, dec_hook=_table_hook(tables))
+    failed: Exception
+    try:
+        doc: _Document = _read_tables(lambda: decoder.decode(data), tables)
+    except msgspec.ValidationError as exc:
+        failed = exc
+    except _TablesLater as exc:
+        failed = exc
+    except msgspec.DecodeError as exc:
+        raise _syntax(exc, data, source) from None
+    except RecursionError:
+        raise ValueError(f"{_escape(source)} is nested too deeply") from None
+    else:
+        if doc.version == CACHE_VERSION and doc.schema == CACHE_SCHEMA:
+            return doc.entries
+        failed = ValueError()
+    # not a valid version 3 file: another version, or a bad one
+    try:
+        header = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError:  # not an object
+        header = _Header()
+    except msgspec.DecodeError as exc:
+        raise _syntax(exc, data, source) from None
+    except RecursionError:
+        raise ValueError(f"{_escape(source)} is nested too deeply") from None
+    version = _check_header(header, source)
+    if version < CACHE_VERSION:
+        from pytest_arbiter.cache_legacy import legacy_entries
+
+        # the slow path of an old file: every strict check (a key twice, ...)
+        return legacy_entries(strictjson.decode(data, source), version, source=source)
+    if isinstance(failed, msgspec.ValidationError):
+        raise _validation(failed, source)
+    # the tables follow the entries: read them first
+    tables = _Tables()
+    hook = _table_hook(tables)
+    try:
+        msgspec.json.decode(data, type=_TablesOnly, dec_hook=hook)
+        _preset(tables)
+        doc = _read_tables(lambda: msgspec.json.decode(data, type=_Document, dec_hook=hook),
+                           tables)
+    except msgspec.ValidationError as again:
+        raise _validation(again, source) from None
+    return doc.entries
+
+
+def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
+    """:func:`decode_document` for a document already parsed into builtins."""
+    if not isinstance(data, Mapping):
+        _refuse(f"{_escape(source)}: expected a JSON object, got {type(data).__name__}")
+    version = _check_header(_Header(data.get("schema"), data.get("version")), source)
+    if version < CACHE_VERSION:
+        from pytest_arbiter.cache_legacy import legacy_entries
+
+        return legacy_entries(data, version, source=source)
+    tables = _Tables()
+    hook = _table_hook(tables)
+    try:
+        msgspec.convert(data, _TablesOnly, dec_hook=hook)
+        _preset(tables)
+        doc: _Document = _read_tables(
+            lambda: msgspec.convert(data, _Document, dec_hook=hook), tables)
+    except msgspec.ValidationError as exc:
+        raise _validation(exc, source) from None
+    return doc.entries
+
+
+def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
+    from pytest_arbiter import strictjson
+
+    message = str(exc)
+    found = re.search(r" ?\(byte (\d+)\)", message)
+    if found is not None:
+        message = (message[:found.start()] + message[found.end():] + " at "
+                   + strictjson.position(data, int(found.group(1))))
+    elif "truncated" in message:
+        message += " at " + strictjson.position(data, len(data))
+    return ValueError(f"{_escape(source)} is not valid JSON: {_escape(message)}")
+
+
+def _escape(text: object) -> str:
+    from pytest_arbiter.safetext import escape
+
+    return escape(text)
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class _Rows:
+    """The distinct shared objects of the entries to write, as table rows in the order
+    of their canonical JSON, and each object's row (by identity: equal ones are
+    interned, so they are one object)."""
+
+    def __init__(self, objects: list[FrozenMap[Any, Any]], empty: FrozenMap[Any, Any]
+                 ) -> None:
+        by_id = dict(zip(map(id, objects), objects, strict=True))  # C loops: ~5 ms for 100k
+        distinct = set(by_id.values())
+        distinct.discard(empty)
+        self.rows = [o for _, o in sorted((_CANONICAL.encode(o), o) for o in distinct)]
+        row = {o: i for i, o in enumerate(self.rows)}
+        self.by_id = {i: row[o] for i, o in by_id.items() if o in row}
+
+
+def _inline(value: Any) -> Any:
+    if isinstance(value, FrozenMap):
+        return value._items
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_CANONICAL = msgspec.json.Encoder(enc_hook=_inline, order="sorted")
+_LINE = msgspec.json.Encoder(enc_hook=_inline, order="deterministic")
+
+
+def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], _Rows, _Rows, _Rows]:
+    ordered = sorted(entries, key=_KEY)
+    runs = _Rows(list(map(attrgetter("provenance.run"), ordered)), NO_RUN)
+    environments = _Rows(list(map(attrgetter("environment"), ordered)), NO_ENVIRONMENT)
+    considered = _Rows(list(map(attrgetter("considered"), ordered)), NO_CONSIDERED)
+    return ordered, runs, environments, considered
+
+
+def _encode_hook(*tables: _Rows) -> Any:
+    rows = {i: row for table in tables for i, row in table.by_id.items()}
+
+    def hook(value: Any) -> Any:
+        # a shared object: its row; else (the reasons of a rejected) the object inline
+        found = rows.get(id(value))
+        return _inline(value) if found is None else found
+
+    return hook
+
+
+def document_builtins(entries: Iterable[CacheEntry]) -> dict[str, Any]:
+    """The document of ``entries`` as plain builtins."""
+    ordered, runs, environments, considered = _plan(entries)
+    hook = _encode_hook(runs, environments, considered)
+    return {"schema": CACHE_SCHEMA, "version": CACHE_VERSION,
+            "runs": msgspec.to_builtins(runs.rows, enc_hook=_inline),
+            "environments": msgspec.to_builtins(environments.rows, enc_hook=_inline),
+            "considered": msgspec.to_builtins(considered.rows, enc_hook=_inline),
+            "entries": msgspec.to_builtins(ordered, enc_hook=hook)}
+
+
+def encode_document(entries: Iterable[CacheEntry]) -> bytes:
+    """The file of ``entries``: tables first, entries sorted by key, one per line,
+    dict keys sorted. Every entry holds what a read gives back (one read from a file
+    was validated by the read, one built in code when it was built), so reading the
+    file and writing it again gives the same bytes."""
+    ordered, runs, environments, considered = _plan(entries)
+    hook = _encode_hook(runs, environments, considered)
+    body = msgspec.json.Encoder(enc_hook=hook, order="deterministic").encode(ordered)
+    parts = [b'{\n  "schema": "', CACHE_SCHEMA.encode(), b'",\n  "version": ',
+             str(CACHE_VERSION).encode(), b",\n"]
+    for name, rows in (("runs", runs.rows), ("environments", environments.rows),
+                       ("considered", considered.rows)):
+        parts.append(f'  "{name}": ['.encode())
+        if rows:
+            parts.append(b"\n    " + b",\n    ".join(map(_LINE.encode, rows)) + b"\n  ")
+        parts.append(b"],\n")
+    parts.append(b'  "entries": [')
+    if ordered:
+        # every entry starts with its first field, device: a '},{"device":' outside a
+        # string (where a quote is escaped) is the boundary of two entries
+        lines = body[1:-1].replace(b'},{"device":', b'},\n    {"device":')
+        parts.append(b"\n    " + lines + b"\n  ")
+    parts.append(b"]\n}\n")
+    return b"".join(parts)

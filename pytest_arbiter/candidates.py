@@ -56,6 +56,18 @@ def _origin(cand: Candidate) -> tuple[str, str]:
     return str(module), str(qualname)
 
 
+def _reimported(old: Candidate, new: Candidate) -> bool:
+    """Whether ``new`` is ``old`` again: the same function or class, or the same code
+    from a fresh import of its module (pytester's in-process runs re-import a test
+    module). Two function objects of one module with one qualname (lambdas, closures
+    of one factory) are two candidates."""
+    if _origin(old) != _origin(new):
+        return False
+    if isinstance(old, FunctionCandidate) and isinstance(new, FunctionCandidate):
+        return old.fn is new.fn or old.fn.__globals__ is not new.fn.__globals__
+    return True  # one class's instances: the same kernel registered again
+
+
 class Decline(Exception):
     """Raised by a kernel that cannot run these inputs, to hand the work on.
 
@@ -201,7 +213,7 @@ class CandidateRegistry:
         self._load_bundled()  # a user's candidate must not shadow a bundled name unseen
         with self._lock:
             existing = self._by_name.get(cand.name)
-            if existing is not None and not replace and _origin(existing) != _origin(cand):
+            if existing is not None and not replace and not _reimported(existing, cand):
                 module, qualname = _origin(existing)
                 raise ValueError(
                     f"candidate name {cand.name!r} is already registered (op "

@@ -1,9 +1,10 @@
 """The ``pytest-arbiter`` console script: show, merge and diff caches; gate reports.
 
 Exit codes: 0 pass, 1 gate failed (or ``merge --fail-on-conflict`` met a conflict),
-2 usage error or an input that cannot be read. An unreadable input is never taken
-for "no new degrades". The work is done by the library; this module parses
-arguments and prints.
+2 usage error, an input that cannot be read, or an internal error. An unreadable input
+is never taken for "no new degrades". The work is done by the library; this module
+parses arguments and prints, every line escaped (:mod:`pytest_arbiter.safetext`): the
+names in it come from runners' files.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import gc
 import json
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -21,6 +23,8 @@ from pytest_arbiter.baseline import gate_fleet, tightened
 from pytest_arbiter.cache import CacheEntry, MeasureCache
 from pytest_arbiter.corpus import diff
 from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.safetext import escape
+from pytest_arbiter.safetext import line as safe_line
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
@@ -47,6 +51,12 @@ def _entry_key(key: HistogramKey) -> str:
     return f"target={key[0]} op={key[1]} candidate={key[2]}"
 
 
+def _say(out: TextIO, text: str) -> None:
+    """Write one line of output. Names in it come from runners' files: every character
+    that is not printable is escaped, and a line cannot start a CI log command."""
+    out.write(safe_line(text) + "\n")
+
+
 # -- show ------------------------------------------------------------------------------
 
 
@@ -69,10 +79,11 @@ def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
 
 
 def _print_table(rows: list[list[str]], out: TextIO) -> None:
+    rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-                  .rstrip() + "\n")
+        _say(out, "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+             .rstrip())
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -86,11 +97,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
         return EXIT_OK
     if not entries:
-        out.write(f"{args.cache}: no entries\n")
+        _say(out, f"{args.cache}: no entries")
         return EXIT_OK
     _print_table(_show_rows(entries), out)
     devices = sorted({e.device for e in entries})
-    out.write(f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})\n")
+    _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})")
     return EXIT_OK
 
 
@@ -106,9 +117,9 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
         shards.append(artifacts.read_cache(shard))
     result = artifacts.update_cache(out_path, *shards)
     for conflict in result.conflicts:
-        out.write(conflict.describe() + "\n")
-    out.write(f"{out_path}: {len(result.entries)} entries after merging "
-              f"{len(args.shards)} shard(s); {len(result.conflicts)} conflict(s)\n")
+        _say(out, conflict.describe())
+    _say(out, f"{out_path}: {len(result.entries)} entries after merging "
+         f"{len(args.shards)} shard(s); {len(result.conflicts)} conflict(s)")
     if result.conflicts and args.fail_on_conflict:
         return EXIT_FAILED
     return EXIT_OK
@@ -125,16 +136,16 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
         margin = change.margin
         beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
                 else f"; {change.old.winner} not timed in NEW")
-        out.write(f"changed {_key_text(change.key)}: {change.old.winner} "
-                  f"({format_ns(change.old_ns)}) -> {change.new.winner} "
-                  f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}\n")
+        _say(out, f"changed {_key_text(change.key)}: {change.old.winner} "
+             f"({format_ns(change.old_ns)}) -> {change.new.winner} "
+             f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
     for entry in d.added:
-        out.write(f"added {_key_text(entry.key)}: {entry.winner} "
-                  f"({format_ns(entry.ranking[0].stats.median_ns)})\n")
+        _say(out, f"added {_key_text(entry.key)}: {entry.winner} "
+             f"({format_ns(entry.ranking[0].stats.median_ns)})")
     for entry in d.removed:
-        out.write(f"removed {_key_text(entry.key)}: {entry.winner}\n")
-    out.write(f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
-              f"{len(d.removed)} removed, {d.same} unchanged\n")
+        _say(out, f"removed {_key_text(entry.key)}: {entry.winner}")
+    _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
+         f"{len(d.removed)} removed, {d.same} unchanged")
     return EXIT_OK
 
 
@@ -154,38 +165,38 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         note = f"baseline {baseline_path} does not exist yet: it counts as empty"
     run = fleet.gated()
     fv = gate_fleet(run, baseline)
-    out.write(f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
-              f"{len(fleet.counts)} dispatch entries; {note}\n")
+    _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
+         f"{len(fleet.counts)} dispatch entries; {note}")
     if not fleet.counts:
-        out.write("warning: the reports hold no pytest-arbiter dispatch data "
-                  "(was the plugin active? did any test dispatch?)\n")
+        _say(out, "warning: the reports hold no pytest-arbiter dispatch data "
+             "(was the plugin active? did any test dispatch?)")
     tests = ids_for(fleet, fv.verdict.new)
     for key, count in sorted(fv.verdict.new.items()):
         ids = tests[key]
         shown = ", ".join(ids[:MAX_TESTS_SHOWN])
         more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
-        out.write(f"NEW {key[3]}: {_entry_key(key)} ({count} dispatches) in "
-                  f"{shown or 'no recorded test'}{more}\n")
+        _say(out, f"NEW {key[3]}: {_entry_key(key)} ({count} dispatches) in "
+             f"{shown or 'no recorded test'}{more}")
     for key, count in sorted(fv.verdict.known.items()):
-        out.write(f"known {key[3]}: {_entry_key(key)} ({count} dispatches, in the baseline)\n")
+        _say(out, f"known {key[3]}: {_entry_key(key)} ({count} dispatches, in the baseline)")
     for key in fv.fixed:
-        out.write(f"fixed {key[3]}: {_entry_key(key)} (no longer seen; "
-                  + ("removed from the baseline)\n" if args.update
-                     else "tighten the baseline with --update)\n"))
+        _say(out, f"fixed {key[3]}: {_entry_key(key)} (no longer seen; "
+             + ("removed from the baseline)" if args.update
+                else "tighten the baseline with --update)"))
     for key in fv.unchecked:
-        out.write(f"unchecked {key[3]}: {_entry_key(key)} (no report dispatched "
-                  f"{key[0]}/{key[1]}: kept in the baseline)\n")
+        _say(out, f"unchecked {key[3]}: {_entry_key(key)} (no report dispatched "
+             f"{key[0]}/{key[1]}: kept in the baseline)")
     if args.update:
         artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
-        out.write(f"wrote the tightened baseline {baseline_path} "
-                  f"({len(fv.fixed)} fixed entries removed)\n")
+        _say(out, f"wrote the tightened baseline {baseline_path} "
+             f"({len(fv.fixed)} fixed entries removed)")
     if not fv.passed:
-        out.write(f"degrade gate FAILED: {len(fv.verdict.new)} new degraded, rejected or "
-                  "error entries "
-                  "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
-                  "the baseline)\n")
+        _say(out, f"degrade gate FAILED: {len(fv.verdict.new)} new degraded, rejected or "
+             "error entries "
+             "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
+             "the baseline)")
         return EXIT_FAILED
-    out.write(f"degrade gate passed ({len(fv.verdict.known)} known gated entries)\n")
+    _say(out, f"degrade gate passed ({len(fv.verdict.known)} known gated entries)")
     return EXIT_OK
 
 
@@ -265,7 +276,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         code: int = args.run(args, stream)
         return code
     except artifacts.ArtifactError as exc:
-        sys.stderr.write(f"pytest-arbiter {args.command}: error: {exc}\n")
+        sys.stderr.write(f"pytest-arbiter {args.command}: error: {escape(exc)}\n")
+        return EXIT_USAGE
+    except Exception as exc:
+        # a bug, not a verdict: exit 1 (what an uncaught traceback gives) means "the gate
+        # failed"; the traceback is kept for the report, escaped like all output
+        sys.stderr.write(f"pytest-arbiter {args.command}: internal error: "
+                         f"{escape(type(exc).__name__)}: {escape(exc)}\n")
+        for text in traceback.format_exc().splitlines():
+            sys.stderr.write(safe_line(text) + "\n")
         return EXIT_USAGE
     finally:
         gc.enable()

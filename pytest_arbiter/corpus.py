@@ -1,44 +1,54 @@
 """The fleet-shared corpus: merging cache shards from many runners, and diffing two.
 
-The merge rule (docs/artifacts.md): for one key, the entry with the higher confidence
-wins; then the one with more samples behind its winner; then the one whose winner has
-the lower relative spread; then the one whose canonical JSON sorts first. That is a
-total order on entries, so :func:`merge` is commutative, associative and idempotent,
-and the result never depends on which runner wrote last. Two clear picks (confident,
-not a tie) of different winners for one key are reported as a :class:`Conflict`.
+The merge rule (docs/artifacts.md): for one key, the entry measured against the newer
+code and environment wins (the later ``since``: when the key was first measured
+against its candidates' fingerprints and its environment), whatever its confidence;
+between entries of the same ``since``, the higher confidence; then more samples behind
+the winner; then the winner's lower relative spread; then the smaller canonical JSON.
+That is a total order on entries, so :func:`merge` is commutative, associative and
+idempotent, and the result never depends on which runner wrote last. Two clear picks
+(confident, not a tie) of different winners for one key, measured against the same code
+and environment, are reported as a :class:`Conflict`.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache, same_on_disk
-from pytest_arbiter.cache import evidence as _evidence
+from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+
+Rank = tuple[datetime.datetime, float, int, float]
+
+
+def rank(entry: CacheEntry) -> Rank:
+    """What the merge rule compares, most important first: ``since`` (the newer code
+    and environment), then the evidence: confidence, samples behind the winner, the
+    winner's spread (lower is better)."""
+    stats = entry.ranking[0].stats
+    return (entry.since, entry.confidence, stats.samples, -stats.spread)
 
 
 def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
     """The entry the merge rule keeps of two entries for the same key."""
-    if a is b or same_on_disk(a, b):
+    if a is b or a == b:
         return a
-    ea, eb = _evidence(a), _evidence(b)
-    if ea == eb and a == b:
-        return a  # equal entries have equal evidence: compared in full only then
-    return _pick(a, b, ea, eb)
+    return _pick(a, b, rank(a), rank(b))
 
 
-def _pick(a: CacheEntry, b: CacheEntry, ea: tuple[float, int, float],
-          eb: tuple[float, int, float]) -> CacheEntry:
-    """The merge rule on two different entries whose evidence ``ea`` and ``eb`` is
-    known: the stronger evidence, then the smaller canonical JSON."""
-    if ea != eb:
-        return a if ea > eb else b
+def _pick(a: CacheEntry, b: CacheEntry, ra: Rank, rb: Rank) -> CacheEntry:
+    """The merge rule on two different entries whose ranks are known: the higher rank,
+    then the smaller canonical JSON."""
+    if ra != rb:
+        return a if ra > rb else b
     return a if a.canonical() <= b.canonical() else b
 
 
 @dataclass(frozen=True)
 class Conflict:
-    """Clear picks of different winners for one key: ``kept`` won by the merge rule."""
+    """Clear picks of different winners for one key, measured against the same code and
+    environment: ``kept`` won by the merge rule."""
 
     key: CacheKey
     kept: CacheEntry
@@ -86,18 +96,15 @@ def merge(*parts: Part) -> MergeResult:
     contested: dict[CacheKey, list[CacheEntry]] = {}
 
     def meet(key: CacheKey, held: CacheEntry, entry: CacheEntry) -> None:
-        if held is entry or same_on_disk(held, entry):
+        if held is entry or held == entry:
             return
-        ea, eb = _evidence(held), _evidence(entry)
-        if ea == eb and held == entry:
-            return  # equal entries have equal evidence: compared in full only then
         # every clear pick of a key met twice, so conflicts never depend on order
         seen = contested.get(key)
         if seen is None:
             seen = contested[key] = [held] if held.confident else []
         if entry.confident:
             seen.append(entry)
-        merged[key] = _pick(held, entry, ea, eb)
+        merged[key] = _pick(held, entry, rank(held), rank(entry))
 
     for part in parts:
         if isinstance(part, MeasureCache):
@@ -124,7 +131,9 @@ def merge(*parts: Part) -> MergeResult:
             continue
         others: dict[str, CacheEntry] = {}
         for entry in seen:
-            if entry.confident and entry.winner != kept.winner:
+            # another winner measured against other code or another environment is
+            # what a change does, not a disagreement
+            if entry.winner != kept.winner and entry.same_basis(kept):
                 best = others.get(entry.winner)
                 others[entry.winner] = entry if best is None else prefer(best, entry)
         conflicts.extend(Conflict(key, kept, others[w]) for w in others)

@@ -36,13 +36,20 @@ def numpy_dtype(name: str) -> np.dtype:
 
 @dataclass(frozen=True)
 class Precision:
-    """Unit roundoff of a dtype and of the precision it is expected to accumulate in."""
+    """Unit roundoff of a dtype and of the precision it is expected to accumulate in.
+
+    ``unit_roundoff`` u is half the spacing of the dtype's numbers in [1, 2) (2^-24 for
+    float32), so round to nearest errs by at most ``u |x|`` for a normal ``x``;
+    ``smallest_subnormal`` is the spacing below ``smallest_normal``.
+    """
 
     name: str
     unit_roundoff: float
     accumulate_unit_roundoff: float
     smallest_normal: float
     largest: float
+    smallest_subnormal: float = 0.0
+    accumulate_smallest_normal: float = 0.0
 
 
 def _finfo(dtype: np.dtype) -> tuple[float, float, float]:
@@ -81,10 +88,31 @@ def precision(dtype: object) -> Precision:
         return cached
     u, tiny, largest = _finfo(numpy_dtype(name))
     accumulate = _STANDARD["float64" if name == "float64" else "float32"]
-    u_acc, _, _ = _finfo(accumulate)
-    result = Precision(name, u, u_acc, tiny, largest)
+    u_acc, tiny_acc, _ = _finfo(accumulate)
+    result = Precision(name, u, u_acc, tiny, largest, smallest_subnormal=tiny * 2.0 * u,
+                       accumulate_smallest_normal=tiny_acc)
     _PRECISIONS[name] = result
     return result
+
+
+def spacing(values: np.ndarray, dtype: object) -> np.ndarray:
+    """The distance between neighbouring numbers of ``dtype`` at each of ``values``
+    (float64): one ulp, ``2u 2^floor(log2|v|)`` for a normal ``v``, the subnormal spacing
+    below the smallest normal. Round to nearest errs by at most half of it."""
+    p = precision(dtype)
+    magnitude = np.maximum(np.abs(np.asarray(values, dtype=np.float64)), p.smallest_normal)
+    _, exponent = np.frexp(magnitude)  # magnitude = m 2^exponent, m in [0.5, 1)
+    out: np.ndarray = np.ldexp(2.0 * p.unit_roundoff, exponent - 1)
+    return out
+
+
+def round_to(values: np.ndarray, dtype: object) -> np.ndarray:
+    """``values`` (float64) rounded to nearest (ties to even) in ``dtype``, back in float64:
+    what a kernel that rounds the exact result once would return."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: np.ndarray = np.asarray(values, dtype=np.float64).astype(
+            numpy_dtype(dtype_name(dtype))).astype(np.float64)
+    return out
 
 
 def compute_dtype(dtype: object) -> np.dtype:

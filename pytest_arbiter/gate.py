@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
@@ -12,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from pytest_arbiter.candidates import Candidate, Decline
-from pytest_arbiter.ops import Op, result_dtype, to_host
+from pytest_arbiter.dtypes import dtype_name, precision, round_to, spacing
+from pytest_arbiter.ops import ERROR_LAMBDA, ErrorModel, Op, error_model, result_dtype, to_host
 from pytest_arbiter.regions import Region
+from pytest_arbiter.watchdog import CallTimeout
 
 GATE_SEED = 20240611
 
@@ -34,6 +37,9 @@ class TrialResult:
     worst_abs: float = 0.0
     worst_rel: float = 0.0
     worst_ratio: float = 0.0  # worst error over its allowed error; > 1 fails
+    input: str = ""  # what the input probes: "the dispatch's own inputs", "ragged tails ..."
+    bias: float = 0.0  # the bias check's statistic over its bound; > 1 fails (0: not run)
+    spread: float = 0.0  # the spread check's statistic over its bound; > 1 fails
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,9 @@ class GateReport:
                  f"worst error/allowed {self.worst_ratio:.3g}"]
         if self.failing is not None:
             f = self.failing
-            lines.append(
-                f"  failing input #{f.index}: shapes {f.shapes}, seed {f.seed}: {f.reason}")
+            what = f" ({f.input})" if f.input else ""
+            lines.append(f"  failing input #{f.index}{what}: shapes {f.shapes}, "
+                         f"seed {f.seed}: {f.reason}")
         elif not self.passed:
             lines.append(f"  {self.reason}")
         declined = [t for t in self.trials if t.status == "declined"]
@@ -95,21 +102,27 @@ class GateReport:
 
 
 def _budget_text(op: Op, dtype: str) -> str:
-    if op.name == "matmul":
-        return (f"|C - C_ref| <= 2u|C_ref| + min(K, 8 sqrt K) u_acc (|A||B|) + tiny, "
-                f"elementwise, {dtype} (docs/accuracy.md)")
-    if op.name == "softmax":
-        return (f"|y - y_ref| <= (2u + (8 + 8 sqrt n + |x - max x|) u_acc)|y_ref| + tiny, "
-                f"elementwise, {dtype} (docs/accuracy.md)")
+    if op.name == "matmul" and op.builtin:
+        tf32 = ", TF32 inputs accepted" if dtype in op.allow_tf32 else ""
+        return (f"|C - C_ref| <= half an ulp of C + 8 u_acc (sqrt(K/3) |C_ref| + sqrt(K) "
+                f"sqrt((A*A)(B*B))) on generated inputs, 8 sqrt(K) u_acc |A||B| on the "
+                f"dispatch's, + flush; bias and spread checks; {dtype}{tf32} "
+                f"(docs/accuracy.md)")
+    if op.name == "softmax" and op.builtin:
+        return (f"|y - y_ref| <= half an ulp of y + u_acc (8 + 2|x - max| + 2 log s "
+                f"+ 8 (sqrt n + 5 + 5 sqrt R) + range) |y_ref| + flush; bias and spread "
+                f"checks; {dtype} (docs/accuracy.md)")
     return f"op {op.name!r} budget for {dtype} (docs/accuracy.md)"
 
 
-def _expected(op: Op, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.dtype]:
-    """The float64 ground truth and the dtype the candidate's output must have."""
+def _expected(op: Op, inputs: Sequence[np.ndarray]
+              ) -> tuple[np.ndarray, np.dtype, str | None]:
+    """The float64 ground truth, the dtype the candidate's output must have, and the
+    floating dtype the reference computed it in (``None``: not floating point)."""
     if op.builtin:
-        return op.exact(*inputs), result_dtype(op, inputs, None)
+        return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
     ref = np.asarray(to_host(op.reference(*[np.array(x, copy=True) for x in inputs])))
-    return ref.astype(np.float64), result_dtype(op, inputs, ref)
+    return ref.astype(np.float64), result_dtype(op, inputs, ref), _float_name(ref.dtype)
 
 
 Guard = Callable[[], AbstractContextManager[Any]]
@@ -128,61 +141,280 @@ def _call_guard(call_timeout_s: float | None) -> Guard:
     return lambda: watchdog(seconds)
 
 
+STAT_ALPHA = 1e-9
+"""False-alarm probability of each statistical check on one gate input (two-sided)."""
+_LOG_TERM = math.log(2.0 / STAT_ALPHA)
+_MIN_UNITS = 8
+"""Fewer distinct outputs than this and the statistical checks say nothing."""
+_ROUNDING_VARIANCE = 1.0 / 12.0  # of one rounding to nearest, in ulp^2: the weights' floor
+_STAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class _Units:
+    """The checked outputs of one trial, one entry per distinct (group, exact value), in
+    units of the output's spacing (ulp) at the exact value."""
+
+    d: np.ndarray  # got - round(exact): the error beyond a correctly rounded result
+    z: np.ndarray  # got - exact
+    z_ideal: np.ndarray  # round(exact) - exact: the correctly rounded result's own error
+    sign: np.ndarray  # sign of the exact value
+    sd: np.ndarray
+    common: np.ndarray
+    systematic: np.ndarray
+    bound: np.ndarray  # the largest |z| the elementwise budget lets through
+    group: np.ndarray  # 0..groups-1
+
+
+def _units(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str) -> _Units:
+    """Outputs that are equal in the exact result and share a group are one unit: a
+    deterministic kernel computes them alike, so their errors are one observation."""
+    keep = np.isfinite(exact) & np.isfinite(got)
+    e = exact[keep]
+    ulp = spacing(e, dtype)
+    ideal = round_to(e, dtype)
+    grouped = model.groups is not None
+    groups = model.groups[keep] if model.groups is not None else np.zeros(e.shape, np.int64)
+    order = np.lexsort((e, groups))
+    e, groups = e[order], groups[order]
+    starts = np.flatnonzero(np.concatenate(
+        [[True], (np.diff(e) != 0) | (np.diff(groups) != 0)])) if e.size else np.arange(0)
+
+    def mean(values: np.ndarray) -> np.ndarray:
+        counts = np.diff(np.append(starts, values.size))
+        out: np.ndarray = np.add.reduceat(values[order], starts) / counts
+        return out
+
+    def most(values: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.maximum.reduceat(values[order], starts)
+        return out
+
+    if not e.size:
+        empty = np.zeros(0)
+        return _Units(empty, empty, empty, empty, empty, empty, empty, empty,
+                      np.zeros(0, np.int64))
+    g = got[keep]
+    common = (model.common_sd[keep] if model.common_sd is not None
+              else np.zeros(e.shape)) / ulp
+    _, group = np.unique(groups[starts], return_inverse=True) if grouped else (
+        None, np.arange(starts.size))
+    return _Units(
+        d=mean((g - ideal) / ulp), z=mean((g - exact[keep]) / ulp),
+        z_ideal=mean((ideal - exact[keep]) / ulp), sign=np.sign(e[starts]),
+        sd=most(model.sd[keep] / ulp), common=most(common),
+        systematic=most(model.systematic[keep] / ulp),
+        bound=most(model.allowed[keep] / ulp), group=np.asarray(group, dtype=np.int64))
+
+
+def _bernstein(variance: float, largest: float) -> float:
+    """The deviation a sum of independent zero-mean terms (total variance ``variance``,
+    each within ``largest`` of its mean) exceeds with probability at most STAT_ALPHA."""
+    return math.sqrt(2.0 * _LOG_TERM * variance) + 2.0 / 3.0 * _LOG_TERM * largest
+
+
+def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.bincount(group, weights=values)
+    return out
+
+
+def _bias_check(u: _Units) -> tuple[float, str]:
+    """Bias: the weighted mean of ``d`` (signed, and relative to each output's sign) is
+    zero for round to nearest, up to the model's systematic allowance and its noise.
+
+    Under the rounding model, E[d] equals the mean shift of the value before the last
+    rounding (its position within a spacing being uniform), and
+    E[d^2] <= E|c| + E[c^2] for a shift c: so with c of scale sd (independent), common
+    (shared by a group) and systematic, Var(d) <= sd + sd^2 + common + systematic.
+    """
+    v = u.sd + u.sd ** 2 + u.common + u.systematic
+    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
+    independent = float(np.sum(w * w * v))
+    shared = float(np.sum(_group_sums(w * u.common, u.group) ** 2))
+    threshold = _bernstein(independent + shared, float(np.max(2.0 * w * (u.bound + 0.5))))
+    allowance = float(np.sum(w * u.systematic))
+    total = float(np.sum(w))
+    worst_ratio, worst_text = 0.0, ""
+    for stat, lean in ((float(np.sum(w * u.sign * u.d)), ("away from zero", "toward zero")),
+                       (float(np.sum(w * u.d)), ("upward", "downward"))):
+        ratio = (abs(stat) - allowance) / threshold
+        if ratio > worst_ratio:
+            worst_ratio = ratio
+            worst_text = (
+                f"bias check: the errors lean {lean[0] if stat > 0 else lean[1]}, "
+                f"{stat / total:+.3g} ulp on average over {u.d.size} distinct outputs, "
+                f"where round to nearest allows {(allowance + threshold) / total:.2g} "
+                f"({ratio:.3g}x the bound)")
+    return worst_ratio, worst_text
+
+
+def _spread_check(u: _Units) -> tuple[float, str]:
+    """Spread: the squared error beyond the correctly rounded result's, z^2 - z_ideal^2,
+    has mean E[c^2] <= sd^2 + systematic^2 for a shift c before the last rounding. A
+    group's shared relative error is first estimated (least squares, clipped to the
+    budget's ERROR_LAMBDA scales) and taken out, its estimation error allowed for."""
+    z = u.z
+    expected = u.sd ** 2 + u.systematic ** 2
+    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
+    reach = u.bound + 0.5
+    if np.any(u.common > 0):
+        h = u.common * u.sign
+        fit_w = w * u.common ** 2
+        slope = _group_sums(w * h * z, u.group) / np.maximum(_group_sums(fit_w, u.group), 1e-300)
+        slope = np.clip(slope, -ERROR_LAMBDA, ERROR_LAMBDA)
+        z = z - slope[u.group] * h
+        noise = _group_sums(w * w * u.common ** 2 * (expected + 0.25), u.group) / np.maximum(
+            _group_sums(fit_w, u.group), 1e-300) ** 2
+        expected = expected + u.common ** 2 * noise[u.group]
+        reach = reach + ERROR_LAMBDA * u.common
+    excess = z ** 2 - u.z_ideal ** 2
+    stat = float(np.sum(w * excess))
+    mean = float(np.sum(w * expected))
+    flips = u.sd + u.sd ** 2 + u.systematic + u.common + expected
+    variance = float(np.sum(w * w * flips * reach ** 2))
+    threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
+    ratio = (stat - mean) / threshold
+    total = float(np.sum(w))
+    text = (f"spread check: the errors are {math.sqrt(max(stat, 0.0) / total):.3g} ulp RMS "
+            f"beyond correct rounding over {z.size} distinct outputs, where the rounding "
+            f"model allows {math.sqrt((mean + threshold) / total):.3g} ({ratio:.3g}x the bound)")
+    return ratio, text
+
+
+def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel,
+                dtype: str) -> tuple[float, float, str]:
+    """``(bias ratio, spread ratio, reason)`` of one trial; a ratio over 1 fails, and the
+    reason says which check failed and by how much ("" when both pass)."""
+    units = _units(got, exact, model, dtype)
+    if units.d.size < _MIN_UNITS:
+        return 0.0, 0.0, ""
+    bias, bias_text = _bias_check(units)
+    spread, spread_text = _spread_check(units)
+    if bias > 1.0:
+        return bias, spread, bias_text
+    if spread > 1.0:
+        return bias, spread, spread_text
+    return bias, spread, ""
+
+
 def _check_trial(cand: Candidate, op: Op, index: int, seed: int | None,
                  inputs: Sequence[np.ndarray],
-                 guard: Guard = contextlib.nullcontext) -> TrialResult:
+                 guard: Guard = contextlib.nullcontext, name: str = "") -> TrialResult:
+    """Run ``cand`` on one gate input and judge its output. NumPy's floating-point warnings
+    are off meanwhile: the gate feeds NaN, inf and subnormals on purpose, and a kernel's
+    ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
+    a warning would be raised as one)."""
+    with np.errstate(all="ignore"):
+        return _judge_trial(cand, op, index, seed, inputs, guard, name)
+
+
+def _judge_trial(cand: Candidate, op: Op, index: int, seed: int | None,
+                 inputs: Sequence[np.ndarray], guard: Guard, name: str) -> TrialResult:
     shapes = _shape_text(inputs)
+
+    def result(status: str, reason: str = "", worst: tuple[float, float, float] = (0, 0, 0)
+               ) -> TrialResult:
+        return TrialResult(index, seed, shapes, status, reason, *worst, input=name)
+
     try:
         if not cand.accepts(*inputs):
-            return TrialResult(index, seed, shapes, "declined", "accepts() returned False")
+            return result("declined", "accepts() returned False")
+    except Decline as dec:
+        return result("declined", f"Decline: {dec.reason}")
     except Exception as exc:
-        return TrialResult(index, seed, shapes, "error",
-                           f"accepts() raised {type(exc).__name__}: {exc}")
+        return result("error", f"accepts() raised {type(exc).__name__}: {exc}")
     originals = [np.array(x, copy=True) for x in inputs]
-    exact, out_dtype = _expected(op, originals)
+    exact, out_dtype, reference_dtype = _expected(op, originals)
     try:
         prepared = cand.prepare_inputs(*[np.array(x, copy=True) for x in inputs])
         with guard():
             raw = cand.run(*prepared)
     except Decline as dec:
-        return TrialResult(index, seed, shapes, "declined", f"Decline: {dec.reason}")
-    except Exception as exc:
-        return TrialResult(index, seed, shapes, "error", f"raised {type(exc).__name__}: {exc}")
+        return result("declined", f"Decline: {dec.reason}")
+    except (Exception, CallTimeout) as exc:
+        return result("error", f"raised {type(exc).__name__}: {exc}")
     for original, after in zip(originals, prepared, strict=True):
         if not np.array_equal(original, to_host(after), equal_nan=True):
-            return TrialResult(index, seed, shapes, "fail", "the kernel modified its inputs")
+            return result("fail", "the kernel modified its inputs")
     out = np.asarray(to_host(raw))
     if out.shape != exact.shape:
-        return TrialResult(index, seed, shapes, "fail",
-                           f"output shape {out.shape}, reference shape {exact.shape}")
+        return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:
-        return TrialResult(index, seed, shapes, "fail",
-                           f"output dtype {out.dtype}, expected {out_dtype}")
+        return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
     got = out.astype(np.float64)
-    finite_ref = np.isfinite(exact)
-    bad = ~np.isfinite(got) & finite_ref
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        return TrialResult(index, seed, shapes, "fail",
-                           f"{int(bad.sum())} NaN/Inf output(s) where the reference is finite, "
-                           f"first at {where}")
+    float_name = _float_name(out_dtype)
+    wrong, overflowed = _non_finite(got, exact, float_name)
+    if wrong:
+        return result("fail", wrong)
     if exact.size and not got.any() and exact.any():
-        return TrialResult(index, seed, shapes, "fail",
-                           "output is all zeros where the reference is not")
-    err = np.where(finite_ref, np.abs(got - exact), 0.0)
-    allowed = op.budget(originals, exact)
-    ratio = err / allowed
-    rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
+        return result("fail", "output is all zeros where the reference is not")
+    checked = np.isfinite(exact) & ~overflowed
+    model = error_model(op, originals, exact, generated=seed is not None,
+                        out_dtype=float_name, reference_dtype=reference_dtype)
+    allowed = model.allowed if model is not None else np.asarray(
+        op.budget(originals, exact), dtype=np.float64)
+    err = np.where(checked, np.abs(got - exact), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err > 0, err / allowed, 0.0)
+        rel = err / np.maximum(np.abs(np.where(checked, exact, 0.0)), np.finfo(np.float64).tiny)
     worst_abs = float(err.max()) if err.size else 0.0
     worst_rel = float(rel.max()) if rel.size else 0.0
     worst_ratio = float(ratio.max()) if ratio.size else 0.0
     if worst_ratio > 1.0:
         where = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
-        return TrialResult(index, seed, shapes, "fail",
-                           f"error {float(err[where]):.3e} at {where} exceeds the allowed "
-                           f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
-                           worst_abs, worst_rel, worst_ratio)
-    return TrialResult(index, seed, shapes, "pass", "", worst_abs, worst_rel, worst_ratio)
+        return result("fail", f"error {float(err[where]):.3e} at {where} exceeds the allowed "
+                              f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
+                      (worst_abs, worst_rel, worst_ratio))
+    bias = spread = 0.0
+    if model is not None and seed is not None and float_name in _STAT_DTYPES:
+        # the checks' null model holds for the gate's own i.i.d. random inputs only; the
+        # dispatch's inputs may be structured (equal rows, sorted values) and make a correct
+        # kernel's rounding errors look biased, so they get the elementwise budget alone
+        bias, spread, why = _statistics(np.where(checked, got, np.nan), exact, model,
+                                        float_name)
+        if why:
+            return TrialResult(index, seed, shapes, "fail", why, worst_abs, worst_rel,
+                               worst_ratio, input=name, bias=bias, spread=spread)
+    return TrialResult(index, seed, shapes, "pass", "", worst_abs, worst_rel, worst_ratio,
+                       input=name, bias=bias, spread=spread)
+
+
+def _float_name(dtype: np.dtype) -> str | None:
+    """The arbiter's name for a floating output dtype; ``None`` for any other (an int64
+    argmax, say), which has no rounding to check."""
+    try:
+        return dtype_name(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _non_finite(got: np.ndarray, exact: np.ndarray,
+                float_name: str | None) -> tuple[str, np.ndarray]:
+    """Where the reference defines a NaN, the output must be NaN; where it defines an
+    infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
+    into NaN); where it is finite, a finite value, unless rounding the exact value to the
+    output dtype overflows (then that infinity is right). A non-finite value must never
+    come back finite. ``(what is wrong or "", overflowed mask)``."""
+    overflowed = np.zeros(exact.shape, dtype=bool)
+    if float_name is not None:
+        big = np.isfinite(exact) & (np.abs(exact) > precision(float_name).largest)
+        if big.any():
+            rounded = round_to(np.where(big, exact, 0.0), float_name)
+            overflowed = big & np.isinf(rounded) & (got == rounded)
+    checks = (
+        (np.isfinite(exact) & ~np.isfinite(got) & ~overflowed,
+         "NaN/Inf output(s) where the reference is finite"),
+        (np.isnan(exact) & ~np.isnan(got),
+         "output(s) not NaN where the reference is NaN (a NaN, 0 * inf or inf - inf "
+         "must propagate)"),
+        (np.isinf(exact) & (got != exact) & ~np.isnan(got),
+         "output(s) neither NaN nor the reference's infinity where it is infinite"),
+    )
+    for bad, what in checks:
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{int(bad.sum())} {what}, first at {where}: got {float(got[where]):g}, "
+                    f"reference {float(exact[where]):g}"), overflowed
+    return "", overflowed
 
 
 def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
@@ -190,26 +422,31 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
             call_timeout_s: float | None = None) -> GateReport:
     """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
 
-    Built-in ops generate seeded inputs for the region (the region's own shape, ragged
-    neighbours, all-positive and mixed-magnitude values); user ops are gated on the
-    dispatch's own inputs. A candidate that declines every input does not pass; one
-    that raises does not either (its trial's status is ``"error"``).
+    Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
+    and tails, all-positive, mixed-magnitude and offset values, zeros, NaN/inf and
+    subnormals: docs/accuracy.md); on those, besides the elementwise budget, the errors
+    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs.
+    A candidate that declines every input does not pass; one that raises does not either
+    (its trial's status is ``"error"``).
     ``call_timeout_s``: run each candidate call under :mod:`pytest_arbiter.watchdog`'s
     ``watchdog(seconds)`` when that module is present; a call it stops is an error.
     """
     guard = _call_guard(call_timeout_s)
-    trials: list[tuple[int | None, tuple[np.ndarray, ...]]] = []
+    trials: list[tuple[int | None, tuple[np.ndarray, ...], str]] = []
     if inputs is not None:
         op.validate(*inputs)
-        trials.append((None, tuple(to_host(x) for x in inputs)))
+        trials.append((None, tuple(to_host(x) for x in inputs), "the dispatch's own inputs"))
         if region is None:
             region = op.region_of(*inputs)
     if region is None:
         raise ValueError("f4_gate needs inputs or a region")
     if op.gate_inputs is not None:
         generated = op.gate_inputs(region, seed)
-        trials.extend((seed + i, t) for i, t in enumerate(generated))
-    results = [_check_trial(cand, op, i, s, t, guard) for i, (s, t) in enumerate(trials)]
+        names = getattr(generated, "names", None) or []
+        trials.extend((seed + i, t, names[i] if i < len(names) else f"generated input {i}")
+                      for i, t in enumerate(generated))
+    results = [_check_trial(cand, op, i, s, t, guard, name)
+               for i, (s, t, name) in enumerate(trials)]
     checked = [r for r in results if r.status != "declined"]
     failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)

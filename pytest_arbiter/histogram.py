@@ -1,6 +1,7 @@
 """The dispatch histogram: outcome counts per (target, op, selected candidate).
 
-Memory is bounded by the number of distinct keys: each dispatch bumps a counter.
+Memory is bounded by the number of distinct keys: each dispatch bumps a counter. The
+file format (typed, validated) is :mod:`pytest_arbiter.histogram_file`.
 """
 
 from __future__ import annotations
@@ -8,14 +9,14 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 OUTCOMES = ("won", "degraded", "no_candidate", "error", "rejected")
 GATED_OUTCOMES = ("degraded", "rejected", "error")
 """Outcomes the CI gate fails on unless the baseline lists them."""
 NO_CANDIDATE = "none"
-HISTOGRAM_SCHEMA = "pytest-arbiter/histogram"
-HISTOGRAM_VERSION = 1
+HISTOGRAM_SCHEMA: Final = "pytest-arbiter/histogram"
+HISTOGRAM_VERSION: Final = 1
 
 HistogramKey = tuple[str, str, str, str]
 """(target, op, selected, outcome)."""
@@ -96,8 +97,13 @@ class DispatchHistogram:
         return entries_of(self.counts())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": HISTOGRAM_SCHEMA, "version": HISTOGRAM_VERSION,
-                "entries": self.entries()}
+        """The histogram file's document as plain builtins (an xdist worker's payload)."""
+        import msgspec
+
+        from pytest_arbiter.histogram_file import document
+
+        data: dict[str, Any] = msgspec.to_builtins(document(self.counts()))
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "histogram") -> DispatchHistogram:
@@ -106,19 +112,16 @@ class DispatchHistogram:
 
 def entries_of(counts: Mapping[HistogramKey, int],
                expected: Mapping[HistogramKey, int] | None = None) -> list[dict[str, Any]]:
-    """Sorted entry dicts for a counts mapping, so a committed file diffs cleanly.
+    """Sorted entry dicts for a counts mapping, as the histogram file holds them.
 
     ``expected``: how many of each key's dispatches came from tests that degrade on
     purpose; written as the entry's ``"expected"`` where it is not zero.
     """
-    entries = []
-    for (t, o, s, out), c in sorted(counts.items()):
-        entry: dict[str, Any] = {"target": t, "op": o, "selected": s, "outcome": out,
-                                 "count": c}
-        on_purpose = min(c, (expected or {}).get((t, o, s, out), 0))
-        if on_purpose > 0:
-            entry["expected"] = on_purpose
-        entries.append(entry)
+    import msgspec
+
+    from pytest_arbiter.histogram_file import document
+
+    entries: list[dict[str, Any]] = msgspec.to_builtins(document(counts, expected).entries)
     return entries
 
 
@@ -131,50 +134,14 @@ def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
 def counts_and_expected(data: Mapping[str, Any], *, source: str = "histogram"
                         ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
     """The counts of a histogram dict and, per key, how many were degrades on purpose
-    (the entries' optional ``"expected"``); ``ValueError`` naming ``source``."""
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    schema = data.get("schema")
-    if schema != HISTOGRAM_SCHEMA:
-        raise ValueError(f"{source}: schema is {schema!r}, expected {HISTOGRAM_SCHEMA!r}")
-    version = data.get("version")
-    if not isinstance(version, int) or version > HISTOGRAM_VERSION or version < 1:
-        raise ValueError(f"{source}: histogram version {version!r} is not supported "
-                         f"(this pytest-arbiter reads version {HISTOGRAM_VERSION})")
-    raw = data.get("entries")
-    if not isinstance(raw, list):
-        raise ValueError(f"{source}: 'entries' must be a list")
-    counts: dict[HistogramKey, int] = {}
-    expected: dict[HistogramKey, int] = {}
-    for i, entry in enumerate(raw):
-        where = f"{source}: entries[{i}]"
-        key, count = _parse_entry(entry, where)
-        counts[key] = counts.get(key, 0) + count
-        on_purpose = entry.get("expected", 0)
-        if (not isinstance(on_purpose, int) or isinstance(on_purpose, bool)
-                or not 0 <= on_purpose <= count):
-            raise ValueError(f"{where}: 'expected' must be an integer between 0 and its "
-                             f"count {count}, got {on_purpose!r}")
-        if on_purpose:
-            expected[key] = expected.get(key, 0) + on_purpose
-    return counts, expected
+    (the entries' optional ``"expected"``); ``ValueError`` naming ``source``.
 
+    Validated as the file is (:mod:`pytest_arbiter.histogram_file`): unknown or missing
+    fields, wrong types and out-of-range values are refused.
+    """
+    from pytest_arbiter import histogram_file
 
-def _parse_entry(entry: Any, where: str) -> tuple[HistogramKey, int]:
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{where} must be an object")
-    fields = []
-    for name in ("target", "op", "selected", "outcome"):
-        value = entry.get(name)
-        if not isinstance(value, str):
-            raise ValueError(f"{where}: {name!r} must be a string, got {value!r}")
-        fields.append(value)
-    if fields[3] not in OUTCOMES:
-        raise ValueError(f"{where}: unknown outcome {fields[3]!r}")
-    count = entry.get("count", 1)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise ValueError(f"{where}: 'count' must be a non-negative integer, got {count!r}")
-    return (fields[0], fields[1], fields[2], fields[3]), count
+    return histogram_file.counts_and_expected(histogram_file.convert(data, source))
 
 
 def merge_counts(parts: Iterable[Mapping[HistogramKey, int]]) -> dict[HistogramKey, int]:

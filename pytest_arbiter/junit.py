@@ -1,29 +1,62 @@
 """Dispatch counts from the fleet's reports: JUnit XML files and histogram JSON files.
 
-The plugin records each test's dispatches as JUnit properties named
-``arbiter:TARGET/OP/SELECTED/OUTCOME`` with the count as the value. This module reads
-them back with :mod:`junitparser`, together with the test that recorded each, so the
-gate can name the tests behind a new degrade. Test ids are normalised (the ``@group``
-suffix ``pytest-xdist --dist loadgroup`` adds is dropped) and kept sorted, so neither
-xdist nor test order changes what the gate reports.
+The plugin records each test's dispatches as testcase properties named
+``arbiter:TARGET/OP/SELECTED/OUTCOME`` with the count as the value, and the run's
+totals as properties of the ``<testsuite>`` (:func:`suite_properties`):
+
+- ``arbiter-report`` = ``1``: pytest-arbiter was active in the run (and this is the
+  version of the scheme);
+- ``arbiter-total:TARGET/OP/SELECTED/OUTCOME`` = every dispatch of the run with that
+  key, in tests, in xdist workers and outside any test;
+- ``arbiter-outside:TARGET/OP/SELECTED/OUTCOME`` = the part of that total no testcase
+  records (a dispatch at import or collection time, in a session hook);
+- ``arbiter-incomplete`` = why the run's counts are incomplete (a crashed worker, an
+  interrupted session), when they are.
+
+This module reads them back with :mod:`junitparser` and fails closed: a suite whose
+testcase counts plus its ``arbiter-outside`` counts are not its ``arbiter-total``
+counts, key by key, is refused, and so are malformed or unknown ``arbiter`` properties,
+``arbiter`` properties without the ``arbiter-report`` marker (an older pytest-arbiter's
+report, or a damaged one), and an incomplete run's report. So a damaged report is an
+error, never a degrade gone. The XML is parsed with no document type at all (a report
+that declares one is refused: its entities could expand without bound or read local
+files), whichever XML backend junitparser uses.
+
+Test ids are normalised (the ``@group`` suffix ``pytest-xdist --dist loadgroup`` adds
+is dropped) and kept sorted, so neither xdist nor test order changes what the gate
+reports. This module never imports pytest.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
-from pytest_arbiter.artifacts import ArtifactError, read_histogram_expected
 from pytest_arbiter.histogram import OUTCOMES, HistogramKey
+from pytest_arbiter.safetext import escape
 
 PROPERTY_PREFIX = "arbiter:"
+"""Testcase property: ``arbiter:TARGET/OP/SELECTED/OUTCOME`` = what the test dispatched."""
 EXPECT_DEGRADE_PROPERTY = "arbiter-expect-degrade"
 """A testcase property saying the test degrades on purpose: its entries are not gated."""
+REPORT_PROPERTY = "arbiter-report"
+"""Suite property: pytest-arbiter was active; the value is :data:`REPORT_VERSION`."""
+REPORT_VERSION = "1"
+TOTAL_PREFIX = "arbiter-total:"
+"""Suite property: every dispatch of the run with the key."""
+OUTSIDE_PREFIX = "arbiter-outside:"
+"""Suite property: the dispatches of the key that no testcase records."""
+INCOMPLETE_PROPERTY = "arbiter-incomplete"
+"""Suite property: why the run's counts are incomplete; the gate refuses such a report."""
 
+_OURS = ("arbiter:", "arbiter-")
 _XDIST_GROUP = re.compile(r"@[^\[\]@]*$")
+_COUNT = re.compile(r"[1-9][0-9]{0,17}")
+_ENCODING = re.compile(r"""\sencoding\s*=\s*["']([^"']*)["']""")
 
 
 @dataclass
@@ -67,13 +100,22 @@ def case_id(classname: str, name: str) -> str:
     return f"{classname}::{base}" if classname else base
 
 
-def parse_property(name: str) -> HistogramKey | None:
-    """``arbiter:T/O/S/OUTCOME`` as a key; None for other properties; ValueError if bad."""
-    if not name.startswith(PROPERTY_PREFIX):
+def property_name(key: HistogramKey, prefix: str = PROPERTY_PREFIX) -> str:
+    """``arbiter:TARGET/OP/SELECTED/OUTCOME`` (or another prefix) for ``key``."""
+    return prefix + "/".join(key)
+
+
+def parse_property(name: str, prefix: str = PROPERTY_PREFIX) -> HistogramKey | None:
+    """``arbiter:T/O/S/OUTCOME`` as a key; None for other properties; ValueError if bad.
+
+    A candidate name may hold ``/``: target and op are the first two parts, the outcome
+    the last, the candidate what is between.
+    """
+    if not name.startswith(prefix):
         return None
-    parts = name[len(PROPERTY_PREFIX):].split("/")
+    parts = name[len(prefix):].split("/")
     if len(parts) < 4 or not all(parts):
-        raise ValueError(f"property {name!r} is not arbiter:TARGET/OP/SELECTED/OUTCOME")
+        raise ValueError(f"property {name!r} is not {prefix}TARGET/OP/SELECTED/OUTCOME")
     target, op, outcome = parts[0], parts[1], parts[-1]
     selected = "/".join(parts[2:-1])
     if outcome not in OUTCOMES:
@@ -81,66 +123,314 @@ def parse_property(name: str) -> HistogramKey | None:
     return (target, op, selected, outcome)
 
 
-def read_junit(path: str | os.PathLike[str]) -> FleetCounts:
-    """The dispatch counts a JUnit XML report records; ``ArtifactError`` if unreadable."""
-    from junitparser import JUnitXml, Properties, TestSuite
+def parse_count(name: str, value: str | None) -> int:
+    """A property's count: a positive decimal integer as the plugin writes it (``3``, not
+    ``03``, ``+3``, `` 3`` or ``3.0``); ValueError otherwise."""
+    if value is None or _COUNT.fullmatch(value) is None:
+        raise ValueError(f"property {name!r} has the value {value!r}, not a positive count")
+    return int(value)
 
-    p = Path(path)
-    if not p.is_file():
-        raise ArtifactError(f"cannot read {p}: no such file")
+
+# -- writing: what the plugin puts in the report ------------------------------------------
+
+
+def add_recorded(recorded: dict[HistogramKey, int],
+                 user_properties: Iterable[Sequence[object]]) -> None:
+    """Add the ``arbiter:`` counts of one test report's properties to ``recorded``: what
+    the report's testcases will hold."""
+    for prop in user_properties:
+        name, value = prop[0], prop[1]
+        if not isinstance(name, str) or not name.startswith(PROPERTY_PREFIX):
+            continue
+        try:
+            key = parse_property(name)
+            count = int(str(value))
+        except ValueError:
+            continue  # not ours after all; the gate will say what is wrong with it
+        if key is not None:
+            recorded[key] = recorded.get(key, 0) + count
+
+
+def suite_properties(totals: Mapping[HistogramKey, int],
+                     recorded: Mapping[HistogramKey, int],
+                     incomplete: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The suite properties of a run with these dispatch ``totals`` whose testcases
+    record ``recorded``: the marker, the totals, the dispatches outside any test, and
+    why the counts are incomplete if they are."""
+    props = [(REPORT_PROPERTY, REPORT_VERSION)]
+    if incomplete:
+        props.append((INCOMPLETE_PROPERTY, "; ".join(incomplete)))
+    live = sorted((k, v) for k, v in totals.items() if v > 0)
+    props.extend((property_name(k, TOTAL_PREFIX), str(v)) for k, v in live)
+    for key, count in live:
+        outside = count - recorded.get(key, 0)
+        if outside > 0:
+            props.append((property_name(key, OUTSIDE_PREFIX), str(outside)))
+    return props
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _etree() -> Any:
+    """The ElementTree implementation junitparser builds its elements with (lxml when
+    it is installed, else the standard library's)."""
+    from junitparser import junitparser as backend
+
+    return backend.etree  # type: ignore[attr-defined]
+
+
+def _check_prolog(text: str, source: str) -> None:
+    """Refuse a document type declaration and an encoding other than UTF-8.
+
+    Only the prolog (what comes before the root element) can hold either, so this walks
+    the XML declaration, processing instructions, comments and whitespace up to the
+    first other markup. Whatever follows is the parser's to judge.
+    """
+    at, end = 0, len(text)
+    while at < end:
+        while at < end and text[at] in " \t\r\n":
+            at += 1
+        if text.startswith("<?", at):
+            close = text.find("?>", at)
+            if close < 0:
+                return
+            declared = _ENCODING.search(text, at, close)
+            if (text.startswith("<?xml", at) and declared is not None
+                    and declared.group(1).lower() not in ("utf-8", "utf8")):
+                raise ValueError(f"{escape(source)} declares the encoding "
+                                 f"{escape(repr(declared.group(1)))}: a report is UTF-8")
+            at = close + 2
+        elif text.startswith("<!--", at):
+            close = text.find("-->", at + 4)
+            if close < 0:
+                return
+            at = close + 3
+        elif text.startswith("<!", at):
+            raise ValueError(f"{escape(source)} declares a document type (<!DOCTYPE ...>): "
+                             "a JUnit report has no reason to, and its entities could "
+                             "expand without bound or read local files")
+        else:
+            return
+
+
+def parse_xml(data: bytes, source: str) -> Any:
+    """The root element of a report's XML, parsed safely; ``ValueError`` naming
+    ``source``. UTF-8 without a byte order mark, no document type, no entity but XML's
+    five, no network or file access, by the backend junitparser uses."""
+    from pytest_arbiter.strictjson import check_bom, position
+
+    check_bom(data, source)
     try:
-        xml = JUnitXml.fromfile(str(p))
-    except Exception as exc:  # junitparser raises whatever its XML parser raises
-        raise ArtifactError(f"{p} is not valid JUnit XML: {exc}") from None
-    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
-    out = FleetCounts(sources=[str(p)])
-    for suite in suites:
-        for case in suite:
-            out.testcases += 1
-            tid = case_id(case.classname or "", case.name or "")
-            found: list[tuple[HistogramKey, int]] = []
-            expected = False
-            for props in case.iterchildren(Properties):
-                for prop in props:
-                    if prop.name == EXPECT_DEGRADE_PROPERTY:
-                        expected = True
-                        continue
-                    try:
-                        key = parse_property(prop.name or "")
-                        if key is None:
-                            continue
-                        count = int(prop.value)
-                    except (TypeError, ValueError) as exc:
-                        raise ArtifactError(f"{p}: test {tid}: {exc}") from None
-                    if count < 0:
-                        raise ArtifactError(f"{p}: test {tid}: negative count for "
-                                            f"{prop.name!r}")
-                    found.append((key, count))
-            for key, count in found:
-                out.add(key, count, tid)
-                if expected:
-                    out.expected[key] = out.expected.get(key, 0) + count
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{escape(source)} is not UTF-8: {escape(exc.reason)} at "
+                         f"{position(data, exc.start)}") from None
+    _check_prolog(text, source)
+    etree = _etree()
+    try:
+        if getattr(etree, "__name__", "").startswith("lxml"):
+            parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                                     dtd_validation=False, huge_tree=False)
+            root = etree.fromstring(data, parser)
+            docinfo = root.getroottree().docinfo
+            if docinfo.doctype or docinfo.internalDTD is not None:
+                raise _Refused("declares a document type")
+        else:
+            root = etree.fromstring(data, parser=etree.XMLParser(target=_NoDoctype()))
+    except _Refused as exc:
+        raise ValueError(f"{escape(source)} {exc}: refused") from None
+    except RecursionError:
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: nested too deeply"
+                         ) from None
+    except Exception as exc:  # each backend raises its own syntax error
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: {escape(exc)}") from None
+    return root
+
+
+class _Refused(Exception):
+    pass
+
+
+class _NoDoctype(ET.TreeBuilder):
+    """The standard library's tree builder, stopping at a document type declaration
+    (expat calls this once the declaration is read, before any element)."""
+
+    def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
+        raise _Refused("declares a document type")
+
+
+@dataclass
+class _Suite:
+    """One ``<testsuite>``'s arbiter data, as read."""
+
+    marker: str | None = None
+    incomplete: str | None = None
+    totals: dict[HistogramKey, int] = field(default_factory=dict)
+    outside: dict[HistogramKey, int] = field(default_factory=dict)
+    in_cases: dict[HistogramKey, int] = field(default_factory=dict)
+    tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    expected: dict[HistogramKey, int] = field(default_factory=dict)
+    arbiter_data: bool = False
+
+
+def _properties(element: Any, where: str) -> list[tuple[str, str]]:
+    """(name, value) of the ``<property>`` elements of ``element``'s ``<properties>``."""
+    from junitparser import Properties
+
+    out = []
+    for props in element.iterchildren(Properties):
+        for prop in props:
+            name, value = prop.name, prop.value
+            if name is None or value is None:
+                raise ValueError(f"{where}: a <property> without a "
+                                 f"{'name' if name is None else 'value'}")
+            out.append((name, value))
     return out
+
+
+def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
+    seen: set[str] = set()
+    for name, value in _properties(suite, where):
+        if not name.startswith(_OURS):
+            continue
+        into.arbiter_data = True
+        try:
+            if name in seen:
+                raise ValueError(f"the suite property {name!r} appears twice")
+            seen.add(name)
+            if name == REPORT_PROPERTY:
+                into.marker = value
+            elif name == INCOMPLETE_PROPERTY:
+                into.incomplete = value
+            else:
+                for prefix, counts in ((TOTAL_PREFIX, into.totals),
+                                       (OUTSIDE_PREFIX, into.outside)):
+                    key = parse_property(name, prefix)
+                    if key is not None:
+                        counts[key] = parse_count(name, value)
+                        break
+                else:
+                    raise ValueError(f"unknown suite property {name!r}")
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+def _read_case(case: Any, where: str, into: _Suite) -> None:
+    tid = case_id(case.classname or "", case.name or "")
+    found: dict[HistogramKey, int] = {}
+    expected = False
+    for name, value in _properties(case, f"{where}: test {tid}"):
+        if not name.startswith(_OURS):
+            continue
+        into.arbiter_data = True
+        try:
+            if name == EXPECT_DEGRADE_PROPERTY:
+                if value != "1":
+                    raise ValueError(f"property {name!r} has the value {value!r}, not '1'")
+                expected = True
+                continue
+            key = parse_property(name)
+            if key is None:
+                raise ValueError(f"unknown testcase property {name!r}")
+            found[key] = found.get(key, 0) + parse_count(name, value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: test {tid}: {exc}") from None
+    for key, count in found.items():
+        into.in_cases[key] = into.in_cases.get(key, 0) + count
+        into.tests.setdefault(key, set()).add(tid)
+        if expected:
+            into.expected[key] = into.expected.get(key, 0) + count
+
+
+def _check_suite(suite: _Suite, where: str) -> None:
+    """The suite's totals account for every dispatch its testcases record, and no more."""
+    if suite.marker is None:
+        raise ValueError(f"{where}: has arbiter properties but no {REPORT_PROPERTY!r} "
+                         "suite property: written by a pytest-arbiter older than this "
+                         "one, or damaged; its counts cannot be checked")
+    if suite.marker != REPORT_VERSION:
+        raise ValueError(f"{where}: {REPORT_PROPERTY!r} is {suite.marker!r}: this "
+                         f"pytest-arbiter reads version {REPORT_VERSION}")
+    if suite.incomplete is not None:
+        raise ValueError(f"{where}: the run's dispatch counts are incomplete "
+                         f"({suite.incomplete}): rerun it")
+    for key in sorted(set(suite.totals) | set(suite.outside) | set(suite.in_cases)):
+        total = suite.totals.get(key, 0)
+        cases, outside = suite.in_cases.get(key, 0), suite.outside.get(key, 0)
+        if cases + outside != total:
+            raise ValueError(
+                f"{where}: {'/'.join(key)}: the testcases record {cases} dispatches and "
+                f"{outside} were outside any test, but the suite total is {total} "
+                "(a damaged or edited report)")
+
+
+def junit_counts(data: bytes, source: str) -> FleetCounts:
+    """The dispatch counts of the JUnit XML ``data``; ``ValueError`` naming ``source``
+    if it is unreadable, damaged or inconsistent (see the module's docstring)."""
+    from junitparser import JUnitXml, TestSuite
+
+    root = parse_xml(data, source)
+    try:
+        xml = JUnitXml.fromroot(root)
+    except Exception as exc:  # junitparser's JUnitXmlError: not a testsuite(s) root
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: {escape(exc)}") from None
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    out = FleetCounts(sources=[source])
+    for number, element in enumerate(suites):
+        where = f"{escape(source)}: testsuite {escape(repr(element.name or number))}"
+        suite = _Suite()
+        _read_suite_properties(element, where, suite)
+        for case in element:
+            out.testcases += 1
+            _read_case(case, where, suite)
+        if not suite.arbiter_data:
+            continue  # the plugin was not active in this suite
+        _check_suite(suite, where)
+        for key, count in suite.totals.items():
+            out.add(key, count)
+        for key, tests in suite.tests.items():
+            out.tests.setdefault(key, set()).update(tests)
+        for key, count in suite.expected.items():
+            out.expected[key] = out.expected.get(key, 0) + count
+    return out
+
+
+def read_junit(path: str | os.PathLike[str]) -> FleetCounts:
+    """The dispatch counts a JUnit XML report records; ``ArtifactError`` if unreadable,
+    damaged or inconsistent."""
+    from pytest_arbiter.artifacts import ArtifactError, read_bytes
+
+    try:
+        return junit_counts(read_bytes(path), str(path))
+    except ValueError as exc:
+        raise ArtifactError(escape(exc)) from None
 
 
 def read_report(path: str | os.PathLike[str]) -> FleetCounts:
     """A JUnit XML report or a histogram JSON file (by content), as counts."""
-    p = Path(path)
+    from pytest_arbiter import histogram_file
+    from pytest_arbiter.artifacts import ArtifactError, read_bytes
+    from pytest_arbiter.strictjson import check_bom
+
+    source = str(path)
+    data = read_bytes(path)
+    head = data[:256].lstrip()
     try:
-        with p.open("rb") as f:
-            head = f.read(256).lstrip()
-    except OSError as exc:
-        raise ArtifactError(f"cannot read {p}: {exc.strerror or exc}") from None
-    if head.startswith(b"<"):
-        return read_junit(p)
-    if head.startswith(b"{"):
-        out = FleetCounts(sources=[str(p)])
-        counts, out.expected = read_histogram_expected(p)
-        for key, count in counts.items():
-            out.add(key, count)
-        return out
-    raise ArtifactError(f"{p} is neither JUnit XML nor a pytest-arbiter histogram "
-                        "(it starts with neither '<' nor '{')")
+        if head.startswith(b"<"):
+            return junit_counts(data, source)
+        if head.startswith(b"{"):
+            out = FleetCounts(sources=[source])
+            counts, out.expected = histogram_file.counts_and_expected(
+                histogram_file.decode(data, source))
+            for key, count in counts.items():
+                out.add(key, count)
+            return out
+        check_bom(data, source)
+    except ValueError as exc:
+        raise ArtifactError(escape(exc)) from None
+    raise ArtifactError(f"{escape(source)} is neither JUnit XML nor a pytest-arbiter "
+                        "histogram (it starts with neither '<' nor '{')")
 
 
 def read_reports(paths: Iterable[str | os.PathLike[str]]) -> FleetCounts:

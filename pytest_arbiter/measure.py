@@ -10,12 +10,15 @@ import gc
 import math
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from pytest_arbiter.watchdog import watched_calls
+import msgspec
+
+from pytest_arbiter.watchdog import CallTimeout, watched_calls
 
 
 class Timer(Protocol):
@@ -42,16 +45,29 @@ def relative_spread(median: float, q1: float, q3: float) -> float:
     return (q3 - q1) / median if median > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class LatencyStats:
-    """The median latency and the spread behind it, in nanoseconds."""
+MAX_FINITE = sys.float_info.max
+"""The largest finite float: an artifact's latencies and probabilities are at most this
+(a JSON ``1e400`` is infinity and is refused)."""
 
-    median_ns: float
-    min_ns: float
-    q1_ns: float
-    q3_ns: float
-    max_ns: float
-    samples: int
+Latency = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FINITE)]
+"""Nanoseconds: finite and not negative."""
+
+
+class LatencyStats(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """The median latency and the spread behind it, in nanoseconds.
+
+    A frozen msgspec struct, untracked by the garbage collector (it holds only numbers),
+    so a cache of a million entries adds nothing for the collector to walk. The bounds
+    are checked when a cache file is decoded, not when one is built in memory.
+    """
+
+    median_ns: Latency
+    min_ns: Latency
+    q1_ns: Latency
+    q3_ns: Latency
+    max_ns: Latency
+    samples: Annotated[int, msgspec.Meta(ge=1)]
+    """How many timed calls (rounds) the statistics summarise."""
 
     @classmethod
     def of(cls, samples: Sequence[float]) -> LatencyStats:
@@ -62,7 +78,8 @@ class LatencyStats:
             q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
         else:
             q1 = q3 = ordered[0]
-        return cls(statistics.median(ordered), ordered[0], q1, q3, ordered[-1], len(ordered))
+        return cls(float(statistics.median(ordered)), float(ordered[0]), float(q1), float(q3),
+                   float(ordered[-1]), len(ordered))
 
     @property
     def spread(self) -> float:
@@ -243,7 +260,7 @@ class _Contest:
         fn, sample = self.fns[name], self.clock.sample
         try:
             took = self.watched(lambda: sample(fn))
-        except Exception as exc:
+        except (Exception, CallTimeout) as exc:
             self.alive.remove(name)
             self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None

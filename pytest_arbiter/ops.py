@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision
+from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision, spacing
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 
 Array = Any
@@ -26,6 +26,8 @@ BudgetFn = Callable[[Sequence[np.ndarray], np.ndarray], np.ndarray]
 # length K has error at most lambda * sqrt(K) * u * sum|a_i b_i| with probability
 # 1 - 2K exp(-lambda^2 / 2); lambda = 8 makes a false alarm practically impossible.
 ERROR_LAMBDA = 8.0
+TF32_UNIT_ROUNDOFF = 2.0 ** -11
+"""TF32 keeps 10 of float32's 23 fraction bits: u = 2^-11 (round to nearest)."""
 
 
 def _shape_of(x: Array) -> str:
@@ -88,6 +90,13 @@ def _origin(fn: Any) -> str:
     return f"{module}.{qualname}"
 
 
+def _reimported(old: Any, new: Any) -> bool:
+    """Whether ``new`` is ``old``'s code from a fresh import of its module (pytester's
+    in-process runs re-import a test module); two lambdas of one module are two."""
+    return (_origin(old) == _origin(new)
+            and getattr(old, "__globals__", None) is not getattr(new, "__globals__", None))
+
+
 def _same_device_kind(x: Any, template: Any) -> bool:
     return type(x).__module__.split(".")[0] == type(template).__module__.split(".")[0]
 
@@ -112,6 +121,9 @@ class Op:
     builtin: bool = False
     doc: str = field(default="", compare=False)
     out_dtype: np.dtype | None = None
+    allow_tf32: frozenset[str] = frozenset()
+    """The input dtypes for which a kernel may round its inputs to TF32 (see
+    :func:`allow_tf32`); empty by default, so a float32 GEMM on TF32 fails the gate."""
 
     def run_reference(self, *inputs: Array) -> Array:
         """The reference's result in :func:`result_dtype`, on the inputs' kind of device.
@@ -181,13 +193,112 @@ def _matmul_reference(a: Array, b: Array) -> Array:
     return _like(_matmul_exact(a, b).astype(a.dtype), a)
 
 
-def _matmul_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
-    a, b = (np.asarray(x, dtype=np.float64) for x in inputs)
-    p = precision(inputs[0].dtype)
+@dataclass(frozen=True)
+class ErrorModel:
+    """How far a correct kernel's output may be from the exact result, per output element.
+
+    Every array has the output's shape, in float64 and absolute units. ``allowed`` is the
+    elementwise budget. The rest feed the gate's statistical checks on generated inputs:
+    ``sd`` bounds the scale (a standard deviation, or a sub-Gaussian scale) of the random
+    part of the error that is independent from element to element; ``common_sd`` that of
+    a random part shared by every element of one group (``groups``: one label per element,
+    e.g. the softmax row whose sum they share); ``systematic`` bounds an error of one sign
+    that a correct kernel may still make (a biased library ``exp``; TF32 truncation).
+    docs/accuracy.md derives each op's terms.
+    """
+
+    allowed: np.ndarray
+    sd: np.ndarray
+    systematic: np.ndarray
+    common_sd: np.ndarray | None = None
+    groups: np.ndarray | None = None
+
+
+def _finite_or_zero(values: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(values), values, 0.0)
+
+
+def _with_rounding(exact: np.ndarray, accumulated: np.ndarray, flush: float,
+                   dtype: object) -> np.ndarray:
+    """The elementwise budget around an accumulated error bound.
+
+    A correct kernel's value before its last rounding lies within ``accumulated`` of the
+    exact result; rounding it to nearest adds at most half a spacing of the output's
+    numbers at that value. ``flush``: what flushing float32 subnormals to zero (a GPU
+    compile option) may cost. A float64 reference was computed in float64 itself: it
+    carries the same accumulated error and a rounding of its own.
+    """
+    magnitude = np.abs(_finite_or_zero(exact))
+    if dtype_name(dtype) == "float64":
+        accumulated = 2.0 * accumulated
+        return spacing(magnitude + accumulated, dtype) + accumulated + flush
+    return 0.5 * spacing(magnitude + accumulated, dtype) + accumulated + flush
+
+
+def _nonneg_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x @ y`` for nonnegative ``x``, ``y`` (the magnitudes behind a bound), rounded up.
+
+    In float32 (twice as fast) when every nonzero value lies in [2^-60, 2^60], so nothing
+    overflows or goes subnormal; its relative error is then below ``K 2^-24`` and covered.
+    """
+    k = x.shape[1]
+    nonzero = np.concatenate([x[x > 0], y[y > 0]])
+    if nonzero.size and (nonzero.min() < 2.0 ** -60 or nonzero.max() > 2.0 ** 60):
+        out: np.ndarray = np.matmul(x, y)
+        return out * (1.0 + 2.0 * k * 2.0 ** -53)
+    fast = np.matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float64)
+    return fast * (1.0 + 2.0 * (k + 1) * 2.0 ** -24)
+
+
+def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated: bool,
+                  tf32: bool = False) -> ErrorModel:
+    """matmul's error model: a K-term inner product accumulated in ``u_acc`` in any order.
+
+    ``generated``: the gate drew the inputs, so along K the products of every output are
+    independent and identically distributed, and the sharper random-data bound holds
+    (docs/accuracy.md, "matmul"); otherwise the worst-case-data bound of Higham & Mary.
+    """
+    dtype = inputs[0].dtype
+    p = precision(dtype)
+    a = _finite_or_zero(np.asarray(inputs[0], dtype=np.float64))
+    b = _finite_or_zero(np.asarray(inputs[1], dtype=np.float64))
     k = a.shape[1]
-    gamma = min(float(k), ERROR_LAMBDA * math.sqrt(k)) * p.accumulate_unit_roundoff
-    magnitude = np.matmul(np.abs(a), np.abs(b))
-    return 2.0 * p.unit_roundoff * np.abs(exact) + gamma * magnitude + p.smallest_normal
+    u_acc = p.accumulate_unit_roundoff
+    magnitude = np.abs(_finite_or_zero(exact))
+    tf32 = tf32 and p.name == "float32"
+    # the products of 16-bit inputs are exact in a float32 accumulator; wider ones round
+    rounded_products = 1.0 if p.name in ("float32", "float64") else 0.0
+    flush = (2.0 * k + 1.0) * p.accumulate_smallest_normal
+    systematic = np.zeros_like(magnitude)
+    if generated:
+        # node sums of any summation tree = their share of C_ij plus a bridge of the
+        # centred products: ||S|| <= sqrt(K/3) |C_ij| + sqrt(K Q_ij) (docs/accuracy.md)
+        q = np.sqrt(_nonneg_product(a * a, b * b))
+        sd = u_acc * (math.sqrt(k / 3.0 + 1.0) * magnitude
+                      + (math.sqrt(k) + rounded_products) * q)
+        if tf32:
+            # inputs rounded (or truncated) to 10 fraction bits: a mean shift of at most
+            # 2 u_tf32 |C_ij|, and a random part of scale 2 u_tf32 sqrt(Q_ij)
+            sd = sd + 2.0 * TF32_UNIT_ROUNDOFF * q
+            systematic = 2.0 * TF32_UNIT_ROUNDOFF * magnitude
+        accumulated = ERROR_LAMBDA * sd + systematic
+    else:
+        m = _nonneg_product(np.abs(a), np.abs(b))
+        accumulated = min(float(k), ERROR_LAMBDA * math.sqrt(k)) * u_acc * m
+        if tf32:
+            # |a~ b~ - a b| <= (4 u_tf32 + 4 u_tf32^2) |a||b|, truncation included
+            accumulated = accumulated + 4.0 * TF32_UNIT_ROUNDOFF * (
+                1.0 + TF32_UNIT_ROUNDOFF) * m
+        sd = accumulated / ERROR_LAMBDA
+    return ErrorModel(_with_rounding(exact, accumulated, flush, dtype), sd, systematic)
+
+
+def _matmul_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
+    return _matmul_model(inputs, exact, generated=False).allowed
+
+
+def _matmul_budget_tf32(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
+    return _matmul_model(inputs, exact, generated=False, tf32=True).allowed
 
 
 def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -198,31 +309,82 @@ def _ragged(d: int) -> int:
     return d + 1 if d % 2 == 0 else d
 
 
-def _matmul_gate_inputs(region: Region, seed: int) -> list[tuple[np.ndarray, ...]]:
+TAILS = (127, 1, 73)
+"""Tails past a multiple of 128: mod 8/16/32/64/128 they leave 7/15/31/63/127, 1, and
+1/9/9/9/73, so every tile size a kernel may use has a ragged remainder of each kind."""
+
+
+def _tail(d: int, r: int) -> int:
+    return (128 if d >= 128 else 0) + r
+
+
+def _reduced_k(k: int) -> int:
+    """A K of at most ~1k with ``k``'s alignment up to 512 (for the special-value inputs)."""
+    return k if k <= 1024 else 512 + k % 512
+
+
+class GateInputs(list[tuple[np.ndarray, ...]]):
+    """An op's generated gate inputs in order, each with a name saying what it probes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def add(self, name: str, *arrays: np.ndarray) -> None:
+        self.append(tuple(arrays))
+        self.names.append(name)
+
+
+def _matmul_gate_inputs(region: Region, seed: int) -> GateInputs:
     assert isinstance(region, MatmulRegion)
     m, n, k, dtype = region.m, region.n, region.k, region.dtype
-    scale_exp = 3 if numpy_dtype(dtype).itemsize == 2 else 8
-    trials: list[tuple[np.ndarray, ...]] = []
-    for trial in range(4):
-        rng = np.random.default_rng(seed + trial)
-        if trial == 2:
-            tm, tn, tk = _ragged(m), _ragged(n), _ragged(k)
-        else:
-            tm, tn, tk = m, n, k
-        if trial == 1:
-            # all-positive sums grow steadily, so a low-precision accumulator stagnates
-            a = rng.uniform(0.0, 1.0, (tm, tk))
-            b = rng.uniform(0.0, 1.0, (tk, tn))
-        elif trial == 3:
-            a = rng.standard_normal((tm, tk)) * np.exp2(
-                rng.integers(-scale_exp, scale_exp + 1, (tm, 1)))
-            b = rng.standard_normal((tk, tn)) * np.exp2(
-                rng.integers(-scale_exp, scale_exp + 1, (1, tn)))
-        else:
-            a = rng.standard_normal((tm, tk))
-            b = rng.standard_normal((tk, tn))
-        trials.append((_cast(a, dtype), _cast(b, dtype)))
-    return trials
+    small = numpy_dtype(dtype).itemsize == 2
+    scale_exp = 3 if small else 8
+    offset = 4.0 if small else 16.0
+    out = GateInputs()
+
+    def pair(name: str, a: np.ndarray, b: np.ndarray) -> None:
+        out.add(name, _cast(a, dtype), _cast(b, dtype))
+
+    rng = np.random.default_rng(seed)
+    pair("N(0, 1), the region's shape", rng.standard_normal((m, k)),
+         rng.standard_normal((k, n)))
+    # all-positive sums grow steadily, so a low-precision accumulator stagnates
+    rng = np.random.default_rng(seed + 1)
+    pair("all-positive U[0, 1): a narrow accumulator stagnates",
+         rng.uniform(0.0, 1.0, (m, k)), rng.uniform(0.0, 1.0, (k, n)))
+    rng = np.random.default_rng(seed + 2)
+    tm, tn, tk = _ragged(m), _ragged(n), _ragged(k)
+    pair("ragged neighbour: every even dimension + 1", rng.standard_normal((tm, tk)),
+         rng.standard_normal((tk, tn)))
+    rng = np.random.default_rng(seed + 3)
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (m, 1)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (1, n)))
+    pair(f"mixed magnitudes: rows of A, columns of B scaled by 2^+-{scale_exp}", a, b)
+    for j in range(3):
+        tm, tn, tk = (_tail(d, TAILS[(i + j) % 3]) for i, d in enumerate((m, n, k)))
+        rng = np.random.default_rng(seed + 4 + j)
+        pair(f"ragged tails {tm}x{tn}x{tk}: M, N, K past multiples of 8 to 128",
+             rng.standard_normal((tm, tk)), rng.standard_normal((tk, tn)))
+    rng = np.random.default_rng(seed + 7)
+    pair(f"large offset: A = {offset:g} + N(0, 1), B = N(0, 1): the partial sums dwarf C",
+         offset + rng.standard_normal((m, k)), rng.standard_normal((k, n)))
+    ks = _reduced_k(k)
+    rng = np.random.default_rng(seed + 8)
+    a, b = rng.standard_normal((m, ks)), rng.standard_normal((ks, n))
+    a[0, :] = 0.0
+    b[:, 0] = 0.0
+    if ks:
+        b[ks // 2, n - 1] = np.inf  # 0 * inf in A's zero row: the reference says NaN
+        b[(ks - 1) // 3, max(n - 2, 0)] = -np.inf
+        a[m - 1, (2 * ks) // 3] = np.nan
+    pair(f"zeros and non-finite ({m}x{ks}x{n}): a zero row of A and column of B, "
+         "a NaN in A, +inf and -inf in B", a, b)
+    tiny_exp = int(math.log2(precision(dtype).smallest_normal)) - 4
+    rng = np.random.default_rng(seed + 9)
+    pair(f"subnormals ({m}x{ks}x{n}): A = N(0, 1) 2^{tiny_exp}, below the smallest normal",
+         rng.standard_normal((m, ks)) * 2.0 ** tiny_exp, rng.standard_normal((ks, n)))
+    return out
 
 
 def _validate_softmax(*inputs: Array) -> None:
@@ -251,38 +413,108 @@ def _softmax_reference(x: Array) -> Array:
     return _like(_softmax_exact(x).astype(x.dtype), x)
 
 
-def _softmax_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
+def _records_bound(n: int, generated: bool) -> int:
+    """How often a running maximum may rise along a row (an online softmax rescales its sum
+    each time): any number for arbitrary data; for i.i.d. data (the gate's own) the count
+    of records, mean H_n, stays below 3 H_n + 14 but with probability < 1e-12 (Chernoff)."""
+    if not generated or n < 2:
+        return max(n - 1, 0)
+    harmonic = math.log(n) + 0.5772156649 + 1.0 / (2 * n)
+    return min(n - 1, math.ceil(3.0 * harmonic + 14.0))
+
+
+def _softmax_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *,
+                   generated: bool) -> ErrorModel:
+    """softmax's error model, for the two-pass, log-sum-exp and online forms alike.
+
+    Per element (relative): the exponent's argument ``x_i - max`` (and ``- log s`` in the
+    log-sum-exp form) is rounded twice, ``exp`` and the division err by a few ulps; shared
+    by a row (relative): the sum's n additions and an online form's rescalings, and the
+    rounding of each rescaling's argument (at most the row's range in all).
+    """
     x = np.asarray(inputs[0], dtype=np.float64)
-    p = precision(inputs[0].dtype)
+    dtype = inputs[0].dtype
+    p = precision(dtype)
     n = x.shape[-1]
-    # exp(x - max) carries a relative error of |x - max| * u from the subtraction,
-    # the sum one of lambda * sqrt(n) * u, the division and exp a few u more
-    distance = x.max(axis=-1, keepdims=True) - x
-    relative = 2.0 * p.unit_roundoff + (
-        8.0 + ERROR_LAMBDA * math.sqrt(n) + distance) * p.accumulate_unit_roundoff
-    return relative * np.abs(exact) + p.smallest_normal
+    u_acc = p.accumulate_unit_roundoff
+    finite = np.isfinite(x)
+    top = np.max(np.where(finite, x, -np.inf), axis=-1, keepdims=True)
+    low = np.min(np.where(finite, x, np.inf), axis=-1, keepdims=True)
+    some = np.isfinite(top)
+    top, low = np.where(some, top, 0.0), np.where(some, low, 0.0)
+    t = np.where(finite, x - top, 0.0)
+    total = np.sum(np.where(finite, np.exp(t), 0.0), axis=-1, keepdims=True)
+    log_total = np.log(np.maximum(total, 1.0))
+    y = np.abs(_finite_or_zero(exact))
+    rescales = math.sqrt(_records_bound(n, generated))
+    shared = math.sqrt(n) + 5.0 + 5.0 * rescales
+    element = u_acc * (8.0 + 2.0 * np.abs(t) + 2.0 * log_total)
+    row = u_acc * (ERROR_LAMBDA * shared + (top - low))
+    accumulated = (element + row) * y
+    flush = 2.0 * p.accumulate_smallest_normal
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    groups = np.repeat(np.arange(rows), n).reshape(x.shape)
+    return ErrorModel(
+        allowed=_with_rounding(exact, accumulated, flush, dtype),
+        sd=u_acc * (4.0 + 2.0 * np.abs(t) + 2.0 * log_total) * y,
+        systematic=8.0 * u_acc * y,
+        common_sd=u_acc * (shared + (top - low)) * y,
+        groups=groups)
 
 
-def _softmax_gate_inputs(region: Region, seed: int) -> list[tuple[np.ndarray, ...]]:
+def _softmax_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
+    return _softmax_model(inputs, exact, generated=False).allowed
+
+
+def _softmax_gate_inputs(region: Region, seed: int) -> GateInputs:
     assert isinstance(region, SoftmaxRegion)
     shape, dtype = region.shape, region.dtype
+    n, lead = shape[-1], shape[:-1]
     offset = 3000.0 if numpy_dtype(dtype).itemsize == 2 else 1000.0
     ragged = (*shape[:-1], _ragged(shape[-1])) if len(shape) == 1 else (
         _ragged(shape[0]), *shape[1:-1], _ragged(shape[-1]))
-    trials: list[tuple[np.ndarray, ...]] = []
-    for trial in range(4):
-        rng = np.random.default_rng(seed + trial)
-        if trial == 0:
-            x = rng.standard_normal(shape) * 3.0
-        elif trial == 1:
-            # a large common offset overflows exp() in any kernel that skips the max
-            x = rng.standard_normal(shape) * 3.0 + offset
-        elif trial == 2:
-            x = rng.standard_normal(ragged) * 3.0
-        else:
-            x = rng.standard_normal(shape) * 20.0
-        trials.append((_cast(x, dtype),))
-    return trials
+    out = GateInputs()
+
+    def one(name: str, x: np.ndarray) -> None:
+        out.add(name, _cast(x, dtype))
+
+    rng = np.random.default_rng(seed)
+    one("N(0, 3^2), the region's shape", rng.standard_normal(shape) * 3.0)
+    # a large offset overflows exp() in a kernel that skips the max; a different offset
+    # per row underflows the low rows of one that takes the max over the whole array
+    rng = np.random.default_rng(seed + 1)
+    row_index = np.arange(int(np.prod(lead, dtype=np.int64))).reshape(*lead, 1) % 16
+    one(f"large offsets: N(0, 3^2) + {offset:g} + 64 x (row % 16)",
+        rng.standard_normal(shape) * 3.0 + offset + 64.0 * row_index)
+    rng = np.random.default_rng(seed + 2)
+    one("ragged neighbour: rows and last axis + 1 when even",
+        rng.standard_normal(ragged) * 3.0)
+    rng = np.random.default_rng(seed + 3)
+    one("wide range N(0, 20^2): many outputs underflow", rng.standard_normal(shape) * 20.0)
+    for j, r in enumerate(TAILS):
+        rng = np.random.default_rng(seed + 4 + j)
+        tail = _tail(n, r)
+        one(f"ragged tail: last axis {tail}, past multiples of 8 to 128",
+            rng.standard_normal((*lead, tail)) * 3.0)
+    rng = np.random.default_rng(seed + 7)
+    x = rng.standard_normal(shape) * 3.0
+    x[rng.random(shape) < 0.25] = -np.inf
+    rows = x.reshape(-1, n)
+    if rows.shape[0] >= 2:
+        rows[-1] = -np.inf
+    one("masked: about 1 in 4 entries -inf, the last row all -inf (reference: NaN)", x)
+    rng = np.random.default_rng(seed + 8)
+    special_lead = lead if int(np.prod(lead, dtype=np.int64)) >= 4 else (4, *lead[1:])
+    x = rng.standard_normal((*special_lead, n)) * 3.0
+    rows = x.reshape(-1, n)
+    rows[0] = rng.standard_normal(n)
+    rows[0, n // 2] = 30.0
+    rows[1] = 0.0
+    rows[2, n // 3] = np.nan
+    rows[3, (2 * n) // 3] = np.inf
+    one("special rows: a spike of +30, a constant row, a NaN, a +inf "
+        "(reference: NaN rows)", x)
+    return out
 
 
 def _default_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
@@ -290,6 +522,21 @@ def _default_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarr
     scale = float(np.max(np.abs(exact))) if exact.size else 0.0
     return 2.0 * p.unit_roundoff * np.abs(exact) + (
         64.0 * p.accumulate_unit_roundoff * scale + p.smallest_normal)
+
+
+def _default_model(exact: np.ndarray, out_dtype: str, reference_dtype: str) -> ErrorModel:
+    """The default budget of a user op whose reference computes in a wider precision than
+    its output: the exact result rounded once to the output dtype (half an ulp), the
+    reference's own rounding, and ``64 u_acc max|ref|`` of accumulated error, as for
+    :func:`_default_budget`; a float32 flush-to-zero is allowed as for the built-ins."""
+    p = precision(out_dtype)
+    magnitude = np.abs(_finite_or_zero(exact))
+    scale = float(np.max(magnitude)) if magnitude.size else 0.0
+    accumulated = 64.0 * p.accumulate_unit_roundoff * scale + (
+        precision(reference_dtype).unit_roundoff * magnitude)
+    allowed = 0.5 * spacing(magnitude + accumulated, out_dtype) + accumulated + (
+        2.0 * p.accumulate_smallest_normal)
+    return ErrorModel(allowed, accumulated / ERROR_LAMBDA, np.zeros_like(magnitude))
 
 
 def _generic_validate(*inputs: Array) -> None:
@@ -330,7 +577,7 @@ class OpRegistry:
             if existing is not None and existing.builtin:
                 raise ValueError(f"op {op.name!r} is built in and cannot be redefined")
             if (existing is not None and existing.reference is not op.reference
-                    and _origin(existing.reference) != _origin(op.reference)):
+                    and not _reimported(existing.reference, op.reference)):
                 raise ValueError(
                     f"op {op.name!r} is already registered with reference "
                     f"{_origin(existing.reference)}; it cannot be re-registered with "
@@ -352,6 +599,24 @@ class OpRegistry:
     def names(self) -> list[str]:
         return sorted(self._ops)
 
+    def set_tf32(self, name: str, dtype: str, allow: bool) -> Op:
+        """Replace op ``name`` with one whose budget does (or does not) accept kernels that
+        round ``dtype`` inputs to TF32; see :func:`allow_tf32`."""
+        if name not in _TF32_BUDGETS:
+            raise ValueError(f"op {name!r} has no TF32 budget; a user op that accepts TF32 "
+                             "passes its own budget=... to op()")
+        if dtype_name(dtype) != "float32":
+            raise ValueError(f"TF32 rounds float32 inputs, not {dtype}: float16 and bfloat16 "
+                             "inputs already have at most TF32's precision")
+        with self._lock:
+            current = self.get(name)
+            dtypes = current.allow_tf32 | {"float32"} if allow else frozenset()
+            plain, tf32 = _TF32_BUDGETS[name]
+            updated = replace(current, allow_tf32=frozenset(dtypes),
+                              budget=tf32 if dtypes else plain)
+            self._ops[name] = updated
+        return updated
+
 
 def _builtin_ops() -> list[Op]:
     return [
@@ -364,7 +629,48 @@ def _builtin_ops() -> list[Op]:
     ]
 
 
+_TF32_BUDGETS: dict[str, tuple[BudgetFn, BudgetFn]] = {
+    "matmul": (_matmul_budget, _matmul_budget_tf32)}
+
 OPS = OpRegistry()
+
+
+def allow_tf32(op_name: str = "matmul", dtype: str = "float32", *, allow: bool = True) -> Op:
+    """Accept kernels of ``op_name`` that round ``dtype`` inputs to TF32 (a GPU default for
+    float32 GEMMs), in every gate of this process; ``allow=False`` takes it back.
+
+    Off by default: the float32 budget fails such a kernel. A team that accepts TF32 says
+    so once, before the first dispatch (a ``conftest.py``). The TF32 budget adds the input
+    rounding, truncation included, to the float32 one (docs/accuracy.md, "TF32").
+    """
+    return OPS.set_tf32(op_name, dtype, allow)
+
+
+def error_model(op: Op, inputs: Sequence[np.ndarray], exact: np.ndarray, *,
+                generated: bool, out_dtype: str | None = None,
+                reference_dtype: str | None = None) -> ErrorModel | None:
+    """The :class:`ErrorModel` of a built-in op for ``inputs`` (host arrays) and their
+    exact result; ``generated``: the gate drew the inputs itself (i.i.d. random values),
+    so the sharper random-data bounds hold.
+
+    A user op with the default budget whose reference returned ``reference_dtype``, more
+    precise than the floating ``out_dtype`` its kernels return, gets the default budget
+    with half an ulp for the output's rounding (:func:`_default_model`). ``None`` for any
+    other user op: its ``budget`` is all there is.
+    """
+    if not op.builtin:
+        if (op.budget is _default_budget and out_dtype is not None
+                and reference_dtype is not None
+                and precision(reference_dtype).unit_roundoff
+                < precision(out_dtype).unit_roundoff):
+            return _default_model(exact, out_dtype, reference_dtype)
+        return None
+    if op.name == "matmul":
+        tf32 = dtype_name(inputs[0].dtype) in op.allow_tf32
+        return _matmul_model(inputs, exact, generated=generated, tf32=tf32)
+    if op.name == "softmax":
+        return _softmax_model(inputs, exact, generated=generated)
+    return None
 
 
 def make_op(name: str, reference: Reference, *, validate: Callable[..., None] | None = None,

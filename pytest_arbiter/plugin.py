@@ -31,6 +31,7 @@ from pytest_arbiter import process
 from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
+from pytest_arbiter.safetext import line as safe_line
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 if TYPE_CHECKING:
@@ -166,6 +167,15 @@ def _tag_present(wanted: str, present: Iterable[str]) -> bool:
     return any(tag == wanted or tag.startswith(wanted + "-") for tag in present)
 
 
+def _junit_log(config: pytest.Config) -> Any:
+    """pytest's JUnit XML writer of this run (``--junitxml``), or None."""
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # pragma: no cover - pytest moved it: no suite totals then
+        return None
+    return config.stash.get(xml_key, None)
+
+
 def _property_name(key: HistogramKey) -> str:
     return "arbiter:" + "/".join(key)
 
@@ -207,6 +217,8 @@ class ArbiterSession:
         self._before: dict[HistogramKey, int] | None = None
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
+        self.junit_recorded: dict[HistogramKey, int] = {}
+        """The ``arbiter:`` counts the JUnit report's testcases hold (controller only)."""
         self._deselected = 0
         self.notes: list[str] = []
         """What the session end did with the artifacts, for the summary."""
@@ -324,7 +336,10 @@ class ArbiterSession:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._deselected += len(items)
 
-    def scope(self, session: pytest.Session) -> RunScope:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        process.started(self.factory)
+
+    def scope(self, session: pytest.Session, exitstatus: int | None = None) -> RunScope:
         """What this run covered (see :mod:`pytest_arbiter.completeness`)."""
         from pytest_arbiter.completeness import RunScope
 
@@ -339,7 +354,8 @@ class ArbiterSession:
         if session.shouldstop or session.shouldfail:
             partial.append("stopped early")
         incomplete = [f"worker {name} crashed" for name in self.crashed_nodes]
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        status = exitstatus if exitstatus is not None else getattr(session, "exitstatus", None)
+        if status == pytest.ExitCode.INTERRUPTED:
             incomplete.append("the session was interrupted")
         return RunScope(tuple(partial), tuple(incomplete),
                         bool(getattr(option, "collectonly", False)))
@@ -439,17 +455,19 @@ class ArbiterSession:
             f"to {shard}: fold them in with: pytest-arbiter merge -o {path} {shard}")
 
     def _fail_run(self, session: pytest.Session) -> None:
-        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if getattr(session, "exitstatus", None) in (pytest.ExitCode.OK,
+                                                    pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        process.finished(self.factory)
         if self.is_worker:
             self._fill_workeroutput()
             return
         s = self.settings
         counts = self.counts()
-        scope = self.scope(session)
+        scope = self.scope(session, exitstatus)
         if scope.collect_only:
             if any(p is not None for p in (s.histogram, s.write_baseline)) or s.tune:
                 self.notes.append("collect-only run: no artifact written")
@@ -503,6 +521,32 @@ class ArbiterSession:
             "reasons": [[*key, why] for key, why in sorted(self.reasons().items())],
             "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
         }
+
+    # -- the JUnit report's suite totals ------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # pytest's junitxml writes a testcase's properties from its teardown report; on
+        # the controller this sees every worker's reports too
+        if (report.when == "teardown" and report.user_properties and not self.is_worker
+                and _junit_log(self.config) is not None):
+            from pytest_arbiter.junit import add_recorded
+
+            add_recorded(self.junit_recorded, report.user_properties)
+
+    @pytest.hookimpl(tryfirst=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_junit_totals(self, session: pytest.Session,
+                                          exitstatus: int) -> None:
+        """Before pytest's junitxml writes the report (its own session-finish hook): the
+        run's dispatch totals as suite properties, so that ``pytest-arbiter gate`` can
+        tell a complete report from a damaged one (docs/artifacts.md)."""
+        log = None if self.is_worker else _junit_log(self.config)
+        if log is None:
+            return
+        from pytest_arbiter.junit import suite_properties
+
+        for name, value in suite_properties(self.counts(), self.junit_recorded,
+                                            self.scope(session, exitstatus).incomplete):
+            log.add_global_property(name, value)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         process.unbind(self.factory)
@@ -585,7 +629,8 @@ class ArbiterSession:
                                  "arbiter_expect_degrade, or add them to the baseline)")
             else:
                 lines.append("degrade gate passed")
-        return lines
+        # names come from registrations, worker payloads and artifacts: printed escaped
+        return [safe_line(text) for text in lines]
 
     def _new_entry_lines(self, verdict: BaselineVerdict) -> list[str]:
         """Each new failing entry, its reason, and the tests behind it."""

@@ -37,7 +37,7 @@ class ConfigurationError(ValueError):
 
 
 _current: Arbiter | None = None
-_bindings: list[Callable[[], Arbiter]] = []
+_bindings: list[tuple[Callable[[], Arbiter], list[bool]]] = []
 _configured: Arbiter | None = None
 _lock = threading.RLock()
 
@@ -47,7 +47,31 @@ def bind(factory: Callable[[], Arbiter]) -> None:
     until the matching :func:`unbind`. The plugin calls it at configure."""
     global _current
     with _lock:
-        _bindings.append(factory)
+        _bindings.append((factory, [False]))
+        _current = None
+
+
+def started(factory: Callable[[], Arbiter]) -> None:
+    """Say that the run bound with ``factory`` started its session: of several
+    bindings, the latest started one wins, so a config a test makes and never runs
+    (``pytester.getitem``, say) does not take that test's dispatches."""
+    global _current
+    with _lock:
+        for bound_factory, flag in _bindings:
+            if bound_factory is factory:
+                flag[0] = True
+        _current = None
+
+
+def finished(factory: Callable[[], Arbiter]) -> None:
+    """Say that the run bound with ``factory`` finished its session (pytester's
+    ``getitem`` starts and finishes one to collect): it no longer outranks the run
+    that is still going."""
+    global _current
+    with _lock:
+        for bound_factory, flag in _bindings:
+            if bound_factory is factory:
+                flag[0] = False
         _current = None
 
 
@@ -56,7 +80,7 @@ def unbind(factory: Callable[[], Arbiter]) -> None:
     global _current
     with _lock:
         for i in range(len(_bindings) - 1, -1, -1):
-            if _bindings[i] is factory:
+            if _bindings[i][0] is factory:
                 del _bindings[i]
                 break
         _current = None
@@ -78,7 +102,8 @@ def _resolve() -> Arbiter:
     global _current, _configured
     with _lock:
         if _bindings:
-            found = _bindings[-1]()
+            running = [factory for factory, flag in _bindings if flag[0]]
+            found = (running[-1] if running else _bindings[-1][0])()
         else:
             if _configured is None:
                 _configured = _from_environment()
@@ -179,20 +204,35 @@ def dispatch(op: str, *inputs: Any, target: str | None = None) -> Any:
     arb = _current
     if arb is None:
         arb = _resolve()
-    return arb.dispatch(op, *inputs, target=target)
+    return arb.dispatch_inputs(op, inputs, target)
 
 
-def default_arbiter(mode: str | None = None) -> Arbiter:
-    """The process arbiter (``mode`` is accepted for compatibility and must match it
-    or be None; use :func:`run_arbitrated` / :func:`run_measured_arbitrated` to
-    dispatch one call in another mode)."""
+class ModeView:
+    """The process arbiter seen in another mode: its dispatches go through
+    :meth:`Arbiter.dispatch_as`, on the same cache, gate and histogram."""
+
+    def __init__(self, arbiter: Arbiter, mode: str) -> None:
+        self.arbiter = arbiter
+        self.mode = mode
+
+    def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
+        return self.arbiter.dispatch_as(self.mode, op, *inputs, target=target)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.arbiter, name)
+
+
+def default_arbiter(mode: str | None = None) -> Arbiter | ModeView:
+    """The process arbiter; with a ``mode`` other than its own, a view of it whose
+    dispatches use that mode (and still count in its one histogram)."""
     arb = current()
-    if mode is not None and mode != arb.mode:
-        from pytest_arbiter.arbiter import MODES
+    if mode is None or mode == arb.mode:
+        return arb
+    from pytest_arbiter.arbiter import MODES
 
-        if mode not in MODES:
-            raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
-    return arb
+    if mode not in MODES:
+        raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
+    return ModeView(arb, mode)
 
 
 def run_arbitrated(op: str, *inputs: Any, target: str | None = None) -> Any:

@@ -5,8 +5,9 @@ SIGALRM and its handler raises in the main thread. The handler runs at the next
 bytecode boundary, so a call waiting in Python code or in an interruptible wait
 (``time.sleep``, most blocking I/O) is cut short, while a call stuck in C code that
 never returns to the interpreter is reported only when it returns. Where the method
-cannot be used (no SIGALRM, not the main thread, a SIGALRM handler already installed,
-e.g. pytest-timeout's own) the watchdog does nothing.
+cannot be used (no SIGALRM, not the main thread) the watchdog does nothing. Another
+SIGALRM handler (pytest-timeout's signal method) is chained: its alarm is still
+delivered at its time, and ours fires only for the call we watch.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# dispositions that leave SIGALRM free: nobody handles it in Python
-_FREE: tuple[object, ...] = (signal.SIG_DFL, signal.SIG_IGN, None)
+class CallTimeout(BaseException):
+    """A call under :func:`watchdog` gave no result within ``seconds``.
 
-
-class CallTimeout(TimeoutError):
-    """A call under :func:`watchdog` gave no result within ``seconds``."""
+    A ``BaseException`` (as pytest's own outcomes are), so a kernel's ``except
+    Exception`` cannot swallow it; the gate and the timing catch it by name.
+    """
 
     def __init__(self, seconds: float) -> None:
         super().__init__(f"no result after {seconds:g} s "
@@ -36,44 +37,74 @@ class CallTimeout(TimeoutError):
 
 def watchdog_available() -> bool:
     """Whether the signal method can be used here: the platform has it, this is the
-    main thread, and no other SIGALRM handler is installed."""
+    main thread, and no watchdog of ours is already running (another SIGALRM handler,
+    pytest-timeout's say, is chained: it still fires at its own time)."""
     return (hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer")
             and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGALRM) in _FREE)
+            and signal.getsignal(signal.SIGALRM) is not _expire)
 
 
-# the limit of the call being watched, while the timer is armed (watchdogs never nest:
-# an inner one finds the outer one's handler installed and does nothing)
-_watching: list[float] = []
+class _Watch:
+    """While our handler is installed: the watched call's limit and deadline, and the
+    handler and alarm time of whoever had SIGALRM before us."""
+
+    limit: float | None = None
+    deadline = 0.0
+    previous: Any = None
+    theirs_at: float | None = None
+
+
+_watch = _Watch()
 
 
 def _expire(signum: int, frame: FrameType | None) -> None:
-    # a signal already on its way when the body finished must not raise
-    if _watching:
-        raise CallTimeout(_watching[0])
+    if _watch.limit is not None and time.monotonic() >= _watch.deadline - 1e-4:
+        raise CallTimeout(_watch.limit)
+    previous = _watch.previous
+    if _watch.theirs_at is not None and time.monotonic() >= _watch.theirs_at - 1e-4:
+        _watch.theirs_at = None
+        if callable(previous):
+            previous(signum, frame)  # their alarm, at their time (pytest-timeout's)
+    # else: a signal already on its way when the call finished: nothing to do
+
+
+def _arm(limit: float) -> None:
+    """Arm the timer for a call of ``limit`` seconds, or for their alarm if sooner."""
+    now = time.monotonic()
+    _watch.limit, _watch.deadline = limit, now + limit
+    wait = limit
+    if _watch.theirs_at is not None:
+        wait = min(wait, max(_watch.theirs_at - now, 1e-6))
+    signal.setitimer(signal.ITIMER_REAL, wait)
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    _watch.limit = None
 
 
 @contextlib.contextmanager
 def _installed() -> Iterator[None]:
     """Our SIGALRM handler installed for the body; the previous handler and any running
-    timer (paused meanwhile, resumed with what it had left) restored on exit."""
+    timer (its alarm still delivered at its time, through us) restored on exit."""
     left, interval = signal.setitimer(signal.ITIMER_REAL, 0)
-    paused_at = time.monotonic() if left > 0 else 0.0
-    previous = signal.signal(signal.SIGALRM, _expire)
+    _watch.theirs_at = time.monotonic() + left if left > 0 else None
+    _watch.previous = signal.signal(signal.SIGALRM, _expire)
+    previous = _watch.previous
     try:
         yield
     finally:
         # nested, so that an expiry between the body's end and the disarm (which
         # raises here) still restores the handler and the paused timer
         try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            _watching.clear()
+            _disarm()
         finally:
-            _watching.clear()  # again: the expiry may have raised before the line above
+            _watch.limit = None
+            theirs_at, _watch.theirs_at, _watch.previous = _watch.theirs_at, None, None
             # None: a handler installed outside Python, which cannot be reinstalled
             signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
-            if left > 0:
-                resume = max(left - (time.monotonic() - paused_at), 1e-6)
+            if theirs_at is not None:
+                resume = max(theirs_at - time.monotonic(), 1e-6)
                 signal.setitimer(signal.ITIMER_REAL, resume, interval)
 
 
@@ -90,8 +121,7 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         yield
         return
     with _installed():
-        _watching.append(seconds)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        _arm(seconds)
         yield
 
 
@@ -112,17 +142,13 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
         yield _unwatched
         return
     limit = seconds
-    arm = signal.setitimer
-    real = signal.ITIMER_REAL
 
     def watched(fn: Callable[[], T]) -> T:
-        _watching.append(limit)
-        arm(real, limit)
+        _arm(limit)
         try:
             return fn()
         finally:
-            arm(real, 0)
-            _watching.clear()
+            _disarm()
 
     with _installed():
         yield watched

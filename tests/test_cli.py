@@ -55,6 +55,13 @@ def run(*argv: str | Path) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def suite_totals(*totals: tuple[str, int]) -> str:
+    """The suite properties the plugin writes (docs/artifacts.md), for hand-made reports."""
+    props = "".join(f"<property name='arbiter-total:{key}' value='{count}'/>"
+                    for key, count in totals)
+    return f"<properties><property name='arbiter-report' value='1'/>{props}</properties>"
+
+
 def stats(median: float, samples: int = 25) -> LatencyStats:
     return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2,
                         samples)
@@ -246,7 +253,9 @@ def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> N
     ("empty.xml", "", "neither JUnit XML nor"),
     ("badprop.xml", "<testsuites><testsuite><testcase classname='t' name='x'><properties>"
      "<property name='arbiter:cpu/matmul/k/degraded' value='lots'/></properties></testcase>"
-     "</testsuite></testsuites>", "test t::x: invalid literal"),
+     "</testsuite></testsuites>",
+     "test t::x: property 'arbiter:cpu/matmul/k/degraded' has the value 'lots', not a "
+     "positive count"),
 ])
 def test_gate_exits_2_on_an_unreadable_input(reports: Path, name: str, content: str,
                                             message: str,
@@ -287,7 +296,8 @@ def test_junit_helpers() -> None:
 def test_a_bare_testsuite_root_is_read(tmp_path: Path) -> None:
     report = tmp_path / "r.xml"
     report.write_text(
-        "<testsuite name='s'><testcase classname='t' name='x@g'><properties>"
+        f"<testsuite name='s'>{suite_totals(('cpu/matmul/k/degraded', 2))}"
+        "<testcase classname='t' name='x@g'><properties>"
         "<property name='arbiter:cpu/matmul/k/degraded' value='2'/></properties></testcase>"
         "</testsuite>")
     fleet = read_junit(report)
@@ -300,7 +310,8 @@ def test_a_bare_testsuite_root_is_read(tmp_path: Path) -> None:
 def test_expect_degrade_property_is_not_gated(tmp_path: Path) -> None:
     report = tmp_path / "r.xml"
     report.write_text(
-        "<testsuites><testsuite name='s'><testcase classname='t' name='x'><properties>"
+        f"<testsuites><testsuite name='s'>{suite_totals(('cpu/matmul/k/degraded', 2))}"
+        "<testcase classname='t' name='x'><properties>"
         "<property name='arbiter-expect-degrade' value='1'/>"
         "<property name='arbiter:cpu/matmul/k/degraded' value='2'/></properties></testcase>"
         "</testsuite></testsuites>")

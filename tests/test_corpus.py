@@ -1,9 +1,11 @@
-"""The cache artifact and the fleet corpus: format, atomicity, locking, the merge rule."""
+"""The cache artifact and the fleet corpus: the schema, migration, atomicity, locking,
+and the merge rule."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
+import datetime
+import gc
 import json
 import os
 import pickle
@@ -15,28 +17,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_arbiter import artifacts
 from pytest_arbiter.arbiter import measured_arbitrate
 from pytest_arbiter.cache import (
     CACHE_VERSION,
-    ENTRY_FIELDS,
-    RANKING_FIELDS,
+    NO_SINCE,
     CacheEntry,
+    Considered,
     MeasureCache,
+    Provenance,
     RankedCandidate,
-    _candidate,
-    _load_fast,
-    _parse_entry,
-    _parse_row,
-    _rows_valid,
-    cache_document,
-    evidence,
-    stable_float,
+    decode_document,
+    encode_document,
+    since_for,
 )
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.corpus import diff, merge, prefer
@@ -44,6 +43,10 @@ from pytest_arbiter.device import cpu_device
 from pytest_arbiter.measure import ComparePolicy, LatencyStats
 
 FAST = ComparePolicy(warmup=1, min_rounds=3, max_rounds=5, budget_s=0.001)
+DATA = Path(__file__).with_name("data")
+UTC = datetime.timezone.utc
+T0 = datetime.datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+T1 = datetime.datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 
 
 def stats(median: float, samples: int = 25, spread: float = 0.1) -> LatencyStats:
@@ -54,20 +57,37 @@ def stats(median: float, samples: int = 25, spread: float = 0.1) -> LatencyStats
 
 def entry(bucket: str = "m32-n16-k32", winner: str = "a", *, device: str = "dev0",
           confidence: float = 0.999, samples: int = 25, spread: float = 0.1,
-          tie: bool = False, host: str = "h1", runner_up: str | None = "b") -> CacheEntry:
-    ranking = [RankedCandidate(winner, stats(1000.0, samples, spread))]
+          tie: bool = False, host: str = "h1", runner_up: str | None = "b",
+          fingerprints: dict[str, str] | None = None, since: datetime.datetime = NO_SINCE,
+          environment: dict[str, str] | None = None, median: float = 1000.0) -> CacheEntry:
+    ranking = [RankedCandidate(winner, stats(median, samples, spread))]
     if runner_up is not None:
-        ranking.append(RankedCandidate(runner_up, stats(1500.0, samples, spread)))
+        ranking.append(RankedCandidate(runner_up, stats(median * 1.5, samples, spread)))
     prov = {"host": host, "device_name": "Test Device", "measured_at": "2026-12-03T06:00:00Z",
             "versions": {"pytest-arbiter": "0.1.0"}, "rounds": samples, "timed_ns": 12345,
             "shapes": [[32, 32], [32, 16]]}
+    considered = {name: Considered(fp, "timed") for name, fp in (fingerprints or {}).items()}
     return CacheEntry(device, "cpu", "matmul", bucket, "float32", tuple(ranking), confidence,
-                      tie, {"slow": "failed the F4 gate: too far"}, prov)
+                      tie, {"slow": "failed the F4 gate: too far"}, prov, considered,
+                      environment or {}, since=since)
 
 
 def write(path: Path, *entries: CacheEntry) -> bytes:
     artifacts.write_cache(path, MeasureCache(entries))
     return path.read_bytes()
+
+
+def document(*entries: CacheEntry) -> dict[str, Any]:
+    """The file of ``entries`` as parsed JSON, to change and write back."""
+    parsed: dict[str, Any] = json.loads(encode_document(entries))
+    return parsed
+
+
+def refused(tmp_path: Path, doc: Any, match: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    with pytest.raises(artifacts.ArtifactError, match=match):
+        artifacts.read_cache(path)
 
 
 # -- the format ---------------------------------------------------------------------------
@@ -81,49 +101,62 @@ def test_write_read_write_is_byte_identical(tmp_path: Path, registry: CandidateR
     first = tmp_path / "c.json"
     artifacts.write_cache(first, cache)
     text = first.read_bytes()
-    assert text.endswith(b"}\n") and b"NaN" not in text
+    assert text.endswith(b"}\n") and b"NaN" not in text and b"null" not in text
     again = tmp_path / "again.json"
     artifacts.write_cache(again, artifacts.read_cache(first))
     assert again.read_bytes() == text
-    # and the entries survive (latencies in whole nanoseconds)
     loaded = artifacts.read_cache(first)
-    assert len(loaded) == 3
+    assert len(loaded) == 3 and loaded.entries() == cache.entries()
     measured = next(e for e in loaded.entries() if e.device == cpu_device().tag)
     assert measured.provenance["device_name"] == cpu_device().name
     assert measured.samples >= 1 and measured.spread >= 0
 
 
-F = {name: i for i, name in enumerate(ENTRY_FIELDS)}
-"""Position of each field in an on-disk entry array."""
+def test_the_file_is_named_fields_one_entry_a_line_with_shared_tables() -> None:
+    env = {"numpy": "2.4.6", "device_name": "Test Device"}
+    fps = {"a": "f" * 16, "b": "e" * 16}
+    text = encode_document([entry("z", environment=env, fingerprints=fps, since=T0),
+                            entry("a", environment=env, fingerprints=fps, since=T0),
+                            entry("m", host="h2")]).decode()
+    lines = text.splitlines()
+    assert lines[:3] == ["{", '  "schema": "pytest-arbiter/cache",', '  "version": 3,']
+    doc = json.loads(text)
+    assert list(doc) == ["schema", "version", "runs", "environments", "considered", "entries"]
+    assert [r["host"] for r in doc["runs"]] == ["h1", "h2"]  # sorted, each once
+    assert doc["environments"] == [{"device_name": "Test Device", "numpy": "2.4.6"}]
+    assert doc["considered"] == [{"a": {"fingerprint": "f" * 16, "outcome": "timed"},
+                                  "b": {"fingerprint": "e" * 16, "outcome": "timed"}}]
+    assert [e["bucket"] for e in doc["entries"]] == ["a", "m", "z"]
+    first = doc["entries"][0]
+    assert list(first) == ["device", "target", "op", "bucket", "dtype", "ranking",
+                           "confidence", "rejected", "provenance", "considered",
+                           "environment", "since"]
+    assert first["ranking"][0] == {"name": "a", "stats": {
+        "median_ns": 1000.0, "min_ns": 900.0, "q1_ns": 950.0, "q3_ns": 1050.0,
+        "max_ns": 1150.0, "samples": 25}}
+    assert first["provenance"] == {"run": 0, "measured_at": "2026-12-03T06:00:00Z",
+                                   "shapes": [[32, 32], [32, 16]], "rounds": 25,
+                                   "timed_ns": 12345}
+    assert (first["considered"], first["environment"], first["since"]) == (
+        0, 0, "2026-12-01T06:00:00Z")
+    assert "considered" not in doc["entries"][1]  # what an entry does not know is left out
+    entry_lines = [line for line in lines if line.startswith('    {"device":')]
+    assert len(entry_lines) == 3 and all(json.loads(line.rstrip(",")) for line in entry_lines)
 
 
-def test_document_is_sorted_and_shares_run_provenance() -> None:
-    doc = cache_document([entry("z"), entry("a"), entry("m", host="h2")])
-    assert [e[F["bucket"]] for e in doc["entries"]] == ["a", "m", "z"]
-    assert [r["host"] for r in doc["runs"]] == ["h1", "h2"]
-    assert {e[F["provenance"]]["run"] for e in doc["entries"]} == {0, 1}
-    assert "host" not in doc["entries"][0][F["provenance"]]
-    assert doc["entry_fields"] == ["device", "target", "op", "bucket", "dtype", "confidence",
-                                   "tie", "ranking", "rejected", "provenance"]
-    assert doc["ranking_fields"] == ["name", "median_ns", "min_ns", "q1_ns", "q3_ns",
-                                     "max_ns", "samples"]
-    # an entry is an array in that order, a ranking row one string, latencies in whole ns
-    assert doc["entries"][0] == ["dev0", "cpu", "matmul", "a", "float32", 0.999, False,
-                                 ["a 1000 900 950 1050 1150 25", "b 1500 1350 1425 1575 1725 25"],
-                                 {"slow": "failed the F4 gate: too far"},
-                                 {"rounds": 25, "run": 0, "shapes": [[32, 32], [32, 16]],
-                                  "timed_ns": 12345}]
-
-
-def test_latencies_are_written_in_whole_nanoseconds(tmp_path: Path) -> None:
-    fractional = CacheEntry("dev0", "cpu", "matmul", "f", "float32", (
-        RankedCandidate("k", LatencyStats(1181.75, 0.4, 1100.5, 1250.5, 2e12 + 0.25, 3)),))
-    path = tmp_path / "c.json"
-    text = write(path, fractional)
-    assert b'"k 1182 0 1100 1250 2000000000000 3"' in text  # round half to even
-    stats_back = artifacts.read_cache(path).entries()[0].ranking[0].stats
-    assert stats_back == LatencyStats(1182.0, 0.0, 1100.0, 1250.0, 2e12, 3)
-    assert write(tmp_path / "again.json", *artifacts.read_cache(path).entries()) == text
+def test_integers_in_memory_are_written_as_a_read_gives_them_back(tmp_path: Path) -> None:
+    """An entry built with int latencies holds the floats a read gives, so the first
+    write is already the fixed point (read, write: the same bytes)."""
+    built = CacheEntry("dev0", "cpu", "matmul", "f", "float32",
+                       [RankedCandidate("k", LatencyStats(1181, 0, 1100, 1250, 2 * 10**12, 3))],
+                       1, since=datetime.datetime(2026, 1, 1, 7, tzinfo=datetime.timezone(
+                           datetime.timedelta(hours=1))))
+    assert built.ranking[0].stats == LatencyStats(1181.0, 0.0, 1100.0, 1250.0, 2e12, 3)
+    assert type(built.ranking[0].stats.median_ns) is float and type(built.confidence) is float
+    assert built.since == datetime.datetime(2026, 1, 1, 6, tzinfo=UTC)
+    text = write(tmp_path / "c.json", built)
+    assert b'"median_ns":1181.0' in text and b'"since":"2026-01-01T06:00:00Z"' in text
+    assert write(tmp_path / "again.json", *artifacts.read_cache(tmp_path / "c.json")) == text
 
 
 def test_the_documented_example_reads_and_writes_back_byte_identical(tmp_path: Path) -> None:
@@ -136,348 +169,143 @@ def test_the_documented_example_reads_and_writes_back_byte_identical(tmp_path: P
     assert write(tmp_path / "again.json", *cache.entries()).decode() == example
 
 
-def test_stable_float_is_idempotent() -> None:
-    for value in (0.0, -0.0, 1.0, 123456.789, 1e-9, 2.5e12, 1 / 3):
-        once = stable_float(value)
-        assert stable_float(once) == once and repr(stable_float(once)) == repr(once)
-    assert repr(stable_float(-0.0)) == "0.0"
-
-
 def test_newer_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry()))
-    data["version"] = CACHE_VERSION + 1
-    path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError,
-                       match=rf"c.json: cache schema version {CACHE_VERSION + 1} is newer "
-                             rf"than version {CACHE_VERSION}"):
-        artifacts.read_cache(path)
+    doc = document(entry())
+    doc["version"] = CACHE_VERSION + 1
+    refused(tmp_path, doc, rf"c.json: cache schema version {CACHE_VERSION + 1} is newer "
+                           rf"than version {CACHE_VERSION}")
+    doc["unknown"] = True  # a newer file may have new fields: still the version is named
+    refused(tmp_path, doc, rf"c.json: cache schema version {CACHE_VERSION + 1} is newer")
 
 
-def _set_row(index: int, row: object) -> Callable[[list[Any]], None]:
-    def mutate(e: list[Any]) -> None:
-        e[F["ranking"]][index] = row
-    return mutate
+def _at(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set ``value`` at ``path`` (``entries.0.ranking.0.stats.samples``) of a document."""
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
 
-
-def _set(name: str, value: object) -> Callable[[list[Any]], None]:
-    def mutate(e: list[Any]) -> None:
-        e[F[name]] = value
+    def mutate(doc: dict[str, Any]) -> None:
+        node: Any = doc
+        for part in parents:
+            node = node[part]
+        node[last] = value
     return mutate
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (_set_row(0, "a 1000 900 950 1050 1150"),
-     r"entries\[0\].*a ranking row must be a string 'name median_ns min_ns q1_ns q3_ns "
-     r"max_ns samples' or an array of those 7 values, got 'a 1000 900 950 1050 1150'"),
-    (_set_row(0, "a fast 900 950 1050 1150 25"), r"a: median_ns must be a number, got 'fast'"),
-    (_set_row(0, " 1000 900 950 1050 1150 25"), r"candidate name must be a non-empty"),
-    (_set_row(0, "a 1000 900 950 1050 1150 0"), r"a: samples must be a positive integer, got 0"),
-    (_set_row(0, "a 1000 900 950 1050 1150 x"), r"samples must be a positive integer, got 'x'"),
-    (_set_row(0, "a 1000 900 950 1050 1150 2.5"), r"samples must be a positive integer"),
-    (_set_row(0, "a 1000 -1 950 1050 1150 25"), r"a: min_ns must be finite and non-negative, "
-                                                r"got -1\.0"),
-    (_set_row(0, ["a", "1000", 900, 950, 1050, 1150, 25]), r"a: median_ns must be a number, "
-                                                           r"got '1000'"),
-    (_set_row(1, "b 1 2 3 4 1" + "0" * 400 + " 25"), r"b: max_ns must be finite and non-neg"),
-    (_set_row(0, "a 1000 nan 950 1050 1150 25"), r"a: min_ns must be a number, got 'nan'"),
-    (_set_row(0, "a 1000 1e999 950 1050 1150 25"), r"a: min_ns must be finite"),
-    (_set_row(0, ["a", 1000, True, 950, 1050, 1150, 25]), r"a: min_ns must be a number, got True"),
-    (_set_row(0, ["a", 1000, 900, 950, 1050, 1150, True]), r"samples must be a positive integer"),
-    (_set_row(0, {"name": "a"}), r"a ranking row must be a string"),
-    (_set("ranking", []), r"'ranking' must be a non-empty list"),
-    (_set("tie", 1), r"'tie' must be true or false"),
-    (_set("rejected", {"x": 1}), r"'rejected' must map candidate names"),
-    (_set("confidence", 1.5), r"'confidence' must be in \[0, 1\]"),
-    (_set("confidence", "high"), r"'confidence' must be a number"),
-    (_set("device", 7), r"'device' must be a string"),
-    (_set("provenance", []), r"'provenance' must be an object"),
-    (lambda e: e[F["provenance"]].update(run=None), r"provenance 'run' None is not an index"),
-    (lambda e: e[F["provenance"]].update(run=9), r"provenance 'run' 9 is not an index"),
-    (lambda e: e.append("red"), r"an entry array must have 10 values"),
+    (_at("entries.0.ranking.0.stats.samples", 0),
+     r"Expected `int` >= 1 - at `\$.entries\[0\].ranking\[0\].stats.samples`"),
+    (_at("entries.0.ranking.0.stats.samples", 2.5),
+     r"Expected `int`, got `float` - at `\$.entries\[0\].ranking\[0\].stats.samples`"),
+    (_at("entries.0.ranking.1.stats.min_ns", -1),
+     r"Expected `float` >= 0.0 - at `\$.entries\[0\].ranking\[1\].stats.min_ns`"),
+    (_at("entries.0.ranking.0.stats.median_ns", "fast"),
+     r"Expected `float`, got `str` - at `\$.entries\[0\].ranking\[0\].stats.median_ns`"),
+    (_at("entries.0.ranking.0.name", ""), r"Expected `str` of length >= 1.*ranking\[0\].name"),
+    (_at("entries.0.ranking.0.stats.speed", 1), r"Object contains unknown field `speed` - at `\$.entries\[0\].ranking\[0\].stats`"),
+    (_at("entries.0.ranking", []), r"Expected `array` of length >= 1.*entries\[0\].ranking`"),
+    (_at("entries.0.confidence", 1.5), r"Expected `float` <= 1.0.*entries\[0\].confidence`"),
+    (_at("entries.0.tie", 1), r"Expected `bool`, got `int` - at `\$.entries\[0\].tie`"),
+    (_at("entries.0.device", 7), r"Expected `str`, got `int` - at `\$.entries\[0\].device`"),
+    (_at("entries.0.rejected", {"x": 1}), r"Expected `str`, got `int`.*entries\[0\].rejected"),
+    (_at("entries.0.color", "red"), r"Object contains unknown field `color` - at `\$.entries\[0\]`"),
+    (_at("entries.0.provenance.rounds", 25.0), r"Expected `int`, got `float`.*rounds`"),
+    (_at("entries.0.provenance.host", "h"), r"Object contains unknown field `host` - at `\$.entries\[0\].provenance`"),
+    (_at("entries.0.provenance.run", 9), r"9 is not an index into 'runs', which has 1 rows"),
+    (_at("entries.0.provenance.run", -1), r"-1 is not an index into 'runs'"),
+    (_at("entries.0.considered", 1), r"1 is not an index into 'considered', which has 1 row"),
+    (_at("entries.0.environment", "0"), r"Expected `int \| object`, got `str`.*environment`"),
+    (_at("entries.0.since", "2026-12-01T06:00:00"), r"Expected `datetime` with a timezone component - at `\$.entries\[0\].since`"),
+    (_at("considered.0.a.outcome", "won"),
+     r"Invalid enum value 'won' - at `\$.considered\[0\]\[...\].outcome`"),
+    (_at("considered.0.a.fingerprint", ""),
+     r"Expected `str` of length >= 1 - at `\$.considered\[0\]\[...\].fingerprint`"),
+    (_at("runs.0.host", 3), r"Expected `str`, got `int` - at `\$.runs\[0\].host`"),
+    (_at("runs.0.when", "now"), r"Object contains unknown field `when` - at `\$.runs\[0\]`"),
+    (_at("environments.0.numpy", 2), r"Expected `str`, got `int` - at `\$.environments\[0\]"),
+    (_at("entries", {}), r"Expected `array`, got `object` - at `\$.entries`"),
+    (_at("shards", []), r"Object contains unknown field `shards`$"),
 ])
-def test_invalid_entries_name_path_and_entry(tmp_path: Path, mutate: Callable[[list[Any]], None],
-                                             message: str) -> None:
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry()))
-    mutate(data["entries"][0])
-    path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
-        artifacts.read_cache(path)
+def test_a_bad_value_is_refused_naming_the_file_and_its_json_path(
+        tmp_path: Path, mutate: Callable[[dict[str, Any]], None], message: str) -> None:
+    doc = document(entry("a", fingerprints={"a": "f" * 16}, environment={"numpy": "2"},
+                         since=T0), entry("b"))
+    mutate(doc)
+    refused(tmp_path, doc, f"c.json: {message}")
 
 
-def hand_written(e: CacheEntry) -> dict[str, Any]:
-    """``e`` as someone would write it by hand: an object, rows as arrays, a winner."""
-    return {"device": e.device, "target": e.target, "op": e.op, "bucket": e.bucket,
-            "dtype": e.dtype, "winner": e.winner, "confidence": e.confidence, "tie": e.tie,
-            "ranking": [[r.name, *list(r.stats.to_dict().values())] for r in e.ranking],
-            "rejected": dict(e.rejected), "provenance": dict(e.provenance)}
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1e309"])
+@pytest.mark.parametrize("where", ["entries.0.ranking.0.stats.max_ns",
+                                   "entries.0.provenance.p_value", "entries.0.confidence"])
+def test_a_number_out_of_a_doubles_range_is_refused(tmp_path: Path, number: str,
+                                                    where: str) -> None:
+    """``1e400`` reads as infinity: it was accepted, then broke ``show --json``, merges
+    and every later write."""
+    doc = document(entry("a", since=T0), entry("b"))
+    _at(where, 12345.0)(doc)
+    text = json.dumps(doc).replace("12345.0", number)
+    refused(tmp_path, text, r"c.json: .*(out of range|>=|<=).*" + where.split(".")[-1])
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda e: e.update(winner="b"), r"entries\[1\].*winner 'b' is not first"),
-    (lambda e: e.update(color="red"), r"entries\[1\].*unknown fields \['color'\]"),
-    (lambda e: e.pop("ranking"), r"entries\[1\].*'ranking' must be a non-empty list"),
-    (lambda e: e.pop("dtype"), r"entries\[1\].*'dtype' must be a string, got None"),
-])
-def test_invalid_hand_written_entries_are_named(tmp_path: Path,
-                                                mutate: Callable[[dict[str, Any]], None],
-                                                message: str) -> None:
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry("a")))
-    item = hand_written(entry("b"))
-    mutate(item)
-    data["entries"].append(item)
-    path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError, match=f"c.json.*{message}"):
-        artifacts.read_cache(path)
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_literals_are_refused(tmp_path: Path, literal: str) -> None:
+    text = encode_document([entry()]).decode().replace('"confidence":0.999',
+                                                       f'"confidence":{literal}')
+    refused(tmp_path, text, r"c\.json is not valid JSON: .* at line \d+, column \d+")
 
 
-def test_the_first_bad_entry_is_named_after_valid_hand_written_ones(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry("a"), entry("c")))
-    # hand-written but valid: an object, no winner, an integer confidence, no provenance
-    item = hand_written(entry("b"))
-    del item["winner"], item["provenance"]
-    item["confidence"] = 1
-    data["entries"].insert(1, item)
-    data["entries"][2][F["ranking"]][0] = "a 1000 900 x 1050 1150 25"
-    path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError,
-                       match=r"c\.json: entries\[2\] is invalid: a: q1_ns must be a number"):
-        artifacts.read_cache(path)
-    del data["entries"][2]
-    path.write_text(json.dumps(data))
-    loaded = artifacts.read_cache(path).entries()
-    assert [e.confidence for e in loaded] == [0.999, 1.0]
-    assert loaded[1].winner == "a" and loaded[1].provenance == {}
-    assert loaded[0].provenance["host"] == "h1"
-    assert loaded == [entry("a"), CacheEntry(*entry("b").key[:4], "float32",
-                                             entry("b").ranking, 1.0, False,
-                                             entry("b").rejected, {})]
+def test_an_entry_built_in_code_is_checked_as_a_read_would_check_it() -> None:
+    with pytest.raises(ValueError, match=r"cache entry dev0/cpu/matmul/x/float32: "
+                                         r".*>= 0.0.*`\$.ranking\[0\].stats.median_ns`"):
+        CacheEntry("dev0", "cpu", "matmul", "x", "float32",
+                   (RankedCandidate("k", LatencyStats(float("nan"), 1, 1, 1, 1, 3)),))
+    with pytest.raises(ValueError, match=r"<= 1.7976931348623157e\+308.*median_ns"):
+        CacheEntry("dev0", "cpu", "matmul", "x", "float32",
+                   (RankedCandidate("k", LatencyStats(float("inf"), 1, 1, 1, 1, 3)),))
+    with pytest.raises(ValueError, match=r"unknown provenance keys \['colour'\]"):
+        CacheEntry("dev0", "cpu", "matmul", "x", "float32", (RankedCandidate("k", stats(1)),),
+                   provenance={"colour": "red"})
+    with pytest.raises(ValueError, match="length >= 1"):
+        CacheEntry("dev0", "cpu", "matmul", "x", "float32", ())
+    with pytest.raises(ValueError, match="since must carry a time zone"):
+        CacheEntry("dev0", "cpu", "matmul", "x", "float32", (RankedCandidate("k", stats(1)),),
+                   since=datetime.datetime(2026, 1, 1))
 
 
-@pytest.mark.parametrize("header", ["entry_fields", "ranking_fields"])
-def test_fields_in_another_order_are_refused(tmp_path: Path, header: str) -> None:
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry()))
-    data[header][1:3] = reversed(data[header][1:3])
-    path.write_text(json.dumps(data))
-    with pytest.raises(artifacts.ArtifactError, match=rf"c\.json: '{header}' is \["):
-        artifacts.read_cache(path)
+def test_an_unknown_outcome_is_refused_in_code_too() -> None:
+    with pytest.raises(ValueError, match=r"Invalid enum value 'won' - at `\$.considered\[...\]"):
+        CacheEntry("d", "cpu", "matmul", "x", "float32", (RankedCandidate("k", stats(1)),),
+                   considered={"a": Considered("f", "won")})  # type: ignore[arg-type]
 
 
-def test_loaded_entries_equal_built_ones_and_round_trip(tmp_path: Path) -> None:
-    """Entries read from a file build their ranking and provenance on first use; they
-    compare, merge and write exactly as the entries they were written from."""
-    built = [entry("a"), entry("b", "b", runner_up="a", host="h2", confidence=0.5),
-             entry("c", runner_up=None, spread=0.0),
-             CacheEntry("dev0", "cpu", "matmul", "d", "float32",
-                        (RankedCandidate("z", LatencyStats(2.0, 0.0, 1.0, 2.0, 3.0, 1)),))]
-    path = tmp_path / "c.json"
-    text = write(path, *built)
-    loaded = artifacts.read_cache(path)
-    assert {type(e).__name__ for e in loaded} == {"_LoadedEntry"}  # the fast path read it
-    assert merge(loaded).entries == merge(built).entries  # before anything is built
-    again = tmp_path / "again.json"
-    artifacts.write_cache(again, loaded)
-    assert again.read_bytes() == text
-    assert loaded.entries() == sorted(built, key=lambda e: e.key)
-    for e in loaded:  # now built
-        assert isinstance(e.ranking[0].stats.median_ns, float)
-        assert e.to_dict() == next(b for b in built if b.key == e.key).to_dict()
-    artifacts.write_cache(again, loaded)
-    assert again.read_bytes() == text
-    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
-        loaded.entries()[0].nonesuch  # type: ignore[attr-defined]  # noqa: B018
+def test_a_hand_written_file_may_inline_the_shared_data_and_order_it_as_it_likes(
+        tmp_path: Path) -> None:
+    """Tables optional, after the entries, or the shared objects inline in an entry."""
+    built = entry("a", fingerprints={"a": "f" * 16}, environment={"numpy": "2"}, since=T0)
+    doc = document(built)
+    inline = dict(doc["entries"][0])
+    inline["considered"] = doc["considered"][0]
+    inline["environment"] = doc["environments"][0]
+    inline["provenance"] = {**inline["provenance"], "run": doc["runs"][0]}
+    for text in (json.dumps({"entries": doc["entries"], **{k: v for k, v in doc.items()
+                                                          if k != "entries"}}),
+                 json.dumps({"schema": doc["schema"], "version": 3, "entries": [inline]})):
+        path = tmp_path / "hand.json"
+        path.write_text(text)
+        assert artifacts.read_cache(path).entries() == [built]
+    minimal = {"version": 3, "schema": "pytest-arbiter/cache", "entries": [
+        {"device": "d", "target": "cpu", "op": "matmul", "bucket": "b", "dtype": "float32",
+         "ranking": [{"name": "k", "stats": {"median_ns": 1, "min_ns": 1, "q1_ns": 1,
+                                             "q3_ns": 1, "max_ns": 1, "samples": 1}}]}]}
+    (tmp_path / "min.json").write_text(json.dumps(minimal))
+    loaded = artifacts.read_cache(tmp_path / "min.json").entries()[0]
+    assert loaded.confidence == 1.0 and loaded.since == NO_SINCE and not loaded.considered
 
 
-@pytest.mark.parametrize("row", [
-    "a 1181.75 900 950 1050 1150 25",  # a decimal latency
-    "a 1000 900 950 1050 1150 025",  # samples with a leading zero
-    "a 1000 0900 950 1050 1150 25",  # a latency with a leading zero
-    "a 12345678901234567891 900 950 1050 1150 25",  # more digits than a float holds
-    "a 1e3 900 950 1050 1150 25",  # an exponent
-    "a  b 1000 900 950 1050 1150 25",  # a double space in the name
-])
-def test_other_valid_rows_read_the_same_on_the_precise_path(tmp_path: Path, row: str) -> None:
-    """A row the fast check does not take sends the whole file down the entry-by-entry
-    path, which reads it as the same values."""
-    path = tmp_path / "c.json"
-    data = json.loads(write(path, entry("a"), entry("b")))
-    data["entries"][1][F["ranking"]][0] = row
-    path.write_text(json.dumps(data))
-    loaded = artifacts.read_cache(path).entries()
-    assert {type(e).__name__ for e in loaded} == {"CacheEntry"}
-    name, *numbers, samples = row.rsplit(" ", 6)
-    assert loaded[1].ranking[0] == RankedCandidate(
-        name, LatencyStats(*(float(n) for n in numbers), int(samples)))
-    assert loaded[0] == entry("a")
-    # written back in the writer's form, which the fast path then reads the same
-    again = write(tmp_path / "again.json", *loaded)
-    assert write(tmp_path / "third.json", *artifacts.read_cache(tmp_path / "again.json")) == again
-    # and, unless the row has what the writer keeps too (a double space in the name, a
-    # latency past 15 digits), in the form the fast path takes
-    fast = {type(e).__name__ for e in artifacts.read_cache(tmp_path / "again.json")}
-    assert (fast == {"_LoadedEntry"}) == ("  " not in name and float(numbers[0]) < 1e15)
-
-
-def test_names_with_spaces_take_the_fast_path(tmp_path: Path) -> None:
-    spaced = entry("a", "tiled sgemm 64x64", runner_up="b")
-    path = tmp_path / "c.json"
-    write(path, spaced)
-    loaded = artifacts.read_cache(path)
-    assert {type(e).__name__ for e in loaded} == {"_LoadedEntry"}
-    assert loaded.entries() == [spaced] and loaded.entries()[0].winner == "tiled sgemm 64x64"
-
-
-_clean_row = st.tuples(
-    st.text(alphabet="ab_ 019", min_size=1, max_size=6),
-    st.lists(st.one_of(st.text(alphabet="0123456789", min_size=1, max_size=5),
-                       st.text(alphabet="09", min_size=14, max_size=20)),
-             min_size=6, max_size=6),
-).map(lambda row: " ".join([row[0], *row[1]]))
-# near misses: a clean row with a few characters put in or cut out somewhere
-_near_miss = st.tuples(_clean_row, st.integers(0, 40), st.integers(0, 2),
-                       st.text(alphabet="a0 1.-e\n+", max_size=2)).map(
-    lambda t: t[0][:t[1]] + t[3] + t[0][t[1] + t[2]:])
-rows_st = st.lists(st.one_of(_clean_row, _near_miss), min_size=1, max_size=3)
-
-
-@settings(max_examples=300, deadline=None)
-@given(rows_st)
-@example(["a 1 2 3 4 5 6\n7", "b 1 2 3 4 5 6"])  # a line break inside a row
-@example(["a 1 2 3 4 5 0"])  # zero samples
-@example(["a 1 2 3 4 5 00", "b 1 2 3 4 5 6"])
-@example(["a 1 2 3 4 \u0665 6"])  # a digit that is not ASCII
-@example(["a 1  2 3 4 5"])  # an empty field
-@example(["a 1 2 3 4 5 "])
-@example([" 1 2 3 4 5 6"])  # an empty name
-@example(["a 1 2 3 4 -5 6"])
-@example(["a\nb 1 2 3 4 5 6"])  # a line break in the name
-def test_the_fast_row_check_only_takes_rows_the_precise_path_reads_the_same(
-        rows: list[str]) -> None:
-    if not _rows_valid(rows):
-        return
-    for row in rows:
-        assert _candidate(row) == _parse_row(row)
-
-
-def _document(*entries: CacheEntry) -> dict[str, Any]:
-    parsed: dict[str, Any] = json.loads(json.dumps(cache_document(entries)))
-    return parsed
-
-
-_field_changes = st.sampled_from([
-    ("confidence", float("nan")), ("confidence", 1), ("confidence", -0.0), ("confidence", 2.0),
-    ("tie", 0), ("tie", None), ("device", 3), ("bucket", ""), ("rejected", {"x": None}),
-    ("rejected", []), ("provenance", {"run": True}), ("provenance", {"run": -1}),
-    ("provenance", {"run": 1}), ("provenance", {}), ("ranking", ["a 1 2 3 4 5 6", 7]),
-    ("ranking", []), ("ranking", "a 1 2 3 4 5 6"),
-])
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), _field_changes), max_size=2))
-def test_the_fast_load_only_takes_documents_the_precise_path_reads_the_same(
-        changes: list[tuple[int, tuple[str, object]]]) -> None:
-    doc = _document(entry("a"), entry("b", "b", runner_up="a", host="h2"),
-                    entry("c", runner_up=None, confidence=1.0))
-    for index, (name, value) in changes:
-        doc["entries"][index][F[name]] = value
-    fast = _load_fast(doc["entries"], doc["runs"])
-    if fast is None:
-        return
-    for key, loaded, raw in zip(*fast, doc["entries"], strict=True):
-        precise = _parse_entry(json.loads(json.dumps(raw)), doc["runs"])
-        assert loaded.key == key == precise.key
-        assert loaded.to_dict() == precise.to_dict() and loaded == precise
-        assert evidence(loaded) == evidence(precise)
-
-
-def test_a_nan_confidence_is_refused_even_without_the_json_reader() -> None:
-    doc = _document(entry("a"), entry("b"))
-    doc["entries"][1][F["confidence"]] = float("nan")
-    with pytest.raises(ValueError, match=r"entries\[1\] is invalid: 'confidence' must be in"):
-        MeasureCache.from_dict(doc)
-
-
-def test_a_non_finite_latency_is_an_artifact_error_on_write(tmp_path: Path) -> None:
-    bad = CacheEntry("dev0", "cpu", "matmul", "x", "float32", (RankedCandidate(
-        "k", LatencyStats(float("inf"), 1.0, 1.0, 1.0, 1.0, 3)),))
-    with pytest.raises(artifacts.ArtifactError, match="a latency must be finite, got inf"):
-        artifacts.write_cache(tmp_path / "c.json", MeasureCache([bad]))
-    assert not (tmp_path / "c.json").exists()
-
-
-def test_a_version_1_file_is_read_and_written_as_version_2(tmp_path: Path) -> None:
-    """Version 1: an object per entry with a winner, ranking rows arrays of numbers."""
-    old = {"schema": "pytest-arbiter/cache", "version": 1,
-           "ranking_fields": list(RANKING_FIELDS), "runs": [], "entries": [
-               {**hand_written(e), "provenance": {"rounds": 25}} for e in
-               (entry("a"), entry("b", "b", runner_up="a"))]}
-    path = tmp_path / "v1.json"
-    path.write_text(json.dumps(old))
-    loaded = artifacts.read_cache(path).entries()
-    assert [e.winner for e in loaded] == ["a", "b"]
-    assert loaded[0].ranking == entry("a").ranking
-    artifacts.write_cache(path, MeasureCache(loaded))
-    assert json.loads(path.read_text())["version"] == CACHE_VERSION == 2
-
-
-def test_loaded_entries_copy_pickle_and_replace(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    write(path, entry("a"))
-    loaded = artifacts.read_cache(path).entries()[0]
-    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
-        assert pickle.loads(pickle.dumps(loaded, protocol)) == loaded
-    assert copy.deepcopy(loaded) == loaded == copy.copy(loaded)
-    tied = dataclasses.replace(loaded, tie=True)
-    assert type(tied) is CacheEntry and tied.tie and not loaded.tie
-    assert tied.ranking == loaded.ranking and tied.provenance == loaded.provenance
-
-
-def test_provenance_values_of_another_json_type_make_another_entry(tmp_path: Path) -> None:
-    """25 and 25.0 are == in Python but not the same JSON: the entries differ, and the
-    merge rule's canonical tie-break picks the same one whatever the order."""
-    path = tmp_path / "c.json"
-    text = write(path, entry("a")).decode()
-    assert '"rounds": 25,' in text
-    (tmp_path / "float.json").write_text(text.replace('"rounds": 25,', '"rounds": 25.0,'))
-    a, b = (artifacts.read_cache(tmp_path / name) for name in ("c.json", "float.json"))
-    ea, eb = a.entries()[0], b.entries()[0]
-    assert ea != eb and prefer(ea, eb) is prefer(eb, ea)
-    assert ea.canonical() != eb.canonical()
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    artifacts.write_cache(one, merge(a, b).cache())
-    artifacts.write_cache(two, merge(b, a).cache())
-    assert one.read_bytes() == two.read_bytes()
-
-
-def test_merging_a_cache_with_its_own_reload_builds_nothing(tmp_path: Path) -> None:
-    """Two reads of one file (a corpus merged with a shard cut from it, or itself)."""
-    path = tmp_path / "c.json"
-    write(path, *(entry(f"b{i}", host=f"h{i % 3}") for i in range(50)))
-    first, second = artifacts.read_cache(path), artifacts.read_cache(path)
-    result = merge(first, second)
-    assert len(result.entries) == 50 and not result.conflicts
-    assert not [e for e in (*first, *second) if "ranking" in vars(e) or "provenance" in vars(e)]
-
-
-def test_loaded_entries_of_different_runs_differ(tmp_path: Path) -> None:
-    """The same array (run 0) in two files whose run 0 differs: two different entries."""
-    write(tmp_path / "h1.json", entry("a", host="h1"))
-    write(tmp_path / "h2.json", entry("a", host="h2"))
-    one, two = (artifacts.read_cache(tmp_path / f"{h}.json").entries()[0] for h in ("h1", "h2"))
-    assert one != two and one.provenance["host"] == "h1"
-
-
-def test_non_finite_numbers_are_refused(tmp_path: Path) -> None:
-    path = tmp_path / "c.json"
-    text = write(path, entry()).decode().replace('"float32", 0.999,', '"float32", NaN,')
-    path.write_text(text)
-    with pytest.raises(artifacts.ArtifactError, match=r"c\.json is not valid JSON: NaN"):
-        artifacts.read_cache(path)
+def test_a_schema_that_is_not_the_cache_is_refused(tmp_path: Path) -> None:
+    refused(tmp_path, {"schema": "pytest-arbiter/histogram", "version": 1, "entries": []},
+            r"c.json: schema is 'pytest-arbiter/histogram', expected 'pytest-arbiter/cache'")
+    refused(tmp_path, {"schema": "pytest-arbiter/cache", "version": "3", "entries": []},
+            r"c.json: cache version '3' is not a positive integer")
+    refused(tmp_path, "[]", r"c.json: schema is None")
 
 
 def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -> None:
@@ -487,12 +315,194 @@ def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -
     path.write_bytes(cut)
     with pytest.raises(artifacts.ArtifactError,
                        match=r"corpus.json is not valid JSON: .* at line \d+, column \d+ "
-                             r"\(char \d+\)"):
+                             r"\(byte \d+\)"):
         artifacts.read_cache(path)
     with pytest.raises(artifacts.ArtifactError, match=r"corpus\.json is not valid JSON"):
         artifacts.update_cache(path, [entry("c")])
     assert path.read_bytes() == cut
     assert not list(tmp_path.glob(".corpus.json.*.tmp"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["d0", "d1"]), st.text(max_size=6),
+                          st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True),
+                          st.floats(0, 1), st.floats(0, 1e12), st.integers(1, 10**6),
+                          st.booleans(), st.sampled_from(["h1", "h\u00e9", "\U0001f600"]),
+                          st.sampled_from([None, T0, T1]),
+                          st.dictionaries(st.sampled_from("ab"), st.text(max_size=3),
+                                          max_size=2)), max_size=8))
+def test_any_cache_round_trips_through_its_file(rows: list[Any]) -> None:
+    """Whatever the entries hold, a write reads back as the same entries and writes the
+    same bytes again (whole caches, keys in any order, shared rows or not)."""
+    entries = [CacheEntry(
+        device, "cpu", "op", bucket, "float32",
+        tuple(RankedCandidate(n, LatencyStats(median, median, median, median, median, samples))
+              for n in names), confidence, tie, reasons,
+        {"host": host, "p_value": confidence, "shapes": [[samples, 2]]},
+        {n: Considered(f"{n * 8}", "timed") for n in names},
+        {"numpy": host}, since=since or NO_SINCE)
+        for device, bucket, names, confidence, median, samples, tie, host, since, reasons
+        in rows]
+    cache = MeasureCache(entries)
+    text = encode_document(cache)
+    back = decode_document(text)
+    assert back == cache.entries()
+    assert encode_document(back) == text
+    assert MeasureCache.from_dict(json.loads(json.dumps(cache.to_dict()))).entries() == back
+
+
+# -- reading older files ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_file_written_by_an_older_version_is_read_and_written_as_version_3(
+        tmp_path: Path, version: int) -> None:
+    """tests/data/cache_v1.json and cache_v2.json were written by pytest-arbiter at
+    commit ca97b2a (version 1) and e8e4ab3 (version 2), from the same entries."""
+    old = DATA / f"cache_v{version}.json"
+    assert json.loads(old.read_text())["version"] == version
+    loaded = artifacts.read_cache(old).entries()
+    assert [(e.device, e.op, e.winner) for e in loaded] == [
+        ("cpu-x86_64-amd-epyc", "matmul", "dot_matmul"), ("sm_90", "matmul", "mma_matmul"),
+        ("sm_90", "softmax", "fused_softmax")]
+    cpu, gemm, softmax = loaded
+    assert cpu.tie and cpu.confidence == 0.994 and gemm.confidence == 0.999023
+    assert gemm.ranking[1] == RankedCandidate(
+        "cublas_matmul", LatencyStats(14016.0, 13600.0, 13824.0, 14272.0, 16000.0, 25))
+    assert gemm.rejected == {"tiled_sgemm": "failed the F4 gate: max error 3.1e-02 above the "
+                                            "float16 budget 1.0e-02"}
+    # version 1 kept decimals; version 2 wrote whole nanoseconds
+    assert softmax.ranking[0].stats.q1_ns == (5056.25 if version == 1 else 5056.0)
+    assert dict(gemm.provenance) == {
+        "device_name": "NVIDIA H100 80GB HBM3", "host": "gpu-runner-1",
+        "measured_at": "2026-11-21T06:23:11Z", "p_value": 0.0009765625, "rounds": 25,
+        "shapes": ((128, 64), (64, 32)), "spent_ns": 9123004, "timed_ns": 1523112,
+        "versions": {"numpy": "2.1.3", "pytest-arbiter": "0.1.0", "python": "3.11.7"}}
+    # an old entry does not know what it was measured against
+    assert all(e.since == NO_SINCE and not e.considered and not e.environment for e in loaded)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, artifacts.read_cache(old))
+    assert json.loads(path.read_text())["version"] == 3
+    assert artifacts.read_cache(path).entries() == loaded
+    text = path.read_bytes()
+    assert write(tmp_path / "again.json", *artifacts.read_cache(path).entries()) == text
+
+
+def test_an_old_entry_loses_to_any_measurement_that_knows_its_basis() -> None:
+    old = artifacts.read_cache(DATA / "cache_v2.json").entries()[1]
+    weaker = CacheEntry(*old.key, (RankedCandidate("cublas_matmul", stats(9000.0, 7)),),
+                        0.6, considered={"cublas_matmul": Considered("c" * 16, "timed")},
+                        since=T0)
+    assert prefer(old, weaker) is weaker and prefer(weaker, old) is weaker
+
+
+def v2_document(*items: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / "cache_v2.json").read_text())
+    data["entries"] = [*data["entries"], *items]
+    return data
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    (["d", "cpu", "op", "b", "float32", 1.0, False, ["a 1 2 3 4 5 0"], {}, {}],
+     r"entries\[3\] is invalid: Expected `int` >= 1 - at `\$.ranking\[0\].stats.samples`"),
+    (["d", "cpu", "op", "b", "float32", 1.0, False, ["a 1 2 3 4 5"], {}, {}],
+     r"entries\[3\] is invalid: a ranking row must be a string"),
+    (["d", "cpu", "op", "b", "float32", 1.0, False, ["a 1e999 2 3 4 5 6"], {}, {}],
+     r"entries\[3\] is invalid: .*<= 1.79.*median_ns"),
+    (["d", "cpu", "op", "b", "float32", 1.0, False, ["a 1 2 3 4 5 6"], {}, {"run": 7}],
+     r"entries\[3\] is invalid: provenance 'run' 7 is not an index"),
+    (["d", "cpu", "op", "b", "float32", 1.0, False, ["a 1 2 3 4 5 6"], {}, {"x": 1}],
+     r"entries\[3\] is invalid: Object contains unknown field `x` - at `\$.provenance`"),
+    ({"device": "d", "target": "cpu", "op": "op", "bucket": "b", "dtype": "f",
+      "winner": "b", "ranking": [["a", 1, 2, 3, 4, 5, 6]]},
+     r"entries\[3\] is invalid: winner 'b' is not first in the ranking"),
+    (["d", "cpu"], r"entries\[3\] is invalid: an entry array must have 10 values"),
+])
+def test_a_bad_entry_of_an_old_file_is_named(tmp_path: Path, item: Any, message: str) -> None:
+    refused(tmp_path, v2_document(item), f"c.json: {message}")
+
+
+def test_an_old_file_is_read_by_every_strict_rule(tmp_path: Path) -> None:
+    text = (DATA / "cache_v2.json").read_text()
+    refused(tmp_path, text.replace('"runs": [', '"runs": [], "runs": ['), "appears twice")
+    data = v2_document()
+    data["entry_fields"][1:3] = reversed(data["entry_fields"][1:3])
+    refused(tmp_path, data, r"c\.json: 'entry_fields' is \[")
+
+
+# -- what the loaded cache costs ----------------------------------------------------------
+
+
+def test_a_loaded_cache_leaves_the_garbage_collector_almost_nothing(tmp_path: Path) -> None:
+    """The structs are untracked (gc=False) and the tables shared: 20,000 entries add
+    a few hundred tracked objects (the format before added 10 per entry)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    try:
+        from bench_merge import make_entries
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "big.json"
+    artifacts.write_cache(path, MeasureCache(make_entries(20_000, seed=1, host="r")))
+    gc.collect()
+    before = len(gc.get_objects())
+    cache = artifacts.read_cache(path)
+    tracked = len(gc.get_objects()) - before
+    assert len(cache) == 20_000 and tracked < 1000, tracked
+    assert not gc.is_tracked(cache.entries()[0]) and not gc.is_tracked(cache.entries()[0].ranking)
+
+
+def test_two_reads_of_one_file_share_their_tables_and_compare_by_identity(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    write(path, *(entry(f"b{i}", host=f"h{i % 3}", fingerprints={"a": "f" * 16},
+                        environment={"numpy": "2"}, since=T0) for i in range(50)))
+    first, second = artifacts.read_cache(path).entries(), artifacts.read_cache(path).entries()
+    assert all(a.environment is b.environment and a.considered is b.considered
+               and a.provenance.run is b.provenance.run  # type: ignore[union-attr]
+               for a, b in zip(first, second, strict=True))
+    result = merge(first, second)
+    assert len(result.entries) == 50 and not result.conflicts
+
+
+def test_loaded_entries_copy_pickle_and_replace(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    write(path, entry("a", fingerprints={"a": "f"}, environment={"x": "y"}, since=T0))
+    loaded = artifacts.read_cache(path).entries()[0]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(loaded, protocol)) == loaded
+    assert copy.deepcopy(loaded) == loaded == copy.copy(loaded)
+    tied = msgspec.structs.replace(loaded, tie=True)
+    assert tied.tie and not loaded.tie and tied.considered is loaded.considered
+    with pytest.raises(TypeError):
+        loaded.considered["b"] = Considered("g", "timed")  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        loaded.tie = True  # type: ignore[misc]
+
+
+def test_the_provenance_reads_like_the_dict_it_was() -> None:
+    prov = entry().provenance
+    assert isinstance(prov, Provenance)
+    assert prov["host"] == "h1" and prov.get("p_value") is None and "p_value" not in prov
+    assert prov.get("spent_ns", "-") == "-" and "host" in prov and len(prov) == 7
+    with pytest.raises(KeyError):
+        prov["p_value"]  # noqa: B018
+    assert entry().to_dict()["provenance"] == {
+        "device_name": "Test Device", "host": "h1", "measured_at": "2026-12-03T06:00:00Z",
+        "rounds": 25, "shapes": [[32, 32], [32, 16]], "timed_ns": 12345,
+        "versions": {"pytest-arbiter": "0.1.0"}}
+
+
+def test_show_json_form_keeps_its_keys_and_reads_back() -> None:
+    built = entry(fingerprints={"a": "f" * 16}, environment={"numpy": "2"}, since=T0)
+    data = built.to_dict()
+    assert list(data)[:11] == ["device", "target", "op", "bucket", "dtype", "winner",
+                               "ranking", "confidence", "tie", "rejected", "provenance"]
+    assert data["ranking"][0] == {"name": "a", **stats(1000.0).to_dict()}
+    assert data["considered"] == {"a": {"fingerprint": "f" * 16, "outcome": "timed",
+                                        "reason": ""}}
+    assert data["since"] == "2026-12-01T06:00:00Z" and data["environment"] == {"numpy": "2"}
+    json.dumps(data, allow_nan=False)
+    assert CacheEntry.from_dict(json.loads(json.dumps(data))) == built
 
 
 def test_an_entry_of_another_device_is_never_used(tmp_path: Path,
@@ -515,13 +525,13 @@ def test_an_entry_of_another_device_is_never_used(tmp_path: Path,
 
 
 def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
+    doc = document(entry(confidence=0.999))
+    weaker = json.loads(json.dumps(doc["entries"][0]))
+    weaker["confidence"] = 0.5
+    weaker["ranking"].reverse()
+    doc["entries"].insert(0, weaker)
     path = tmp_path / "c.json"
-    data = json.loads(write(path, entry(confidence=0.999)))
-    weaker = json.loads(json.dumps(data["entries"][0]))
-    weaker[F["confidence"]] = 0.5
-    weaker[F["ranking"]].reverse()
-    data["entries"].insert(0, weaker)
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps(doc))
     assert artifacts.read_cache(path).entries()[0].winner == "a"
 
 
@@ -541,6 +551,44 @@ def test_merge_prefers_confidence_then_samples_then_spread() -> None:
     assert prefer(x, y) is prefer(y, x)
 
 
+def test_a_measurement_of_changed_code_supersedes_a_stronger_one_of_the_old() -> None:
+    """The issue's stale winner: ``a`` became 50x slower (its code changed, fingerprint
+    A to B). Re-measured against B with confidence 0.992, it must replace the entry
+    measured against A with 0.999, in any order; before, the old one won 10 of 10."""
+    old = entry(winner="a", runner_up="b", confidence=0.999, samples=200,
+                fingerprints={"a": "A" * 16, "b": "b" * 16}, since=T0)
+    new = entry(winner="b", runner_up="a", confidence=0.992, samples=9, median=1000.0,
+                fingerprints={"a": "B" * 16, "b": "b" * 16}, since=T1)
+    assert prefer(old, new) is new and prefer(new, old) is new
+    for parts in ([old], [new]), ([new], [old]), ([old], [new], [old]):
+        result = merge(*parts)
+        assert result.entries[old.key] is new and result.conflicts == []
+    # against the same code and environment, the stronger measurement still wins
+    again = entry(winner="b", runner_up="a", confidence=0.995, samples=9,
+                  fingerprints={"a": "B" * 16, "b": "b" * 16}, since=T1, host="h2")
+    assert prefer(new, again) is again and prefer(again, new) is again
+    assert [c.other.winner for c in merge([new], [entry(
+        winner="a", runner_up="b", confidence=0.9999, fingerprints=new.fingerprints(),
+        since=T1, host="h3")]).conflicts] == ["b"]
+
+
+def test_since_carries_forward_only_what_was_measured_against_the_same_basis() -> None:
+    fps = {"a": Considered("A" * 16, "timed"), "b": Considered("b" * 16, "rejected", "x")}
+    env = {"numpy": "2.4.6"}
+    old = CacheEntry("d", "cpu", "matmul", "k", "float32", (RankedCandidate("a", stats(1)),),
+                     considered=fps, environment=env, since=T0)
+    same = {"a": Considered("A" * 16, "timed"), "b": Considered("b" * 16, "timed")}
+    assert since_for(old, same, env, T1) == T0  # an outcome is not the code
+    assert since_for(old, {**same, "c": Considered("c" * 16, "timed")}, env, T1) == T1
+    assert since_for(old, {"a": same["a"]}, env, T1) == T1  # a candidate removed
+    assert since_for(old, {**same, "a": Considered("Z" * 16, "timed")}, env, T1) == T1
+    assert since_for(old, same, {"numpy": "2.5.0"}, T1) == T1
+    assert since_for(None, same, env, T1) == T1
+    legacy = CacheEntry("d", "cpu", "matmul", "k", "float32", (RankedCandidate("a", stats(1)),),
+                        considered=fps, environment=env)
+    assert since_for(legacy, same, env, T1) == T1
+
+
 def test_merge_reports_true_conflicts_only() -> None:
     a = entry(winner="a", runner_up="b", host="h1")
     b = entry(winner="b", runner_up="a", host="h2", samples=50)
@@ -553,6 +601,9 @@ def test_merge_reports_true_conflicts_only() -> None:
     assert merge([a], [a]).conflicts == [] and merge([a], [unsure]).conflicts == []
     backwards = merge([tied], [unsure], [b], [a])
     assert backwards.conflicts == result.conflicts
+    # different winners measured against different code: a change, not a conflict
+    changed = entry(winner="b", runner_up="a", fingerprints={"a": "2" * 16}, since=T1)
+    assert merge([a], [changed]).conflicts == []
 
 
 def test_diff_reports_changed_winners_and_by_how_much() -> None:
@@ -568,24 +619,28 @@ def test_diff_reports_changed_winners_and_by_how_much() -> None:
 
 NAMES = ("a", "b", "c")
 entries_st = st.builds(
-    lambda bucket, names, med, samples, spread, conf, tie, host: entry(
+    lambda bucket, names, samples, spread, conf, tie, host, code, since: entry(
         bucket, names[0], confidence=conf, samples=samples, spread=spread, tie=tie,
-        host=host, runner_up=names[1] if len(names) > 1 else None),
+        host=host, runner_up=names[1] if len(names) > 1 else None,
+        fingerprints={n: code * 16 for n in names} if code else None, since=since,
+        environment={"numpy": "2"} if code == "1" else None),
     st.sampled_from(("b1", "b2", "b3")),
     st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True),
-    st.just(1000.0), st.sampled_from((1, 25)), st.sampled_from((0.0, 0.1)),
-    st.sampled_from((0.5, 0.99, 1.0)), st.booleans(), st.sampled_from(("h1", "h2")))
+    st.sampled_from((1, 25)), st.sampled_from((0.0, 0.1)),
+    st.sampled_from((0.5, 0.99, 1.0)), st.booleans(), st.sampled_from(("h1", "h2")),
+    st.sampled_from(("", "1", "2")), st.sampled_from((NO_SINCE, T0, T1)))
 caches_st = st.lists(entries_st, max_size=6).map(lambda es: merge(es).entries)
 
 
 def _same(x: dict[tuple[str, ...], CacheEntry], y: dict[tuple[str, ...], CacheEntry]) -> None:
     assert x == y
-    assert json.dumps(cache_document(x.values())) == json.dumps(cache_document(y.values()))
+    assert encode_document(x.values()) == encode_document(y.values())
 
 
 @settings(max_examples=150, deadline=None)
 @given(caches_st, caches_st, caches_st)
 def test_merge_is_commutative_associative_idempotent(a: dict, b: dict, c: dict) -> None:  # type: ignore[type-arg]
+    """With entries measured against different fingerprints, environments and since."""
     ab = merge(a, b)
     _same(ab.entries, merge(b, a).entries)
     assert ab.conflicts == merge(b, a).conflicts
@@ -595,27 +650,23 @@ def test_merge_is_commutative_associative_idempotent(a: dict, b: dict, c: dict) 
 
 
 def _loaded(entries: dict) -> MeasureCache:  # type: ignore[type-arg]
-    """The cache as read back from its document: entries built on first use."""
-    return MeasureCache.from_dict(json.loads(json.dumps(cache_document(entries.values()))))
+    """The cache as read back from its file."""
+    return MeasureCache(decode_document(encode_document(entries.values())))
 
 
 @settings(max_examples=100, deadline=None)
 @given(caches_st, caches_st, caches_st)
 def test_merging_caches_and_loaded_caches_is_the_same_merge(a: dict, b: dict, c: dict  # type: ignore[type-arg]
                                                             ) -> None:
-    """Caches are merged key set by key set, and loaded entries compare by their raw
-    rows: neither may change the result of the entry-by-entry merge."""
     want = merge(a, b, c)
     for parts in ((MeasureCache(a.values()), MeasureCache(b.values()), MeasureCache(c.values())),
                   (_loaded(a), _loaded(b), _loaded(c)), (a, _loaded(b), MeasureCache(c.values()))):
         got = merge(*parts)
         _same(got.entries, want.entries)
         assert got.conflicts == want.conflicts
-    # latencies go through the file in whole nanoseconds: the stored entries are fixed
-    _same(merge(_loaded(a)).entries, merge(_loaded(_loaded(a).by_key())).entries)
 
 
-# -- atomic writes and the lock -----------------------------------------------------------
+# -- atomic writes, the lock, symbolic links ----------------------------------------------
 
 CHILD = textwrap.dedent("""
     import sys, time
@@ -695,6 +746,33 @@ def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stderr
     assert "cache.json.lock stayed locked for 0.2 s" in proc.stdout
     assert path.read_bytes() == before
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links")
+def test_a_symlinked_cache_is_locked_and_written_at_its_target(tmp_path: Path) -> None:
+    """Before, the atomic replace turned the link into a regular file (the target kept
+    the old entries: the corpus forked) and the lock sat beside the link."""
+    real = tmp_path / "store" / "corpus.json"
+    real.parent.mkdir()
+    write(real, entry("old"))
+    link = tmp_path / "work" / "cache.json"
+    link.parent.mkdir()
+    link.symlink_to(os.path.relpath(real, link.parent))
+    chained = tmp_path / "chained.json"
+    chained.symlink_to(link)
+    assert artifacts.lock_path(link) == artifacts.lock_path(chained) == \
+        real.with_name("corpus.json.lock")
+    artifacts.update_cache(link, [entry("new")])
+    artifacts.write_cache(chained, MeasureCache([*artifacts.read_cache(real), entry("third")]))
+    assert link.is_symlink() and chained.is_symlink()
+    assert {e.bucket for e in artifacts.read_cache(real)} == {"old", "new", "third"}
+    assert sorted(p.name for p in link.parent.iterdir()) == ["cache.json"]
+    assert not list(real.parent.glob(".corpus.json.*.tmp"))
+    # a link to a file that does not exist yet: the file is made where it points
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "store" / "new.json")
+    artifacts.update_cache(dangling, [entry("x")])
+    assert dangling.is_symlink() and (tmp_path / "store" / "new.json").is_file()
 
 
 def test_write_error_names_the_path(tmp_path: Path) -> None:

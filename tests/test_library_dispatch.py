@@ -150,10 +150,12 @@ def test_a_plain_run_never_runs_a_wrong_top_tier_kernel(pytester: pytest.Pyteste
     result = pytester.runpytest(*args)
     result.assert_outcomes(passed=12)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # static: every dispatch reaches them; tune: the dispatch that measured did
+    reached = 1 if tune else 12
     result.stdout.fnmatch_lines([
-        "*new rejected: target=cpu op=kl_add1 candidate=kl_inplace (12 dispatches)*",
+        f"*new rejected: target=cpu op=kl_add1 candidate=kl_inplace ({reached} dispatches)*",
         "*reason: failed the F4 gate: the kernel modified its inputs*",
-        "*new rejected: target=cpu op=kl_add1 candidate=kl_zeros (12 dispatches)*",
+        f"*new rejected: target=cpu op=kl_add1 candidate=kl_zeros ({reached} dispatches)*",
         "*reason: failed the F4 gate: output is all zeros*",
     ])
     counts = _histogram(pytester.path / "h.json")
@@ -439,3 +441,20 @@ def test_configure_from_code_and_refused_inside_a_run() -> None:
 
     with pytest.raises(pytest_arbiter.ConfigurationError, match="inside a pytest run"):
         pytest_arbiter.configure(mode="static")
+
+
+def test_a_config_a_test_builds_and_never_runs_does_not_take_its_dispatches(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(kernlib=KERNLIB, test_leak='''
+import numpy as np
+import kernlib
+
+
+def test_uses_getitem(pytester):
+    pytester.getitem("def test_func():\\n    pass\\n")
+    kernlib.scale(np.ones(12, np.float32))
+''')
+    result = pytester.runpytest("-p", "pytester")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=kl_scale candidate=kl_vector8*",
+                                 "*tests: test_leak.py::test_uses_getitem*"])

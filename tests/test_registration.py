@@ -414,3 +414,25 @@ def test_call_timeout_without_a_watchdog_module_still_gates(monkeypatch: pytest.
     report = gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=(f32, f32.T.copy()),
                           call_timeout_s=0.5)
     assert report.passed, report.summary()
+
+
+def test_two_lambdas_or_closures_of_one_module_are_two_registrations() -> None:
+    """Same module and qualname is a re-import only when the module was imported again."""
+    from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+    from pytest_arbiter.ops import OpRegistry, make_op
+
+    def factory(k: int) -> Any:
+        def scale_fast(x: Any) -> Any:
+            return x * k
+        return scale_fast
+
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(factory(2), "scale_fast", "matmul", "cpu", 0, None, None))
+    with pytest.raises(ValueError, match="already registered"):
+        reg.add(FunctionCandidate(factory(3), "scale_fast", "matmul", "cpu", 0, None, None))
+    same = reg.get("scale_fast")
+    reg.add(same)  # the very same candidate again: nothing to refuse
+    ops = OpRegistry()
+    ops.register(make_op("scale_twice", lambda x: x * 2))
+    with pytest.raises(ValueError, match="already registered"):
+        ops.register(make_op("scale_twice", lambda x: x * 3))

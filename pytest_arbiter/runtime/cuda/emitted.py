@@ -58,6 +58,14 @@ class EmittedCandidate(GpuCandidate):
     """A bundled kernel; unavailable on ROCm and below sm_80, with the reason."""
 
     lane = "emitted"
+    kernel_source: KernelSource
+    """The ``.cu`` file the kernel is compiled from."""
+
+    def fingerprint_parts(self) -> tuple[str, ...]:
+        """What the kernel's code is beyond its Python class: the ``.cu`` source text and
+        the compile options (:func:`pytest_arbiter.fingerprint.fingerprint_of`)."""
+        source = self.kernel_source
+        return (source.file, source.text(), *source.options())
 
     def device_problem(self, device: DeviceInfo) -> str | None:
         cp = cupy_or_reason()
@@ -75,6 +83,7 @@ class TiledSgemm(EmittedCandidate):
     """Shared-memory tiled SGEMM (128x128x8 tiles, 8x8 per thread); any shape, float32."""
 
     arity = 2
+    kernel_source = sources.SGEMM
 
     def problem(self, *inputs: Any) -> str | None:
         return matmul_inputs_problem(inputs, self.dtypes)
@@ -101,6 +110,7 @@ class MmaMatmul(EmittedCandidate):
     """
 
     arity = 2
+    kernel_source = sources.MMA_GEMM
     align_m, align_n, align_k = 16, 8, sources.MMA_TILE[2]
     align = (align_m, align_n, align_k)  # what the registry reports to the cache key
 
@@ -150,6 +160,8 @@ def softmax_threads(n: int) -> int:
 
 class FusedSoftmax(EmittedCandidate):
     """One block per row: max, sum of exp and the normalised write in one launch."""
+
+    kernel_source = sources.SOFTMAX
 
     def problem(self, *inputs: Any) -> str | None:
         found = softmax_inputs_problem(inputs, self.dtypes)

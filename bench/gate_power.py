@@ -1,0 +1,1022 @@
+"""Gate power: the buggy kernels the F4 gate catches and the correct ones it rejects, beside
+the tolerance checks engineers use today.
+
+Each kernel runs on the F4 gate's own inputs for a region (for the user op, on seeded
+dispatch inputs) and is judged by three checkers side by side:
+
+* ``F4``: :func:`pytest_arbiter.f4_gate`, this tree's gate;
+* ``np.allclose``: NumPy's defaults, rtol 1e-5, atol 1e-8;
+* ``torch``: ``torch.testing.assert_close``'s default tolerances per dtype (float32 rtol
+  1.3e-6 atol 1e-5, float16 1e-3 / 1e-5, bfloat16 1.6e-2 / 1e-5; from PyTorch's
+  ``torch/testing/_comparison.py``), reimplemented here: PyTorch is not a dependency.
+
+Both tolerance checks compare against the exact result rounded to the output dtype (the
+reference output in that dtype), over every input the gate ran, with ``equal_nan=True``
+and a non-finite value required where the reference has one, so the NaN and inf inputs
+do not count against them. A kernel is rejected by a checker if any input fails it, or it
+raised, or it returned the wrong shape or dtype.
+
+Correct variants compute the op in float32 (the 16-bit types) or float32 itself, in many
+orders and forms; each mutant is a correct variant with one plausible bug. A mutant counts
+only if it changes the output, bit for bit, on some input the gate ran; the others are
+equivalent. ``--seeds N`` then gates every correct variant on N gate seeds (the
+false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; run it on an
+older tree (``git archive <rev> | tar -x -C /tmp/old; PYTHONPATH=/tmp/old python
+bench/gate_power.py --timing``) for the before figure: that path uses only APIs the gate
+has always had.
+
+Run: ``python bench/gate_power.py`` (full, a few minutes), ``--quick`` (the CI form:
+small shapes, 3 seeds), ``--timing``. ``tests/test_gate_power.py`` runs the quick form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Kernel = Callable[..., np.ndarray]
+F32 = np.float32
+LOG2E = float(np.log2(np.e))
+TORCH_TOLERANCES = {"float32": (1.3e-6, 1e-5), "float16": (1e-3, 1e-5),
+                    "bfloat16": (1.6e-2, 1e-5), "float64": (1e-7, 1e-7)}
+DTYPES = ("float32", "float16", "bfloat16")
+NARROW = ("float16", "bfloat16")
+"""The output rounding mutants apply to these: a float32 kernel accumulates in float32 and
+has no narrowing conversion to get wrong (rounding a float64 result toward zero would make
+it more accurate than any correct float32 kernel, not less)."""
+CHECKERS = ("F4", "np.allclose", "torch")
+EPS = 1e-6  # rmsnorm's epsilon
+
+
+# -- rounding helpers ---------------------------------------------------------------------
+
+def _bits_type(dtype: np.dtype) -> type[np.unsignedinteger[Any]]:
+    return np.uint16 if dtype.itemsize == 2 else np.uint32
+
+
+def round_directed(values: np.ndarray, dtype: np.dtype, mode: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` toward zero (``"trunc"``) or toward -inf
+    (``"floor"``) instead of to nearest: the conversion bug of a hand-written cast."""
+    exact = np.asarray(values, dtype=np.float64)
+    out = exact.astype(dtype)
+    back = out.astype(np.float64)
+    bits = out.view(_bits_type(np.dtype(dtype))).copy()
+    if mode == "trunc":
+        fix = (np.abs(back) > np.abs(exact)) & (back != 0)
+        bits[fix] -= 1
+    else:
+        down = (back > exact) & (back > 0)
+        up = (back > exact) & (back < 0)
+        bits[down] -= 1
+        bits[up] += 1
+        zero = (back > exact) & (back == 0)
+        bits[zero] = np.array(1, bits.dtype) | (np.array(1, bits.dtype) << (8 * bits.itemsize - 1))
+    return bits.view(dtype)
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` rounded to nearest (ties to even) to TF32's 10 fraction bits."""
+    bits = np.ascontiguousarray(values, dtype=F32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0xFFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)
+    return bits.astype(np.uint32).view(F32)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(F32)
+
+
+def _out(c: np.ndarray, like: np.ndarray) -> np.ndarray:
+    return c.astype(like.dtype)
+
+
+def _narrow(dtype: np.dtype) -> np.dtype:
+    """The narrow type a buggy kernel keeps partials in: the 16-bit dtype itself, bfloat16
+    for float32."""
+    from pytest_arbiter.dtypes import numpy_dtype
+
+    return dtype if dtype.itemsize == 2 else numpy_dtype("bfloat16")
+
+
+# -- matmul: correct variants -------------------------------------------------------------
+
+def mm_blas(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _out(np.matmul(_f32(a), _f32(b)), a)
+
+
+def mm_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _out(np.matmul(a.astype(np.float64), b.astype(np.float64)), a)
+
+
+def _seq(a: np.ndarray, b: np.ndarray, order: Iterable[int]) -> np.ndarray:
+    a32, b32 = _f32(a), _f32(b)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    for k in order:
+        acc += a32[:, k, None] * b32[k]
+    return acc
+
+
+def mm_sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """k = 0, 1, ...; every product rounded, then added: the most error-prone order."""
+    return _out(_seq(a, b, range(a.shape[1])), a)
+
+
+def mm_reverse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _out(_seq(a, b, range(a.shape[1] - 1, -1, -1)), a)
+
+
+def mm_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sequential fused multiply-add: one rounding per step."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    for k in range(a.shape[1]):
+        acc = (acc + a64[:, k, None] * b64[k]).astype(F32)
+    return _out(acc, a)
+
+
+def mm_pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The products summed by NumPy's pairwise float32 summation."""
+    a32, b32 = _f32(a), np.ascontiguousarray(_f32(b).T)
+    out = np.empty((a.shape[0], b.shape[1]), F32)
+    step = max(1, (1 << 22) // max(1, b.shape[1] * a.shape[1]))
+    for start in range(0, a.shape[0], step):
+        rows = a32[start:start + step]
+        out[start:start + step] = np.sum(rows[:, None, :] * b32[None, :, :], axis=-1)
+    return _out(out, a)
+
+
+def mm_blocked(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """K in blocks of 64, each a float32 BLAS product, added in order."""
+    a32, b32 = _f32(a), _f32(b)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    for start in range(0, a.shape[1], 64):
+        acc += np.matmul(a32[:, start:start + 64], b32[start:start + 64])
+    return _out(acc, a)
+
+
+def mm_split_k(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Split-K: four partial products, added as a tree."""
+    a32, b32 = _f32(a), _f32(b)
+    cuts = np.linspace(0, a.shape[1], 5).astype(int)
+    parts = [np.matmul(a32[:, i:j], b32[i:j]) for i, j in itertools.pairwise(cuts)]
+    return _out((parts[0] + parts[1]) + (parts[2] + parts[3]), a)
+
+
+def mm_kahan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a32, b32 = _f32(a), _f32(b)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    comp = np.zeros_like(acc)
+    for k in range(a.shape[1]):
+        y = a32[:, k, None] * b32[k] - comp
+        t = acc + y
+        comp = (t - acc) - y
+        acc = t
+    return _out(acc, a)
+
+
+def mm_lanes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Eight SIMD-style lanes (k mod 8) accumulated in order, then added as a tree."""
+    a32, b32 = _f32(a), _f32(b)
+    lanes = np.zeros((8, a.shape[0], b.shape[1]), F32)
+    for k in range(a.shape[1]):
+        lanes[k % 8] += a32[:, k, None] * b32[k]
+    while lanes.shape[0] > 1:
+        lanes = lanes[0::2] + lanes[1::2]
+    return _out(lanes[0], a)
+
+
+# -- matmul: mutants ----------------------------------------------------------------------
+
+def mm_acc_narrow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Split-K partials (32 deep) kept in the narrow type between tiles."""
+    narrow = _narrow(a.dtype)
+    a32, b32 = _f32(a), _f32(b)
+    acc = np.zeros((a.shape[0], b.shape[1]), narrow)
+    for start in range(0, a.shape[1], 32):
+        acc = (acc.astype(F32) + np.matmul(a32[:, start:start + 32],
+                                           b32[start:start + 32])).astype(narrow)
+    return _out(acc, a)
+
+
+def mm_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return round_directed(np.matmul(a.astype(np.float64), b.astype(np.float64)), a.dtype,
+                          "trunc")
+
+
+def mm_floor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return round_directed(np.matmul(a.astype(np.float64), b.astype(np.float64)), a.dtype,
+                          "floor")
+
+
+def mm_scaled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _out(np.matmul(_f32(a), _f32(b)) * F32(1.001), a)
+
+
+def mm_k_tail(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The K loop stops at the last full tile of 32: the remainder is dropped."""
+    k = a.shape[1] - a.shape[1] % 32
+    return _out(np.matmul(_f32(a[:, :k]), _f32(b[:k])), a)
+
+
+def mm_m_tail(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows past the last full tile of 16 are never written (left zero)."""
+    out = np.matmul(_f32(a), _f32(b))
+    out[a.shape[0] - a.shape[0] % 16:] = 0.0
+    return _out(out, a)
+
+
+def mm_n_tail(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Columns past the last full tile of 8 get the tile's last column (a stale register)."""
+    out = np.matmul(_f32(a), _f32(b))
+    n8 = b.shape[1] - b.shape[1] % 8
+    out[:, n8:] = out[:, n8 - 1:n8] if n8 else 0.0
+    return _out(out, a)
+
+
+def mm_corner(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One stray write: the last element off by 1e-4 of the output's largest value."""
+    out = np.matmul(_f32(a), _f32(b))
+    if out.size:
+        finite = np.isfinite(out)
+        scale = float(np.max(np.abs(out[finite]))) if finite.any() else 0.0
+        out[-1, -1] += F32(1e-4 * scale)
+    return _out(out, a)
+
+
+def mm_tf32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 inputs rounded to TF32 (a GPU default): wrong unless TF32 is allowed."""
+    return _out(np.matmul(round_tf32(a), round_tf32(b)), a)
+
+
+def mm_bf16_inputs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    narrow = _narrow(np.dtype(np.float32))
+    return _out(np.matmul(_f32(a.astype(narrow)), _f32(b.astype(narrow))), a)
+
+
+def mm_zero_skip(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Skips the products with a zero factor (a sparsity shortcut): 0 * inf and 0 * NaN
+    give 0 instead of NaN."""
+    a32, b32 = _f32(a), _f32(b)
+    out = np.matmul(np.where(np.isfinite(a32), a32, 0), np.where(np.isfinite(b32), b32, 0))
+    for i, k in zip(*np.nonzero(~np.isfinite(a32)), strict=True):
+        nz = b32[k] != 0
+        out[i, nz] += a32[i, k] * b32[k, nz]
+    for k, j in zip(*np.nonzero(~np.isfinite(b32)), strict=True):
+        nz = a32[:, k] != 0
+        out[nz, j] += a32[nz, k] * b32[k, j]
+    return _out(out, a)
+
+
+def mm_off_by_one(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The last K step reads B's row K-2 instead of K-1."""
+    a32, b32 = _f32(a), _f32(b)
+    k = a.shape[1]
+    if k < 2:
+        return _out(np.matmul(a32, b32), a)
+    return _out(np.matmul(a32[:, :-1], b32[:-1]) + a32[:, -1:] * b32[-2], a)
+
+
+def mm_ftz16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float16 subnormal results flushed to zero (float16 hardware keeps them)."""
+    out = np.matmul(_f32(a), _f32(b))
+    out[np.abs(out) < 2.0 ** -14] = 0.0
+    return _out(out, a)
+
+
+# -- softmax: correct variants ------------------------------------------------------------
+
+def _rows_max(w: np.ndarray) -> np.ndarray:
+    out: np.ndarray = w.max(axis=-1, keepdims=True)
+    return out
+
+
+def sm_two_pass(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_log_sum_exp(x: np.ndarray) -> np.ndarray:
+    """exp((x - max) - log sum): the form that failed the old budget."""
+    w = _f32(x)
+    t = w - _rows_max(w)
+    return _out(np.exp(t - np.log(np.exp(t).sum(axis=-1, keepdims=True))), x)
+
+
+def sm_reciprocal(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    return _out(e * (F32(1) / e.sum(axis=-1, keepdims=True)), x)
+
+
+def sm_f64(x: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float64)
+    e = np.exp(w - _rows_max(w))
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_exp2(x: np.ndarray) -> np.ndarray:
+    """exp as exp2(t log2 e), as GPU fast paths do."""
+    w = _f32(x)
+    e = np.exp2((w - _rows_max(w)) * F32(LOG2E))
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_sequential(x: np.ndarray) -> np.ndarray:
+    """The sum added left to right (NumPy's reduction over a non-contiguous axis)."""
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    total = np.add.reduce(np.moveaxis(e, -1, 0), axis=0)[..., None]
+    return _out(e / total, x)
+
+
+def _online(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Running max and rescaled running sum over blocks of ``block`` columns."""
+    m = np.full((*w.shape[:-1], 1), -np.inf, F32)
+    s = np.zeros_like(m)
+    for start in range(0, w.shape[-1], block):
+        chunk = w[..., start:start + block]
+        new = np.maximum(m, chunk.max(axis=-1, keepdims=True))
+        scale = np.where(m == new, F32(1), np.exp(m - new))
+        terms = np.where(chunk == -np.inf, F32(0), np.exp(chunk - new))
+        s = s * scale + terms.sum(axis=-1, keepdims=True)
+        m = new
+    return m, s
+
+
+def sm_online(x: np.ndarray) -> np.ndarray:
+    """One pass: a running max, the sum rescaled at each new max (element by element)."""
+    w = _f32(x)
+    m, s = _online(w, 1)
+    return _out(np.exp(w - m) / s, x)
+
+
+def sm_online_blocked(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    m, s = _online(w, 32)
+    return _out(np.exp(w - m) / s, x)
+
+
+# -- softmax: mutants ---------------------------------------------------------------------
+
+def sm_no_max(x: np.ndarray) -> np.ndarray:
+    e = np.exp(_f32(x))
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_global_max(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    e = np.exp(w - w.max())
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_eps(x: np.ndarray) -> np.ndarray:
+    """A "safe" denominator: sum + 1e-3."""
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    return _out(e / (e.sum(axis=-1, keepdims=True) + F32(1e-3)), x)
+
+
+def sm_drop_tail(x: np.ndarray) -> np.ndarray:
+    """The sum stops at the last full tile of 32 columns."""
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    n = w.shape[-1] - w.shape[-1] % 32
+    return _out(e / e[..., :n].sum(axis=-1, keepdims=True), x)
+
+
+def sm_sum_narrow(x: np.ndarray) -> np.ndarray:
+    """The sum accumulated, in order, in the narrow type."""
+    narrow = _narrow(x.dtype)
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    total = np.zeros((*w.shape[:-1], 1), narrow)
+    for start in range(w.shape[-1]):
+        total = (total.astype(F32) + e[..., start:start + 1]).astype(narrow)
+    return _out(e / total.astype(F32), x)
+
+
+def sm_exp_narrow(x: np.ndarray) -> np.ndarray:
+    """exp rounded to the narrow type before the sum and the division (a rounding too
+    many)."""
+    narrow = _narrow(x.dtype)
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w)).astype(narrow).astype(F32)
+    return _out(e / e.sum(axis=-1, keepdims=True), x)
+
+
+def sm_trunc(x: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float64)
+    e = np.exp(w - _rows_max(w))
+    return round_directed(e / e.sum(axis=-1, keepdims=True), x.dtype, "trunc")
+
+
+def sm_scaled(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    e = np.exp(w - _rows_max(w))
+    return _out(e / e.sum(axis=-1, keepdims=True) * F32(1.001), x)
+
+
+def sm_masked_zero(x: np.ndarray) -> np.ndarray:
+    """A fully masked row returns zeros (the reference: NaN)."""
+    w = _f32(x)
+    top = _rows_max(w)
+    e = np.exp(w - np.where(top == -np.inf, F32(0), top))
+    total = e.sum(axis=-1, keepdims=True)
+    return _out(np.where(total > 0, e / np.where(total > 0, total, 1), 0), x)
+
+
+def sm_nan_as_masked(x: np.ndarray) -> np.ndarray:
+    """NaN inputs treated as masked (-inf): a NaN row comes back finite."""
+    return sm_two_pass(np.where(np.isnan(x), -np.inf, x).astype(x.dtype))
+
+
+# -- the user op: rmsnorm -----------------------------------------------------------------
+
+def rms_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    out: np.ndarray = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + EPS) * w64
+    return out
+
+
+def _rms(x: np.ndarray, w: np.ndarray, ms: np.ndarray, *, eps: float = EPS,
+         weight: bool = True) -> np.ndarray:
+    y = _f32(x) / np.sqrt(ms + F32(eps))
+    return _out(y * _f32(w) if weight else y, x)
+
+
+def rms_f32(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    return _rms(x, w, np.mean(x32 * x32, axis=-1, keepdims=True))
+
+
+def rms_f64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return _out(rms_reference(x, w), x)
+
+
+def rms_rsqrt(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    r = F32(1) / np.sqrt(np.mean(x32 * x32, axis=-1, keepdims=True) + F32(EPS))
+    return _out(x32 * r * _f32(w), x)
+
+
+def rms_sequential(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    total = np.zeros((*x.shape[:-1], 1), F32)
+    for j in range(x.shape[-1]):
+        total += x32[..., j:j + 1] * x32[..., j:j + 1]
+    return _rms(x, w, total / F32(x.shape[-1]))
+
+
+def rms_n_minus_1(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    return _rms(x, w, (x32 * x32).sum(axis=-1, keepdims=True) / F32(x.shape[-1] - 1))
+
+
+def rms_drop_tail(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    n = x.shape[-1] - x.shape[-1] % 32
+    return _rms(x, w, (x32[..., :n] ** 2).sum(axis=-1, keepdims=True) / F32(x.shape[-1]))
+
+
+def rms_ms_narrow(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    narrow = _narrow(x.dtype)
+    x32 = _f32(x)
+    total = np.zeros((*x.shape[:-1], 1), narrow)
+    for j in range(x.shape[-1]):
+        total = (total.astype(F32) + x32[..., j:j + 1] ** 2).astype(narrow)
+    return _rms(x, w, total.astype(F32) / F32(x.shape[-1]))
+
+
+def rms_trunc(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return round_directed(rms_reference(x, w), x.dtype, "trunc")
+
+
+def rms_eps_big(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    return _rms(x, w, np.mean(x32 * x32, axis=-1, keepdims=True), eps=1e-2)
+
+
+def rms_no_weight(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x32 = _f32(x)
+    return _rms(x, w, np.mean(x32 * x32, axis=-1, keepdims=True), weight=False)
+
+
+# -- the catalogue ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    """A kernel under test: a correct variant (``base`` empty) or a mutant of ``base``."""
+
+    name: str
+    op: str
+    fn: Kernel
+    base: str = ""
+    dtypes: tuple[str, ...] = DTYPES
+    note: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return not self.base
+
+
+USER_OP = "bench_rmsnorm"
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("blas", "matmul", mm_blas),
+    Variant("float64", "matmul", mm_f64),
+    Variant("sequential", "matmul", mm_sequential),
+    Variant("reverse", "matmul", mm_reverse),
+    Variant("fma", "matmul", mm_fma),
+    Variant("pairwise", "matmul", mm_pairwise),
+    Variant("blocked-64", "matmul", mm_blocked),
+    Variant("split-K-4", "matmul", mm_split_k),
+    Variant("kahan", "matmul", mm_kahan),
+    Variant("lanes-8", "matmul", mm_lanes),
+    Variant("acc-narrow", "matmul", mm_acc_narrow, "blas",
+            note="split-K partials kept in the narrow type"),
+    Variant("trunc-out", "matmul", mm_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("floor-out", "matmul", mm_floor, "float64", dtypes=NARROW,
+            note="output rounded toward -inf"),
+    Variant("scale-1e-3", "matmul", mm_scaled, "blas", note="result times 1.001"),
+    Variant("k-tail", "matmul", mm_k_tail, "blas", note="K remainder past 32 dropped"),
+    Variant("m-tail", "matmul", mm_m_tail, "blas", note="rows past 16-tiles unwritten"),
+    Variant("n-tail", "matmul", mm_n_tail, "blas", note="columns past 8-tiles stale"),
+    Variant("corner-1e-4", "matmul", mm_corner, "blas",
+            note="one element off by 1e-4 max|C|"),
+    Variant("tf32", "matmul", mm_tf32, "blas", dtypes=("float32",),
+            note="inputs rounded to TF32"),
+    Variant("bf16-inputs", "matmul", mm_bf16_inputs, "blas", dtypes=("float32", "float16"),
+            note="inputs cast through bfloat16"),
+    Variant("zero-skip", "matmul", mm_zero_skip, "blas", note="0*inf, 0*NaN skipped"),
+    Variant("off-by-one-k", "matmul", mm_off_by_one, "blas", note="last K step reads row K-2"),
+    Variant("ftz-fp16", "matmul", mm_ftz16, "blas", dtypes=("float16",),
+            note="float16 subnormal results flushed"),
+    Variant("two-pass", "softmax", sm_two_pass),
+    Variant("log-sum-exp", "softmax", sm_log_sum_exp),
+    Variant("reciprocal", "softmax", sm_reciprocal),
+    Variant("float64", "softmax", sm_f64),
+    Variant("exp2", "softmax", sm_exp2),
+    Variant("sequential-sum", "softmax", sm_sequential),
+    Variant("online", "softmax", sm_online),
+    Variant("online-32", "softmax", sm_online_blocked),
+    Variant("no-max", "softmax", sm_no_max, "two-pass", note="no max subtraction"),
+    Variant("global-max", "softmax", sm_global_max, "two-pass", note="max over all rows"),
+    Variant("eps-1e-3", "softmax", sm_eps, "two-pass", note="sum + 1e-3 in the denominator"),
+    Variant("drop-tail", "softmax", sm_drop_tail, "two-pass",
+            note="sum stops at the last 32-tile"),
+    Variant("sum-narrow", "softmax", sm_sum_narrow, "two-pass", note="sum in the narrow type"),
+    Variant("exp-narrow", "softmax", sm_exp_narrow, "two-pass",
+            note="exp rounded to the narrow type"),
+    Variant("trunc-out", "softmax", sm_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("scale-1e-3", "softmax", sm_scaled, "two-pass", note="result times 1.001"),
+    Variant("masked-zero", "softmax", sm_masked_zero, "two-pass",
+            note="fully masked row gives 0, not NaN"),
+    Variant("nan-as-masked", "softmax", sm_nan_as_masked, "two-pass",
+            note="NaN treated as -inf"),
+    Variant("float32", USER_OP, rms_f32),
+    Variant("float64", USER_OP, rms_f64),
+    Variant("rsqrt", USER_OP, rms_rsqrt),
+    Variant("sequential", USER_OP, rms_sequential),
+    Variant("n-minus-1", USER_OP, rms_n_minus_1, "float32", note="mean over n - 1"),
+    Variant("drop-tail", USER_OP, rms_drop_tail, "float32", note="sum stops at a 32-tile"),
+    Variant("ms-narrow", USER_OP, rms_ms_narrow, "float32",
+            note="sum of squares in the narrow type"),
+    Variant("trunc-out", USER_OP, rms_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("eps-1e-2", USER_OP, rms_eps_big, "float32", note="epsilon 1e-2, not 1e-6"),
+    Variant("no-weight", USER_OP, rms_no_weight, "float32", note="weight not applied"),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op on one shape and dtype: a region for the built-ins, dispatch inputs' shape
+    (rows, n) for the user op."""
+
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def label(self) -> str:
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.dtype}"
+
+
+FULL_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "matmul": ((64, 64, 64), (65, 33, 512), (40, 24, 4096), (256, 256, 4096)),
+    "softmax": ((8, 300), (3, 33), (64, 1000), (2, 3, 4097)),
+    USER_OP: ((8, 4096), (33, 1000)),
+}
+SWEEP_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "matmul": ((64, 64, 64), (65, 33, 512), (40, 24, 4096)),
+    "softmax": ((8, 300), (3, 33), (64, 1000), (2, 3, 4097)),
+    USER_OP: ((8, 4096), (33, 1000)),
+}
+QUICK_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "matmul": ((24, 16, 40), (33, 17, 300)),
+    "softmax": ((3, 33), (4, 300)),
+    USER_OP: ((4, 300),),
+}
+
+
+# -- running the checkers -----------------------------------------------------------------
+
+def _candidate_class() -> type:
+    from pytest_arbiter.candidates import Candidate
+
+    class Recorder(Candidate):
+        """Runs a kernel and keeps each output (or the exception), in the gate's order."""
+
+        def __init__(self, variant: Variant, op: str) -> None:
+            super().__init__(f"bench-{variant.op}-{variant.name}", op, "cpu")
+            self.fn = variant.fn
+            self.outputs: list[Any] = []
+
+        def run(self, *inputs: Any) -> Any:
+            try:
+                out = self.fn(*inputs)
+            except Exception as exc:
+                self.outputs.append(exc)
+                raise
+            self.outputs.append(np.array(out, copy=True))
+            return out
+
+    return Recorder
+
+
+def _user_op() -> Any:
+    from pytest_arbiter.ops import make_op
+
+    return make_op(USER_OP, rms_reference)
+
+
+def _user_inputs(shape: tuple[int, ...], dtype: str, seed: int) -> tuple[np.ndarray, ...]:
+    from pytest_arbiter.dtypes import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-2, 3, (shape[0], 1)))
+    w = 1.0 + 0.1 * rng.standard_normal(shape[-1])
+    return x.astype(numpy_dtype(dtype)), w.astype(numpy_dtype(dtype))
+
+
+def _tolerance_ok(got: Any, want: np.ndarray, rtol: float, atol: float) -> bool:
+    """``|got - want| <= atol + rtol |want|`` everywhere, non-finite values equal."""
+    if isinstance(got, BaseException) or got.shape != want.shape:
+        return False
+    g = got.astype(np.float64)
+    finite = np.isfinite(want)
+    if not np.array_equal(np.where(finite, 0.0, g), np.where(finite, 0.0, want),
+                          equal_nan=True):
+        return False
+    if not np.isfinite(g[finite]).all():
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.all(np.abs(g[finite] - want[finite]) <= atol + rtol * np.abs(want[finite])))
+
+
+@dataclass
+class Verdicts:
+    """One kernel on one case: each checker's verdict and the outputs behind them."""
+
+    rejected: dict[str, bool]
+    outputs: list[Any]
+    report: Any
+    seconds: float
+
+
+class Bench:
+    """Runs kernels on cases, caching each case's inputs and reference outputs."""
+
+    def __init__(self) -> None:
+        from pytest_arbiter.ops import OPS
+
+        self.ops = {"matmul": OPS.get("matmul"), "softmax": OPS.get("softmax"),
+                    USER_OP: _user_op()}
+        self.recorder = _candidate_class()
+        self._refs: dict[tuple[Case, int], list[np.ndarray]] = {}
+
+    def inputs(self, case: Case, seed: int) -> list[tuple[np.ndarray, ...]]:
+        from pytest_arbiter.regions import MatmulRegion, SoftmaxRegion
+
+        op = self.ops[case.op]
+        if case.op == USER_OP:
+            return [_user_inputs(case.shape, case.dtype, seed)]
+        region = (MatmulRegion.of(*case.shape, case.dtype) if case.op == "matmul"
+                  else SoftmaxRegion.of(case.shape, case.dtype))
+        return list(op.gate_inputs(region, seed))
+
+    def references(self, case: Case, seed: int) -> list[np.ndarray]:
+        """The exact result of each input rounded to the case's dtype: what the tolerance
+        checks compare against."""
+        from pytest_arbiter.dtypes import round_to
+
+        key = (case, seed)
+        if key not in self._refs:
+            op = self.ops[case.op]
+            with np.errstate(all="ignore"):
+                self._refs[key] = [round_to(np.asarray(op.exact(*t)), case.dtype)
+                                   for t in self.inputs(case, seed)]
+        return self._refs[key]
+
+    def check(self, variant: Variant, case: Case, seed: int, *,
+              baselines: bool = True) -> Verdicts:
+        from pytest_arbiter.dtypes import numpy_dtype
+        from pytest_arbiter.gate import f4_gate
+        from pytest_arbiter.regions import MatmulRegion, SoftmaxRegion
+
+        op = self.ops[case.op]
+        cand = self.recorder(variant, op.name)
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            if case.op == USER_OP:
+                report = f4_gate(cand, op, inputs=self.inputs(case, seed)[0], seed=seed)
+            else:
+                region = (MatmulRegion.of(*case.shape, case.dtype) if case.op == "matmul"
+                          else SoftmaxRegion.of(case.shape, case.dtype))
+                report = f4_gate(cand, op, region=region, seed=seed)
+        seconds = time.perf_counter() - start
+        rejected = {"F4": not report.passed}
+        if baselines:
+            want_dtype = numpy_dtype(case.dtype)
+            refs = self.references(case, seed)
+            outs = cand.outputs
+            wrong = len(outs) != len(refs) or any(
+                isinstance(o, BaseException) or o.dtype != want_dtype for o in outs)
+            rtol, atol = TORCH_TOLERANCES[case.dtype]
+            rejected["np.allclose"] = wrong or not all(
+                _tolerance_ok(o, r, 1e-5, 1e-8) for o, r in zip(outs, refs, strict=True))
+            rejected["torch"] = wrong or not all(
+                _tolerance_ok(o, r, rtol, atol) for o, r in zip(outs, refs, strict=True))
+        return Verdicts(rejected, cand.outputs, report, seconds)
+
+
+def _changed(mutant: list[Any], base: list[Any]) -> bool:
+    """Whether the mutant's output differs, bit for bit, from its base's on some input."""
+    for m, b in zip(mutant, base, strict=True):
+        if isinstance(m, BaseException) or isinstance(b, BaseException):
+            return True
+        if m.shape != b.shape or m.dtype != b.dtype:
+            return True
+        if not np.array_equal(m.view(np.uint8), b.view(np.uint8)):
+            return True
+    return False
+
+
+# -- the benchmark ------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    """Counts per (checker, dtype) of caught mutants and rejected correct variants."""
+
+    caught: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    live: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    equivalent: int = 0
+    false_rejects: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    correct: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    by_kind: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    misses: list[str] = field(default_factory=list)
+    false_reject_notes: list[str] = field(default_factory=list)
+    gate_seconds: list[float] = field(default_factory=list)
+
+
+def _cases(shapes: dict[str, tuple[tuple[int, ...], ...]], ops: Sequence[str],
+           dtypes: Sequence[str]) -> list[Case]:
+    return [Case(op, shape, dtype) for op in ops for shape in shapes[op] for dtype in dtypes]
+
+
+def run_power(shapes: dict[str, tuple[tuple[int, ...], ...]], *, seed: int | None = None,
+              dtypes: Sequence[str] = DTYPES, ops: Sequence[str] = ("matmul", "softmax", USER_OP),
+              progress: Callable[[str], None] | None = None) -> Tally:
+    """Every variant on every case at one gate seed, judged by the three checkers."""
+    from pytest_arbiter.gate import GATE_SEED
+
+    seed = GATE_SEED if seed is None else seed
+    bench = Bench()
+    tally = Tally()
+    for case in _cases(shapes, ops, dtypes):
+        base_out: dict[str, list[Any]] = {}
+        variants = [v for v in VARIANTS if v.op == case.op and case.dtype in v.dtypes]
+        for variant in sorted(variants, key=lambda v: not v.correct):
+            verdict = bench.check(variant, case, seed)
+            if variant.correct:
+                base_out[variant.name] = verdict.outputs
+                tally.correct[case.dtype] += 1
+                tally.gate_seconds.append(verdict.seconds)
+                for checker, bad in verdict.rejected.items():
+                    tally.false_rejects[(checker, case.dtype)] += bad
+                if verdict.rejected["F4"]:
+                    tally.false_reject_notes.append(
+                        f"{case.label()} {variant.name}: {verdict.report.reason}")
+                continue
+            if not _changed(verdict.outputs, base_out[variant.base]):
+                tally.equivalent += 1
+                continue
+            tally.live[case.dtype] += 1
+            kind = tally.by_kind.setdefault((case.op, variant.name), [0, 0, 0, 0])
+            kind[0] += 1
+            for i, checker in enumerate(CHECKERS):
+                caught = verdict.rejected[checker]
+                tally.caught[(checker, case.dtype)] += caught
+                kind[i + 1] += caught
+            if not verdict.rejected["F4"]:
+                tally.misses.append(f"{case.label()} {variant.name}")
+        if progress is not None:
+            progress(case.label())
+    return tally
+
+
+@dataclass
+class Sweep:
+    """The false-alarm sweep: every correct variant on many gate seeds, F4 only."""
+
+    calls: int = 0
+    rejects: list[str] = field(default_factory=list)
+    worst_ratio: float = 0.0
+    worst_bias: float = 0.0
+    worst_spread: float = 0.0
+    worst_where: dict[str, str] = field(default_factory=dict)
+
+
+def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
+              dtypes: Sequence[str] = DTYPES,
+              ops: Sequence[str] = ("matmul", "softmax", USER_OP),
+              progress: Callable[[str], None] | None = None) -> Sweep:
+    from pytest_arbiter.gate import GATE_SEED
+
+    bench = Bench()
+    sweep = Sweep()
+    for case in _cases(shapes, ops, dtypes):
+        for variant in VARIANTS:
+            if variant.op != case.op or not variant.correct:
+                continue
+            for s in range(seeds):
+                verdict = bench.check(variant, case, GATE_SEED + 1000 * s, baselines=False)
+                sweep.calls += 1
+                report = verdict.report
+                where = f"{case.label()} {variant.name} seed #{s}"
+                if not report.passed:
+                    sweep.rejects.append(f"{where}: {report.reason}")
+                for trial in report.trials:
+                    for attr, value in (("ratio", trial.worst_ratio), ("bias", trial.bias),
+                                        ("spread", trial.spread)):
+                        if value > getattr(sweep, f"worst_{attr}"):
+                            setattr(sweep, f"worst_{attr}", value)
+                            sweep.worst_where[attr] = f"{where} ({trial.input})"
+        if progress is not None:
+            progress(case.label())
+    return sweep
+
+
+def tf32_rows(shape: tuple[int, int, int]) -> list[str]:
+    """The TF32 policy: a TF32 GEMM under the default float32 budget and once allowed."""
+    from pytest_arbiter.gate import GATE_SEED, f4_gate
+    from pytest_arbiter.ops import OPS, allow_tf32
+    from pytest_arbiter.regions import MatmulRegion
+
+    recorder = _candidate_class()
+    region = MatmulRegion.of(*shape, "float32")
+    rows = []
+    for allowed in (False, True):
+        allow_tf32("matmul", "float32", allow=allowed)
+        try:
+            for variant in (Variant("tf32", "matmul", mm_tf32), Variant("blas", "matmul", mm_blas),
+                            Variant("scale-1e-3", "matmul", mm_scaled)):
+                report = f4_gate(recorder(variant, "matmul"), OPS.get("matmul"), region=region,
+                                 seed=GATE_SEED)
+                policy = "allow_tf32" if allowed else "default"
+                verdict = "passes" if report.passed else f"rejected: {report.reason[:90]}"
+                rows.append(f"  {policy:10s} {variant.name:11s} {verdict}")
+        finally:
+            allow_tf32("matmul", "float32", allow=False)
+    return rows
+
+
+def gate_timing(rounds: int = 3) -> list[tuple[str, float]]:
+    """Median seconds of one gate call of a bundled CPU kernel per case (both ops, the
+    three dtypes, the full shapes). Uses only APIs every version of the gate has."""
+    from pytest_arbiter import MatmulRegion, SoftmaxRegion, f4_gate
+    from pytest_arbiter.candidates import CandidateRegistry
+    from pytest_arbiter.ops import OPS
+    from pytest_arbiter.runtime import register_bundled
+
+    registry = CandidateRegistry()
+    register_bundled(registry)
+    rows = []
+    for dtype in DTYPES:
+        for op, name in (("matmul", "blas_matmul"), ("softmax", "stable_softmax")):
+            for shape in FULL_SHAPES[op]:
+                region = (MatmulRegion.of(*shape, dtype) if op == "matmul"
+                          else SoftmaxRegion.of(shape, dtype))
+                cand, the_op = registry.get(name), OPS.get(op)
+                f4_gate(cand, the_op, region=region)
+                times = []
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    f4_gate(cand, the_op, region=region)
+                    times.append(time.perf_counter() - start)
+                rows.append((f"{op} {'x'.join(map(str, shape))} {dtype}",
+                             statistics.median(times)))
+    return rows
+
+
+# -- printing -----------------------------------------------------------------------------
+
+def _fraction(n: int, d: int) -> str:
+    return f"{n}/{d} ({100.0 * n / d:.0f}%)" if d else "-"
+
+
+def format_power(tally: Tally) -> list[str]:
+    dtypes = [d for d in DTYPES if tally.correct.get(d)]
+    width = 17
+    lines = ["mutants caught, of those that change the output on some gate input",
+             f"{'checker':13s}" + "".join(f"{d:>{width}s}" for d in [*dtypes, "all"])]
+    total_live = sum(tally.live[d] for d in dtypes)
+    for checker in CHECKERS:
+        cells = [_fraction(tally.caught[(checker, d)], tally.live[d]) for d in dtypes]
+        cells.append(_fraction(sum(tally.caught[(checker, d)] for d in dtypes), total_live))
+        lines.append(f"{checker:13s}" + "".join(f"{c:>{width}s}" for c in cells))
+    lines += ["", "correct kernels rejected",
+              f"{'checker':13s}" + "".join(f"{d:>{width}s}" for d in [*dtypes, "all"])]
+    total_correct = sum(tally.correct[d] for d in dtypes)
+    for checker in CHECKERS:
+        cells = [_fraction(tally.false_rejects[(checker, d)], tally.correct[d]) for d in dtypes]
+        cells.append(_fraction(sum(tally.false_rejects[(checker, d)] for d in dtypes),
+                               total_correct))
+        lines.append(f"{checker:13s}" + "".join(f"{c:>{width}s}" for c in cells))
+    lines += ["", f"{tally.equivalent} mutant runs left the output unchanged (equivalent, "
+              "not counted)", "",
+              "per mutant kind: caught / changing runs (F4, np.allclose, torch)"]
+    notes = {(v.op, v.name): v.note for v in VARIANTS}
+    for (op, name), (n, *caught) in sorted(tally.by_kind.items()):
+        cells = "  ".join(f"{c:>3d}" for c in caught)
+        lines.append(f"  {op:14s} {name:14s} {n:>3d}: {cells}   {notes[(op, name)]}")
+    if tally.misses:
+        lines += ["", "missed by F4: " + "; ".join(tally.misses)]
+    if tally.false_reject_notes:
+        lines += ["", "correct kernels F4 rejected:", *(f"  {t}" for t in tally.false_reject_notes)]
+    return lines
+
+
+def format_sweep(sweep: Sweep, seeds: int) -> list[str]:
+    lines = [f"false-alarm sweep: {sweep.calls} F4 gate calls (every correct variant, "
+             f"{seeds} gate seeds): {len(sweep.rejects)} false rejects",
+             f"  worst elementwise error/budget {sweep.worst_ratio:.3g} "
+             f"({sweep.worst_where.get('ratio', '-')})",
+             f"  worst bias statistic/bound {sweep.worst_bias:.3g} "
+             f"({sweep.worst_where.get('bias', '-')})",
+             f"  worst spread statistic/bound {sweep.worst_spread:.3g} "
+             f"({sweep.worst_where.get('spread', '-')})"]
+    lines += [f"  REJECTED {r}" for r in sweep.rejects]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the CI form: small shapes")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="gate seeds of the false-alarm sweep (default 20; 3 with --quick)")
+    parser.add_argument("--timing", action="store_true",
+                        help="only time the gate on the bundled kernels")
+    args = parser.parse_args(argv)
+    if args.timing:
+        rows = gate_timing()
+        for label, seconds in rows:
+            print(f"  {label:32s} {seconds * 1e3:9.2f} ms")
+        print(f"median gate call: {statistics.median(s for _, s in rows) * 1e3:.2f} ms "
+              f"over {len(rows)} cases")
+        return 0
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    seeds = args.seeds if args.seeds is not None else (3 if args.quick else 20)
+    began = time.perf_counter()
+
+    def progress(label: str) -> None:
+        print(f"  ... {label} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
+
+    tally = run_power(shapes, progress=progress)
+    print("Gate power benchmark: " + ", ".join(
+        f"{op} {', '.join('x'.join(map(str, s)) for s in shapes[op])}" for op in shapes))
+    print("\n".join(format_power(tally)))
+    print(f"\nF4 gate time per call (correct variants): median "
+          f"{statistics.median(tally.gate_seconds) * 1e3:.1f} ms over "
+          f"{len(tally.gate_seconds)} calls")
+    print("\nTF32 policy (float32 matmul 65x33x512):")
+    print("\n".join(tf32_rows((65, 33, 512))))
+    sweep = run_sweep(QUICK_SHAPES if args.quick else SWEEP_SHAPES, seeds, progress=progress)
+    print()
+    print("\n".join(format_sweep(sweep, seeds)))
+    print(f"\n({time.perf_counter() - began:.0f} s)")
+    return 0 if not sweep.rejects and not tally.false_reject_notes else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

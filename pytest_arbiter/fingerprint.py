@@ -1,0 +1,193 @@
+"""What a measurement was taken against: the candidates' code and the environment.
+
+A cache entry records, for every candidate considered for its key, the fingerprint of
+the candidate's code (:func:`fingerprint_of`), and the environment its timings are
+valid under (:func:`current_environment`). A candidate whose code changed, one added
+or removed, or a new driver, CuPy, NumPy or BLAS makes the entry's measurement stale:
+the next tune measures the key again, and the new entry supersedes the old one in a
+merge (docs/artifacts.md).
+
+The fingerprint of Python code is a hash of its bytecode, constants and names, which
+differ between Python minor versions: the environment records the Python version too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pytest_arbiter.candidates import Candidate, FunctionCandidate
+
+FINGERPRINT_HEX = 16
+"""Hex digits of a fingerprint (64 bits)."""
+
+
+def fingerprint_of(candidate: Candidate) -> str:
+    """A short, stable hex hash of what ``candidate`` runs (worked out once per
+    candidate object).
+
+    A function candidate: its function's code (bytecode, constants including nested
+    functions' code, global and attribute names; docstrings and line numbers left out).
+    A :class:`~pytest_arbiter.candidates.Candidate` subclass: the code of every method
+    its class and its bases define below ``Candidate`` (``run`` and what it calls on
+    ``self``: ``launch``, ``problem``, ...), plus what its ``fingerprint_parts()`` or
+    ``source()`` returns (a ``.cu`` kernel's source text and compile options). Either
+    way, plus ``candidate.version`` when one is declared.
+    """
+    found = _MEMO.get(candidate)
+    if found is None:
+        found = _MEMO[candidate] = _fingerprint(candidate)
+    return found
+
+
+_MEMO: weakref.WeakKeyDictionary[Candidate, str] = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(candidate: Candidate) -> str:
+    digest = hashlib.blake2b(digest_size=FINGERPRINT_HEX // 2)
+    if isinstance(candidate, FunctionCandidate):
+        _hash_callable(digest, candidate.fn)
+    else:
+        for klass in type(candidate).__mro__:
+            if klass is Candidate or klass is object:
+                break
+            for name in sorted(vars(klass)):
+                member = vars(klass)[name]
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if isinstance(member, property):
+                    member = member.fget
+                if isinstance(member, types.FunctionType):
+                    digest.update(f"\0method {klass.__name__}.{name}\0".encode())
+                    _hash_callable(digest, member)
+    for hook in ("fingerprint_parts", "source"):
+        offered = getattr(candidate, hook, None)
+        if callable(offered):
+            parts = offered()
+            for part in [parts] if isinstance(parts, (str, bytes)) else parts:
+                digest.update(f"\0{hook}\0".encode())
+                digest.update(part if isinstance(part, bytes) else str(part).encode())
+    if candidate.version is not None:
+        digest.update(f"\0version\0{candidate.version}".encode())
+    return digest.hexdigest()
+
+
+def _hash_callable(digest: Any, fn: Callable[..., Any]) -> None:
+    if isinstance(fn, functools.partial):
+        _hash_callable(digest, fn.func)
+        digest.update(f"\0partial\0{_stable_repr(fn.args)}{sorted(fn.keywords)}".encode())
+        return
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a callable object: its class's __call__
+        code = getattr(vars(type(fn)).get("__call__"), "__code__", None)
+    if isinstance(code, types.CodeType):
+        _hash_code(digest, code, getattr(fn, "__doc__", None))
+        return
+    # a builtin or a C function (np.matmul): its name; its library's version is in
+    # the environment
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(type(fn))
+    digest.update(f"\0builtin\0{module}.{name}".encode())
+
+
+def _hash_code(digest: Any, code: types.CodeType, doc: str | None = None) -> None:
+    digest.update(b"\0code\0")
+    digest.update(code.co_code)
+    digest.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_names)).encode())
+    consts = code.co_consts
+    if doc is not None and consts and consts[0] == doc:
+        consts = consts[1:]  # the docstring: documentation, not behaviour
+    for const in consts:
+        if isinstance(const, types.CodeType):
+            _hash_code(digest, const)
+        else:
+            digest.update(b"\0const\0")
+            digest.update(_stable_repr(const).encode())
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` that does not depend on the process: a frozenset's order does (string
+    hashing is randomised), so its items are sorted."""
+    if isinstance(value, frozenset):
+        return "frozenset({" + ", ".join(sorted(map(_stable_repr, value))) + "})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_stable_repr, value)) + ",)"
+    return repr(value)
+
+
+GPU_TARGETS = ("nvidia", "amd")
+
+
+def current_environment(target: str) -> dict[str, str]:
+    """What timings on ``target`` are valid under, here: ``device_name``, ``python``,
+    ``numpy``, ``blas`` (when NumPy says cheaply), and on a GPU target, when CuPy is
+    importable, ``cupy``, the runtime (``cuda_runtime`` or ``rocm_runtime``), ``driver``
+    and ``blas_library`` (cuBLAS or hipBLAS).
+
+    Worked out once per target and process. CuPy is never imported for the CPU target.
+    """
+    return dict(_environment(target))
+
+
+def forget_environment() -> None:
+    """Work the environment out again on the next call (tests swap CuPy in and out)."""
+    _environment.cache_clear()
+
+
+@functools.cache
+def _environment(target: str) -> tuple[tuple[str, str], ...]:
+    import numpy as np
+
+    from pytest_arbiter.device import DeviceInfo, probe_device
+
+    env = {"python": platform.python_version(), "numpy": np.__version__}
+    blas = _numpy_blas()
+    if blas:
+        env["blas"] = blas
+    found = probe_device(target)
+    if isinstance(found, DeviceInfo):
+        env["device_name"] = found.name
+    if target in GPU_TARGETS:
+        env.update(_gpu_versions())
+    return tuple(sorted(env.items()))
+
+
+def _numpy_blas() -> str:
+    """``name version`` of the BLAS NumPy was built with (NumPy >= 1.26), else ``""``."""
+    import numpy as np
+
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k)).strip()
+    except Exception:
+        return ""
+
+
+def _gpu_versions() -> Iterable[tuple[str, str]]:
+    from pytest_arbiter.runtime.cuda.device import cupy_or_reason, is_hip
+
+    cp = cupy_or_reason()
+    if isinstance(cp, str):
+        return []
+    found = [("cupy", str(getattr(cp, "__version__", "?")))]
+    runtime = cp.cuda.runtime
+    hip = is_hip(cp)
+    for key, read in (("rocm_runtime" if hip else "cuda_runtime", "runtimeGetVersion"),
+                      ("driver", "driverGetVersion")):
+        try:
+            found.append((key, str(getattr(runtime, read)())))
+        except Exception:
+            pass
+    try:
+        handle = cp.cuda.device.get_cublas_handle()
+        found.append(("blas_library", f"{'hipblas' if hip else 'cublas'} "
+                                      f"{cp.cuda.cublas.getVersion(handle)}"))
+    except Exception:
+        pass
+    return found

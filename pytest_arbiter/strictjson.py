@@ -1,0 +1,111 @@
+"""JSON as an artifact may hold it, or a clear error naming the file.
+
+An artifact is UTF-8 without a byte order mark, holds no object with a key twice
+(``{"entries": [...], "entries": []}`` would otherwise mean its last half), only
+finite numbers, no lone UTF-16 surrogate escapes, and is not nested deeper than
+Python's recursion limit lets a parser go. msgspec refuses most of this as it decodes
+(invalid UTF-8, lone surrogates, numbers out of a double's range, ``NaN`` literals) and
+a typed decode never recurses into data it does not expect; it keeps the last of two
+equal keys, though, so :func:`check_unique_keys` parses once more with the standard
+library's parser and a pairs hook (about 12 ms for a 10,000-entry histogram, 1.3 MB,
+on the 2-core test machine, next to 4 ms for the typed decode).
+
+Every error is a ``ValueError`` whose message names the source and, where there is one,
+the position (line, column and byte) or the JSON path (``$.entries[3].count``), with
+any text taken from the file escaped (:mod:`pytest_arbiter.safetext`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from typing import Any, TypeVar
+
+import msgspec
+
+from pytest_arbiter.safetext import escape
+
+T = TypeVar("T")
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF8, "UTF-8"), (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+_BYTE_AT = re.compile(r" ?\(byte (\d+)\)")
+_LONE_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def check_bom(data: bytes, source: str) -> None:
+    """``ValueError`` if ``data`` starts with a byte order mark."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            raise ValueError(f"{escape(source)} starts with a {name} byte order mark: an "
+                             "artifact is UTF-8 without one")
+
+
+def position(data: bytes, offset: int) -> str:
+    """``line L, column C (byte N)`` of a byte offset, for an error message."""
+    offset = max(0, min(offset, len(data)))
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return f"line {line}, column {column} (byte {offset})"
+
+
+def _decode_error(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
+    message = str(exc)
+    if "truncated" in message and _LONE_HIGH.search(data):
+        message = "a string holds a lone UTF-16 surrogate escape (\\ud800-\\udbff)"
+    else:
+        found = _BYTE_AT.search(message)
+        if found is not None:
+            message = (message[:found.start()] + message[found.end():]
+                       + " at " + position(data, int(found.group(1))))
+    return ValueError(f"{escape(source)} is not valid JSON: {escape(message)}")
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def check_unique_keys(data: bytes, source: str) -> None:
+    """``ValueError`` if an object of ``data`` (already known to be valid JSON) has a key
+    twice: parsers keep one of them silently, so one file would mean two things."""
+    try:
+        json.loads(data, object_pairs_hook=_unique)
+    except _DuplicateKey as dup:
+        raise ValueError(f"{escape(source)}: the key {escape(json.dumps(dup.key))} "
+                         "appears twice in one object") from None
+    except RecursionError:
+        raise ValueError(f"{escape(source)} is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ValueError(f"{escape(source)} is not valid JSON: {escape(exc)}") from None
+
+
+def decode(data: bytes, source: str, schema: type[T] | Any = Any) -> T:
+    """``data`` decoded (as ``schema``, validated) and checked as the module says."""
+    check_bom(data, source)
+    try:
+        value: T = msgspec.json.decode(data, type=schema)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{escape(source)}: {escape(exc)}") from None
+    except msgspec.DecodeError as exc:
+        raise _decode_error(exc, data, source) from None
+    except RecursionError:
+        raise ValueError(f"{escape(source)} is nested too deeply") from None
+    check_unique_keys(data, source)
+    return value
