@@ -20,10 +20,9 @@ Correct variants compute the op in float32 (the 16-bit types) or float32 itself,
 orders and forms; each mutant is a correct variant with one plausible bug. A mutant counts
 only if it changes the output, bit for bit, on some input the gate ran; the others are
 equivalent. ``--seeds N`` then gates every correct variant on N gate seeds (the
-false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; run it on an
-older tree (``git archive <rev> | tar -x -C /tmp/old; PYTHONPATH=/tmp/old python
-bench/gate_power.py --timing``) for the before figure: that path uses only APIs the gate
-has always had.
+false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; with
+``--before DIR`` (an older tree: ``git archive <rev> | tar -x -C DIR``) it times that
+tree's gate beside this one, interleaved, through APIs every version of the gate has.
 
 Run: ``python bench/gate_power.py`` (full, a few minutes), ``--quick`` (the CI form:
 small shapes, 3 seeds), ``--timing``. ``tests/test_gate_power.py`` runs the quick form.
@@ -37,7 +36,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,21 +115,33 @@ def mm_f64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _out(np.matmul(a.astype(np.float64), b.astype(np.float64)), a)
 
 
-def _seq(a: np.ndarray, b: np.ndarray, order: Iterable[int]) -> np.ndarray:
-    a32, b32 = _f32(a), _f32(b)
-    acc = np.zeros((a.shape[0], b.shape[1]), F32)
-    for k in order:
-        acc += a32[:, k, None] * b32[k]
-    return acc
+def _products_by_k(a: np.ndarray, b: np.ndarray, rows: slice) -> np.ndarray:
+    """The rounded float32 products a_ik b_kj of ``rows``, K-major: (K, rows, N)."""
+    return _f32(a[rows]).T[:, :, None] * _f32(b)[:, None, :]
+
+
+def _row_chunks(a: np.ndarray, b: np.ndarray) -> list[slice]:
+    step = max(1, (1 << 23) // max(1, a.shape[1] * b.shape[1]))
+    return [slice(i, i + step) for i in range(0, a.shape[0], step)]
+
+
+def _ordered(a: np.ndarray, b: np.ndarray, reverse: bool = False) -> np.ndarray:
+    """Products added one by one in K order (NumPy reduces a non-contiguous axis in
+    order, bit for bit the same as the loop ``acc += a[:, k] * b[k]``)."""
+    out = np.empty((a.shape[0], b.shape[1]), F32)
+    for rows in _row_chunks(a, b):
+        products = _products_by_k(a, b, rows)
+        out[rows] = np.add.reduce(products[::-1] if reverse else products, axis=0)
+    return out
 
 
 def mm_sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """k = 0, 1, ...; every product rounded, then added: the most error-prone order."""
-    return _out(_seq(a, b, range(a.shape[1])), a)
+    return _out(_ordered(a, b), a)
 
 
 def mm_reverse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return _out(_seq(a, b, range(a.shape[1] - 1, -1, -1)), a)
+    return _out(_ordered(a, b, reverse=True), a)
 
 
 def mm_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -144,12 +155,10 @@ def mm_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def mm_pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The products summed by NumPy's pairwise float32 summation."""
-    a32, b32 = _f32(a), np.ascontiguousarray(_f32(b).T)
+    a32, bt = _f32(a), np.ascontiguousarray(_f32(b).T)
     out = np.empty((a.shape[0], b.shape[1]), F32)
-    step = max(1, (1 << 22) // max(1, b.shape[1] * a.shape[1]))
-    for start in range(0, a.shape[0], step):
-        rows = a32[start:start + step]
-        out[start:start + step] = np.sum(rows[:, None, :] * b32[None, :, :], axis=-1)
+    for rows in _row_chunks(a, b):
+        out[rows] = np.sum(a32[rows][:, None, :] * bt[None, :, :], axis=-1)
     return _out(out, a)
 
 
@@ -184,13 +193,18 @@ def mm_kahan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def mm_lanes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Eight SIMD-style lanes (k mod 8) accumulated in order, then added as a tree."""
-    a32, b32 = _f32(a), _f32(b)
-    lanes = np.zeros((8, a.shape[0], b.shape[1]), F32)
-    for k in range(a.shape[1]):
-        lanes[k % 8] += a32[:, k, None] * b32[k]
-    while lanes.shape[0] > 1:
-        lanes = lanes[0::2] + lanes[1::2]
-    return _out(lanes[0], a)
+    k = a.shape[1]
+    pad = -k % 8
+    a8 = np.pad(_f32(a), ((0, 0), (0, pad)))
+    b8 = np.pad(_f32(b), ((0, pad), (0, 0)))
+    out = np.empty((a.shape[0], b.shape[1]), F32)
+    for rows in _row_chunks(a8, b8):
+        products = _products_by_k(a8, b8, rows)
+        lanes = np.add.reduce(products.reshape(-1, 8, *products.shape[1:]), axis=0)
+        while lanes.shape[0] > 1:
+            lanes = lanes[0::2] + lanes[1::2]
+        out[rows] = lanes[0]
+    return _out(out, a)
 
 
 # -- matmul: mutants ----------------------------------------------------------------------
@@ -522,6 +536,13 @@ class Variant:
     base: str = ""
     dtypes: tuple[str, ...] = DTYPES
     note: str = ""
+    max_work: int = 0
+    """A Python loop over K: not run on a case with more than this many M N K products
+    (0: no limit)."""
+
+    def runs_on(self, case: Case) -> bool:
+        work = int(np.prod(case.shape)) if case.op == "matmul" else 0
+        return case.dtype in self.dtypes and (not self.max_work or work <= self.max_work)
 
     @property
     def correct(self) -> bool:
@@ -529,18 +550,22 @@ class Variant:
 
 
 USER_OP = "bench_rmsnorm"
+LOOP_WORK = 1 << 23
+"""The loop variants (fma, kahan) run on cases up to this many products (40x24x4096)."""
+ORDERED_WORK = 1 << 26
+"""The one-product-at-a-time variants run up to this many (not 256x256x4096: minutes)."""
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("blas", "matmul", mm_blas),
     Variant("float64", "matmul", mm_f64),
-    Variant("sequential", "matmul", mm_sequential),
-    Variant("reverse", "matmul", mm_reverse),
-    Variant("fma", "matmul", mm_fma),
-    Variant("pairwise", "matmul", mm_pairwise),
+    Variant("sequential", "matmul", mm_sequential, max_work=ORDERED_WORK),
+    Variant("reverse", "matmul", mm_reverse, max_work=ORDERED_WORK),
+    Variant("fma", "matmul", mm_fma, max_work=LOOP_WORK),
+    Variant("pairwise", "matmul", mm_pairwise, max_work=ORDERED_WORK),
     Variant("blocked-64", "matmul", mm_blocked),
     Variant("split-K-4", "matmul", mm_split_k),
-    Variant("kahan", "matmul", mm_kahan),
-    Variant("lanes-8", "matmul", mm_lanes),
+    Variant("kahan", "matmul", mm_kahan, max_work=LOOP_WORK),
+    Variant("lanes-8", "matmul", mm_lanes, max_work=ORDERED_WORK),
     Variant("acc-narrow", "matmul", mm_acc_narrow, "blas",
             note="split-K partials kept in the narrow type"),
     Variant("trunc-out", "matmul", mm_trunc, "float64", dtypes=NARROW,
@@ -619,8 +644,8 @@ FULL_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
 }
 SWEEP_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "matmul": ((64, 64, 64), (65, 33, 512), (40, 24, 4096)),
-    "softmax": ((8, 300), (3, 33), (64, 1000), (2, 3, 4097)),
-    USER_OP: ((8, 4096), (33, 1000)),
+    "softmax": ((3, 33), (64, 1000), (2, 3, 4097)),
+    USER_OP: ((8, 4096),),
 }
 QUICK_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "matmul": ((24, 16, 40), (33, 17, 300)),
@@ -805,7 +830,7 @@ def run_power(shapes: dict[str, tuple[tuple[int, ...], ...]], *, seed: int | Non
     tally = Tally()
     for case in _cases(shapes, ops, dtypes):
         base_out: dict[str, list[Any]] = {}
-        variants = [v for v in VARIANTS if v.op == case.op and case.dtype in v.dtypes]
+        variants = [v for v in VARIANTS if v.op == case.op and v.runs_on(case)]
         for variant in sorted(variants, key=lambda v: not v.correct):
             verdict = bench.check(variant, case, seed)
             if variant.correct:
@@ -845,6 +870,8 @@ class Sweep:
     worst_bias: float = 0.0
     worst_spread: float = 0.0
     worst_where: dict[str, str] = field(default_factory=dict)
+    worst_ratio_by: dict[tuple[str, str], float] = field(default_factory=dict)
+    """The worst elementwise error/budget per (op, dtype): the margin of each budget."""
 
 
 def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
@@ -857,7 +884,7 @@ def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
     sweep = Sweep()
     for case in _cases(shapes, ops, dtypes):
         for variant in VARIANTS:
-            if variant.op != case.op or not variant.correct:
+            if variant.op != case.op or not variant.correct or not variant.runs_on(case):
                 continue
             for s in range(seeds):
                 verdict = bench.check(variant, case, GATE_SEED + 1000 * s, baselines=False)
@@ -866,6 +893,9 @@ def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
                 where = f"{case.label()} {variant.name} seed #{s}"
                 if not report.passed:
                     sweep.rejects.append(f"{where}: {report.reason}")
+                key = (case.op, case.dtype)
+                sweep.worst_ratio_by[key] = max(sweep.worst_ratio_by.get(key, 0.0),
+                                                report.worst_ratio)
                 for trial in report.trials:
                     for attr, value in (("ratio", trial.worst_ratio), ("bias", trial.bias),
                                         ("spread", trial.spread)):
@@ -901,31 +931,73 @@ def tf32_rows(shape: tuple[int, int, int]) -> list[str]:
     return rows
 
 
-def gate_timing(rounds: int = 3) -> list[tuple[str, float]]:
-    """Median seconds of one gate call of a bundled CPU kernel per case (both ops, the
-    three dtypes, the full shapes). Uses only APIs every version of the gate has."""
-    from pytest_arbiter import MatmulRegion, SoftmaxRegion, f4_gate
-    from pytest_arbiter.candidates import CandidateRegistry
-    from pytest_arbiter.ops import OPS
-    from pytest_arbiter.runtime import register_bundled
+def _timing_cases() -> list[tuple[str, str, tuple[int, ...], str]]:
+    return [(op, name, shape, dtype) for dtype in DTYPES
+            for op, name in (("matmul", "blas_matmul"), ("softmax", "stable_softmax"))
+            for shape in FULL_SHAPES[op]]
 
-    registry = CandidateRegistry()
-    register_bundled(registry)
-    rows = []
-    for dtype in DTYPES:
-        for op, name in (("matmul", "blas_matmul"), ("softmax", "stable_softmax")):
-            for shape in FULL_SHAPES[op]:
-                region = (MatmulRegion.of(*shape, dtype) if op == "matmul"
-                          else SoftmaxRegion.of(shape, dtype))
-                cand, the_op = registry.get(name), OPS.get(op)
-                f4_gate(cand, the_op, region=region)
-                times = []
-                for _ in range(rounds):
-                    start = time.perf_counter()
-                    f4_gate(cand, the_op, region=region)
-                    times.append(time.perf_counter() - start)
-                rows.append((f"{op} {'x'.join(map(str, shape))} {dtype}",
-                             statistics.median(times)))
+
+def _gate_call(package: Any, op: str, name: str, shape: tuple[int, ...],
+               dtype: str) -> Callable[[], Any]:
+    """One gate call of a bundled CPU kernel through ``package`` (this tree's
+    ``pytest_arbiter`` or an older one's), using only APIs every version of the gate has."""
+    registry = package.candidates.CandidateRegistry()
+    package.runtime.register_bundled(registry)
+    cand, the_op = registry.get(name), package.ops.OPS.get(op)
+    region = (package.MatmulRegion.of(*shape, dtype) if op == "matmul"
+              else package.SoftmaxRegion.of(shape, dtype))
+    return lambda: package.f4_gate(cand, the_op, region=region)
+
+
+def _import_tree(path: str) -> Any:
+    """An older tree's ``pytest_arbiter`` (say ``git archive REV | tar -x -C DIR``),
+    imported beside this one as ``pytest_arbiter_before``: a renamed copy in a temp dir."""
+    import importlib
+    import re
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="gate-power-before-"))
+    target = root / "pytest_arbiter_before"
+    shutil.copytree(Path(path) / "pytest_arbiter", target)
+    for source in target.rglob("*.py"):
+        text = source.read_text()
+        source.write_text(re.sub(r"\bpytest_arbiter\b", "pytest_arbiter_before", text))
+    sys.path.insert(0, str(root))
+    package = importlib.import_module("pytest_arbiter_before")
+    for sub in ("candidates", "ops", "runtime"):
+        importlib.import_module(f"pytest_arbiter_before.{sub}")
+    return package
+
+
+def gate_timing(rounds: int = 5, before: str | None = None
+                ) -> list[tuple[str, float, float | None]]:
+    """CPU seconds (median of ``rounds``) of one gate call of a bundled CPU kernel per case
+    (both ops, the three dtypes, the full shapes): ``(case, this tree, the older tree at
+    ``before`` or None)``, the two timed interleaved so a shared machine's load hits both."""
+    import importlib
+
+    now = importlib.import_module("pytest_arbiter")
+    for sub in ("candidates", "ops", "runtime"):
+        importlib.import_module(f"pytest_arbiter.{sub}")
+    old = _import_tree(before) if before else None
+    rows: list[tuple[str, float, float | None]] = []
+    for op, name, shape, dtype in _timing_cases():
+        calls = [_gate_call(now, op, name, shape, dtype)]
+        if old is not None:
+            calls.append(_gate_call(old, op, name, shape, dtype))
+        times: list[list[float]] = [[] for _ in calls]
+        for call in calls:
+            call()
+        for _ in range(rounds):
+            for call, spent in zip(calls, times, strict=True):
+                start = time.process_time()
+                call()
+                spent.append(time.process_time() - start)
+        label = f"{op} {'x'.join(map(str, shape))} {dtype}"
+        rows.append((label, statistics.median(times[0]),
+                     statistics.median(times[1]) if old is not None else None))
     return rows
 
 
@@ -976,6 +1048,8 @@ def format_sweep(sweep: Sweep, seeds: int) -> list[str]:
              f"({sweep.worst_where.get('bias', '-')})",
              f"  worst spread statistic/bound {sweep.worst_spread:.3g} "
              f"({sweep.worst_where.get('spread', '-')})"]
+    lines.append("  worst elementwise error/budget by op: " + ", ".join(
+        f"{op} {dtype} {ratio:.3f}" for (op, dtype), ratio in sorted(sweep.worst_ratio_by.items())))
     lines += [f"  REJECTED {r}" for r in sweep.rejects]
     return lines
 
@@ -987,13 +1061,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="gate seeds of the false-alarm sweep (default 20; 3 with --quick)")
     parser.add_argument("--timing", action="store_true",
                         help="only time the gate on the bundled kernels")
+    parser.add_argument("--before", metavar="DIR",
+                        help="with --timing: an older tree to time beside this one "
+                             "(git archive REV | tar -x -C DIR)")
     args = parser.parse_args(argv)
     if args.timing:
-        rows = gate_timing()
-        for label, seconds in rows:
-            print(f"  {label:32s} {seconds * 1e3:9.2f} ms")
-        print(f"median gate call: {statistics.median(s for _, s in rows) * 1e3:.2f} ms "
-              f"over {len(rows)} cases")
+        rows = gate_timing(before=args.before)
+        for label, seconds, old in rows:
+            versus = f"   before {old * 1e3:8.2f} ms   x{seconds / old:5.2f}" if old else ""
+            print(f"  {label:30s} {seconds * 1e3:8.2f} ms{versus}")
+        median = statistics.median(r[1] for r in rows)
+        print(f"median gate call: {median * 1e3:.2f} ms over {len(rows)} cases (CPU time)")
+        if args.before:
+            median_old = statistics.median(r[2] or 0.0 for r in rows)
+            print(f"before: {median_old * 1e3:.2f} ms; ratio of the medians "
+                  f"{median / median_old:.2f}")
         return 0
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 20)

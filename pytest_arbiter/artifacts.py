@@ -24,9 +24,10 @@ import filelock
 from pytest_arbiter.cache import (
     CacheEntry,
     MeasureCache,
-    decode_document,
+    encode_chunks,
     encode_document,
     keyed,
+    read_document,
 )
 from pytest_arbiter.corpus import MergeResult, Part, merge
 from pytest_arbiter.histogram import HistogramKey
@@ -120,9 +121,10 @@ def target(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(p)) if os.path.islink(p) else p
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
     """Replace the file at ``path`` (at its target if it is a symbolic link) with
-    ``data``: a temporary file in the same folder, fsync, ``os.replace``."""
+    ``data`` (bytes, or pieces of it written one after the other): a temporary file in
+    the same folder, fsync, ``os.replace``."""
     p = target(path)
     folder = p.parent if str(p.parent) else Path(".")
     try:
@@ -134,7 +136,10 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         # mkstemp makes the file 0600: give it the mode a plain open() would have had
         os.chmod(tmp, _mode_for(p))
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            if isinstance(data, bytes):
+                out.write(data)
+            else:
+                out.writelines(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, p)
@@ -200,28 +205,33 @@ def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
     A file listing one key twice (a hand-resolved git conflict) keeps the entry the
     merge rule prefers.
     """
-    data = read_bytes(path)
     try:
-        return keyed(decode_document(data, source=str(path)))
+        return keyed(read_document(path))
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
 
 
-def cache_bytes(entries: Iterable[CacheEntry], path: str | os.PathLike[str] = "the cache"
-                ) -> bytes:
-    """The file of ``entries`` (schema version 3); ``ArtifactError`` naming ``path`` and
-    the entry when one holds what a reader would refuse (a NaN, a negative latency)."""
+def cache_bytes(entries: Iterable[CacheEntry]) -> bytes:
+    """The file of ``entries`` (schema version 3)."""
+    return encode_document(entries)
+
+
+def _write_entries(path: str | os.PathLike[str], entries: Iterable[CacheEntry]) -> None:
+    """Write the file of ``entries`` at ``path`` a piece at a time (the caller holds the
+    lock)."""
     try:
-        return encode_document(entries)
-    except ValueError as exc:
-        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
+        write_bytes_atomic(path, encode_chunks(entries))
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc)}") from None
 
 
 def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
     """Replace the cache at ``path`` with ``cache`` (under its lock)."""
-    data = cache_bytes(cache, path)
     with cache_lock(path):
-        write_bytes_atomic(path, data)
+        _write_entries(path, cache)
 
 
 def update_cache(path: str | os.PathLike[str], *parts: Part,
@@ -234,7 +244,8 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     with cache_lock(path, timeout):
         current = read_cache(path) if os.path.exists(path) else MeasureCache()
         result = merge(current, *parts)
-        write_bytes_atomic(path, cache_bytes(result.entries.values(), path))
+        del current
+        _write_entries(path, result.entries.values())
     return result
 
 

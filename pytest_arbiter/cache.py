@@ -17,6 +17,9 @@ by :mod:`pytest_arbiter.cache_legacy` and written back as version 3.
 from __future__ import annotations
 
 import datetime
+import functools
+import operator
+import os
 import re
 import threading
 import weakref
@@ -201,10 +204,11 @@ if TYPE_CHECKING:  # what code reads and passes: after __post_init__ the shared 
     _EnvironmentField = Mapping[str, str]
     _RunField = Run
 else:  # what the file holds: an index into a table of the file, or the object itself
+    _Index = Annotated[int, Meta(ge=0)]
     _ReasonsField = dict[str, str]
-    _ConsideredField = int | dict[str, Considered]
-    _EnvironmentField = int | dict[str, str]
-    _RunField = int | _RunRow
+    _ConsideredField = _Index | dict[str, Considered]
+    _EnvironmentField = _Index | dict[str, str]
+    _RunField = _Index | _RunRow
 
 
 class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
@@ -240,8 +244,11 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """``host``, ``device_name``, ``versions``: shared by the run's entries."""
     measured_at: str | UnsetType = UNSET
     """UTC time of the measurement, to the second (``2026-12-03T06:23:11Z``)."""
-    shapes: tuple[tuple[Count, ...], ...] | UnsetType = UNSET
-    """The input shapes that were measured."""
+    shapes: str | UnsetType = UNSET
+    """The input shapes that were measured: each its dimensions joined by ``x``, ``()``
+    for a 0-d input, the inputs joined by ``,`` (``"64x32,32x16"``). One string, not an
+    array of arrays of numbers: fewer objects, and none the garbage collector tracks;
+    ``provenance["shapes"]`` gives the lists of integers."""
     rounds: Count | UnsetType = UNSET
     timed_ns: Count | UnsetType = UNSET
     """Sum of the timed calls."""
@@ -264,8 +271,8 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         if "versions" in run:
             run["versions"] = _interned(Versions, run["versions"])
         own: dict[str, Any] = {k: data[k] for k in _OWN_KEYS if k in data}
-        if "shapes" in own:
-            own["shapes"] = tuple(tuple(shape) for shape in own["shapes"])
+        if "shapes" in own and not isinstance(own["shapes"], str):
+            own["shapes"] = shapes_text(own["shapes"])
         return cls(run=_interned(Run, run), **own)
 
     def keys(self) -> list[str]:
@@ -278,7 +285,7 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         if key in _OWN_KEYS:
             value = getattr(self, key)
             if value is not UNSET:
-                return value
+                return _dimensions(value) if key == "shapes" else value
         raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -303,13 +310,26 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         return [self[k] for k in self.keys()]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values, sorted (``versions`` a dict, ``shapes`` lists)."""
+        """Plain JSON values, sorted (``versions`` a dict, ``shapes`` lists of integers)."""
         out = dict(self.items())
         if "versions" in out:
             out["versions"] = dict(sorted(out["versions"].items()))
-        if "shapes" in out:
-            out["shapes"] = [list(shape) for shape in out["shapes"]]
         return out
+
+
+def shapes_text(shapes: Iterable[Iterable[int]]) -> str:
+    """``[[64, 32], [32, 16]]`` as ``"64x32,32x16"`` (a 0-d shape as ``()``)."""
+    return ",".join("x".join(str(int(d)) for d in shape) or "()" for shape in shapes)
+
+
+def _dimensions(text: str) -> Any:
+    """``"64x32,32x16"`` as ``[[64, 32], [32, 16]]``; text of a hand-written file that is
+    not shapes is given as it is."""
+    try:
+        return [[] if shape == "()" else [int(d) for d in shape.split("x")]
+                for shape in text.split(",")] if text else []
+    except ValueError:
+        return text
 
 
 Mapping.register(Provenance)
@@ -322,9 +342,9 @@ else:
 
 
 class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
-                 omit_defaults=True):
+                 omit_defaults=True, order=True):
     """A measured pick for one key, with the full ranking, the evidence behind it and
-    what it was measured against.
+    what it was measured against. Entries order by their key (the first five fields).
 
     Built in code, ``rejected``, ``provenance``, ``considered`` and ``environment`` may
     be plain dicts (they are turned into the shared, immutable types) and ``ranking``
@@ -368,32 +388,60 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             return
         # Decoding (a file, a payload, an entry built in code being checked): the shared
         # fields are indices into the document's tables, read before the entries, or
-        # inline objects. This runs for every entry of a file: the common case inline.
+        # inline objects. This runs for every entry of a file: the common case inline
+        # (an index into a table read already), anything else in _resolved.
         prov = self.provenance
         if type(prov) is Provenance:
-            run = prov.run
-            if type(run) is not Run:
-                force_setattr(prov, "run", _resolved(run, tables, "runs"))
+            value: Any = prov.run
+            if type(value) is int:
+                try:
+                    force_setattr(prov, "run", tables.runs[value])  # type: ignore[index]
+                except (TypeError, IndexError):
+                    force_setattr(prov, "run", _resolved(value, tables, "runs"))
+            elif type(value) is not Run:
+                force_setattr(prov, "run", _resolved(value, tables, "runs"))
         else:
             force_setattr(self, "provenance", Provenance.of(prov))
-        value: Any = self.environment
-        if type(value) is not Environment:
+        value = self.environment
+        if type(value) is int:
+            try:
+                force_setattr(self, "environment",
+                              tables.environments[value])  # type: ignore[index]
+            except (TypeError, IndexError):
+                force_setattr(self, "environment", _resolved(value, tables, "environments"))
+        elif type(value) is not Environment:
             force_setattr(self, "environment", _resolved(value, tables, "environments"))
         value = self.considered
-        if type(value) is not ConsideredMap:
+        if type(value) is int:
+            try:
+                force_setattr(self, "considered", tables.considered[value])  # type: ignore[index]
+            except (TypeError, IndexError):
+                force_setattr(self, "considered", _resolved(value, tables, "considered"))
+        elif type(value) is not ConsideredMap:
             force_setattr(self, "considered", _resolved(value, tables, "considered"))
         value = self.rejected
         if type(value) is not Reasons:
             force_setattr(self, "rejected", _interned(Reasons, value))
         since = self.since
         if since.tzinfo is not _UTC:  # written and compared in UTC
-            force_setattr(self, "since", since.astimezone(_UTC))
+            since = since.astimezone(_UTC)
+        # one object for each repeated value of the document: a million entries of a few
+        # devices, ops and candidates hold a few strings, not several million
+        one = tables.strings.setdefault
+        force_setattr(self, "since", one(since, since))
+        force_setattr(self, "device", one(self.device, self.device))
+        force_setattr(self, "target", one(self.target, self.target))
+        force_setattr(self, "op", one(self.op, self.op))
+        force_setattr(self, "dtype", one(self.dtype, self.dtype))
+        for row in self.ranking:
+            force_setattr(row, "name", one(row.name, row.name))
 
     def _check(self) -> None:
         """An entry built in code goes through the schema as a file's would: what a
         reader would refuse (a NaN, a negative latency, a confidence over 1, an unknown
         provenance key) is a ``ValueError`` now, not at the next write, and its values
-        become what a read gives back (``1`` as ``1.0``, ``since`` in UTC)."""
+        become what a read gives back (a confidence of ``1`` as ``1.0``, a latency of
+        ``1217.0`` as ``1217``, ``since`` in UTC)."""
         try:
             since = self.since
             if getattr(since, "tzinfo", _UTC) is None:
@@ -407,6 +455,8 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                              ) from None
         for name in self.__struct_fields__:
             force_setattr(self, name, getattr(checked, name))
+        force_setattr(self, "ranking", tuple(
+            RankedCandidate(r.name, r.stats.whole()) for r in self.ranking))
 
     @property
     def key(self) -> CacheKey:
@@ -612,6 +662,8 @@ class _Tables:
         self.runs = runs
         self.environments = environments
         self.considered = considered
+        self.strings: dict[Any, Any] = {}
+        """Each repeated value of the document's entries, once."""
 
 
 class _Reading(threading.local):
@@ -816,6 +868,80 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
     return doc.entries
 
 
+_HEAD = b'{\n  "schema": "pytest-arbiter/cache",\n  "version": 3,\n  "runs": ['
+_ENTRIES = b'\n  "entries": [\n    {"device":'
+_SEPARATOR = b',\n    {"device":'
+_TAIL = b"\n  ]\n}\n"
+BLOCK = 1 << 24
+"""Bytes read at a time from a cache file in the writer's layout."""
+
+
+def read_document(path: str | os.PathLike[str], *, source: str | None = None
+                  ) -> list[CacheEntry]:
+    """The entries of the cache file at ``path``; ``ValueError`` as
+    :func:`decode_document` says, ``OSError`` if it cannot be read.
+
+    A file in the writer's layout (one entry a line) is decoded a block of lines at a
+    time, so the file's bytes are never all in memory beside its entries (a third of a
+    million-entry load's peak); anything else, or any error, is decoded whole (which
+    names the error's exact place).
+    """
+    name = str(path) if source is None else source
+    with open(path, "rb") as file:
+        entries = _stream(file)
+        if entries is not None:
+            return entries
+        file.seek(0)
+        data = file.read()
+    return decode_document(data, source=name)
+
+
+def _stream(file: Any) -> list[CacheEntry] | None:
+    """The entries of a file in the writer's layout, block by block; ``None`` if it is
+    not in that layout or anything in it is wrong."""
+    buffer = bytearray(BLOCK)
+    size = file.readinto(buffer)
+    head = buffer.find(_ENTRIES, 0, size)
+    if not buffer.startswith(_HEAD) or head < 0:
+        return None
+    tables = _Tables()
+    try:
+        msgspec.json.decode(bytes(buffer[:head]) + b'\n  "entries": []}', type=_Document,
+                            dec_hook=_table_hook(tables))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    _preset(tables)
+    decoder = msgspec.json.Decoder(list[CacheEntry])
+    entries: list[CacheEntry] = []
+    start = head + len(b'\n  "entries": [\n   ')  # the space before the first entry
+    done = False
+    while True:
+        end = buffer.rfind(_SEPARATOR, start, size)
+        if done:
+            if not buffer.endswith(_TAIL, start, size):
+                return None
+            end = size - len(_TAIL)
+        if end >= 0:
+            # the space before the block's first entry and the comma after its last
+            # become the brackets of an array: decoded where they lie, no copy
+            buffer[start], buffer[end] = 0x5B, 0x5D
+            with memoryview(buffer) as view, view[start:end + 1] as block:
+                try:
+                    entries += _read_tables(functools.partial(decoder.decode, block), tables)
+                except (msgspec.DecodeError, _TablesLater, RecursionError):
+                    return None
+            if done:
+                return entries
+            start = end + len(_SEPARATOR) - len(b' {"device":')
+        rest = size - start
+        buffer[:rest] = buffer[start:size]
+        if len(buffer) < rest + BLOCK:
+            buffer.extend(bytes(rest + BLOCK - len(buffer)))
+        with memoryview(buffer) as view:
+            read = file.readinto(view[rest:rest + BLOCK])
+        size, start, done = rest + read, 0, read == 0
+
+
 def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
     """:func:`decode_document` for a document already parsed into builtins."""
     if not isinstance(data, Mapping):
@@ -840,14 +966,7 @@ def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
 def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
     from pytest_arbiter import strictjson
 
-    message = str(exc)
-    found = re.search(r" ?\(byte (\d+)\)", message)
-    if found is not None:
-        message = (message[:found.start()] + message[found.end():] + " at "
-                   + strictjson.position(data, int(found.group(1))))
-    elif "truncated" in message:
-        message += " at " + strictjson.position(data, len(data))
-    return ValueError(f"{_escape(source)} is not valid JSON: {_escape(message)}")
+    return strictjson.syntax_error(exc, data, source)
 
 
 def _escape(text: object) -> str:
@@ -881,11 +1000,24 @@ def _inline(value: Any) -> Any:
 
 
 _CANONICAL = msgspec.json.Encoder(enc_hook=_inline, order="sorted")
+_NEXT = b",\n    "
 _LINE = msgspec.json.Encoder(enc_hook=_inline, order="deterministic")
 
 
+def _sorted(entries: Iterable[CacheEntry]) -> list[CacheEntry]:
+    """The entries sorted by key. Entries order by their key first (``order=True``), so
+    the check that a cache read from a file already is, and the sort, are C loops."""
+    listed = list(entries)
+    try:
+        if all(map(operator.le, listed, listed[1:])):
+            return listed
+        return sorted(listed)
+    except TypeError:  # one key twice, and the entries alike up to unordered fields
+        return sorted(listed, key=_KEY)
+
+
 def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], _Rows, _Rows, _Rows]:
-    ordered = sorted(entries, key=_KEY)
+    ordered = _sorted(entries)
     runs = _Rows(list(map(attrgetter("provenance.run"), ordered)), NO_RUN)
     environments = _Rows(list(map(attrgetter("environment"), ordered)), NO_ENVIRONMENT)
     considered = _Rows(list(map(attrgetter("considered"), ordered)), NO_CONSIDERED)
@@ -914,27 +1046,43 @@ def document_builtins(entries: Iterable[CacheEntry]) -> dict[str, Any]:
             "entries": msgspec.to_builtins(ordered, enc_hook=hook)}
 
 
-def encode_document(entries: Iterable[CacheEntry]) -> bytes:
-    """The file of ``entries``: tables first, entries sorted by key, one per line,
-    dict keys sorted. Every entry holds what a read gives back (one read from a file
-    was validated by the read, one built in code when it was built), so reading the
-    file and writing it again gives the same bytes."""
+LINES_PER_CHUNK = 8192
+"""Entries encoded at a time by :func:`encode_chunks` (about 5 MB)."""
+
+
+def encode_chunks(entries: Iterable[CacheEntry]) -> Iterator[bytes]:
+    """The file of ``entries`` in pieces, to write one after the other: tables first,
+    entries sorted by key, one per line, dict keys sorted.
+
+    Every entry holds what a read gives back (one read from a file was validated by the
+    read, one built in code when it was built), so reading the file and writing it
+    again gives the same bytes. The tables are worked out before the first piece; the
+    entries are encoded a chunk at a time, so a million of them never sit in memory a
+    second time as text.
+    """
     ordered, runs, environments, considered = _plan(entries)
-    hook = _encode_hook(runs, environments, considered)
-    body = msgspec.json.Encoder(enc_hook=hook, order="deterministic").encode(ordered)
-    parts = [b'{\n  "schema": "', CACHE_SCHEMA.encode(), b'",\n  "version": ',
-             str(CACHE_VERSION).encode(), b",\n"]
+    encode_lines = msgspec.json.Encoder(enc_hook=_encode_hook(runs, environments, considered),
+                                        order="deterministic").encode_lines
+    head = [b'{\n  "schema": "', CACHE_SCHEMA.encode(), b'",\n  "version": ',
+            str(CACHE_VERSION).encode(), b",\n"]
     for name, rows in (("runs", runs.rows), ("environments", environments.rows),
                        ("considered", considered.rows)):
-        parts.append(f'  "{name}": ['.encode())
+        head.append(f'  "{name}": ['.encode())
         if rows:
-            parts.append(b"\n    " + b",\n    ".join(map(_LINE.encode, rows)) + b"\n  ")
-        parts.append(b"],\n")
-    parts.append(b'  "entries": [')
+            head.append(b"\n    " + b",\n    ".join(map(_LINE.encode, rows)) + b"\n  ")
+        head.append(b"],\n")
+    head.append(b'  "entries": [')
     if ordered:
-        # every entry starts with its first field, device: a '},{"device":' outside a
-        # string (where a quote is escaped) is the boundary of two entries
-        lines = body[1:-1].replace(b'},{"device":', b'},\n    {"device":')
-        parts.append(b"\n    " + lines + b"\n  ")
-    parts.append(b"]\n}\n")
-    return b"".join(parts)
+        head.append(b"\n    ")
+    yield b"".join(head)
+    for at in range(0, len(ordered), LINES_PER_CHUNK):
+        # one line per entry, each ended by a line break (a JSON string never holds a
+        # raw one) that becomes the separator; the last entry's is left out
+        chunk = encode_lines(ordered[at:at + LINES_PER_CHUNK]).replace(b"\n", _NEXT)
+        yield chunk if at + LINES_PER_CHUNK < len(ordered) else chunk[:-len(_NEXT)]
+    yield b"\n  ]\n}\n" if ordered else b"]\n}\n"
+
+
+def encode_document(entries: Iterable[CacheEntry]) -> bytes:
+    """The file of ``entries`` (:func:`encode_chunks`) as one ``bytes``."""
+    return b"".join(encode_chunks(entries))

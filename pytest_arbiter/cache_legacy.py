@@ -33,6 +33,7 @@ from pytest_arbiter.cache import (
     _read_tables,
     _refuse,
     _Tables,
+    shapes_text,
 )
 
 ENTRY_FIELDS = ("device", "target", "op", "bucket", "dtype", "confidence", "tie", "ranking",
@@ -129,4 +130,8 @@ def _provenance(prov: Any, runs: list[dict[str, Any]]) -> Any:
     run = {k: prov.pop(k) for k in _RUN_FIELDS if k in prov}
     if run:
         prov["run"] = run
+    shapes = prov.get("shapes")
+    if type(shapes) is list and all(type(shape) is list and all(
+            type(d) is int and d >= 0 for d in shape) for shape in shapes):
+        prov["shapes"] = shapes_text(shapes)
     return prov

@@ -95,14 +95,18 @@ def precision(dtype: object) -> Precision:
     return result
 
 
+_EXPONENT_BITS = np.uint64(0x7FF0000000000000)
+
+
 def spacing(values: np.ndarray, dtype: object) -> np.ndarray:
     """The distance between neighbouring numbers of ``dtype`` at each of ``values``
     (float64): one ulp, ``2u 2^floor(log2|v|)`` for a normal ``v``, the subnormal spacing
     below the smallest normal. Round to nearest errs by at most half of it."""
     p = precision(dtype)
     magnitude = np.maximum(np.abs(np.asarray(values, dtype=np.float64)), p.smallest_normal)
-    _, exponent = np.frexp(magnitude)  # magnitude = m 2^exponent, m in [0.5, 1)
-    out: np.ndarray = np.ldexp(2.0 * p.unit_roundoff, exponent - 1)
+    # 2^floor(log2 |v|): |v|'s float64 bits with the fraction cleared (|v| is normal)
+    power = (magnitude.view(np.uint64) & _EXPONENT_BITS).view(np.float64)
+    out: np.ndarray = power * (2.0 * p.unit_roundoff)
     return out
 
 

@@ -11,11 +11,11 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision, spacing
+from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 
 Array = Any
@@ -193,57 +193,82 @@ def _matmul_reference(a: Array, b: Array) -> Array:
     return _like(_matmul_exact(a, b).astype(a.dtype), a)
 
 
+class ErrorScales(NamedTuple):
+    """The statistical checks' terms at some outputs, in absolute units: ``sd`` bounds the
+    scale (a standard deviation, or a sub-Gaussian scale) of the random part of the error
+    that is independent from output to output; ``common`` that of a random part shared by
+    a group of outputs (a softmax row's sum); ``systematic`` an error of one sign that a
+    correct kernel may still make (a biased library ``exp``, TF32 truncation)."""
+
+    sd: np.ndarray
+    common: np.ndarray
+    systematic: np.ndarray
+
+
 @dataclass(frozen=True)
 class ErrorModel:
     """How far a correct kernel's output may be from the exact result, per output element.
 
-    Every array has the output's shape, in float64 and absolute units. ``allowed`` is the
-    elementwise budget. The rest feed the gate's statistical checks on generated inputs:
-    ``sd`` bounds the scale (a standard deviation, or a sub-Gaussian scale) of the random
-    part of the error that is independent from element to element; ``common_sd`` that of
-    a random part shared by every element of one group (``groups``: one label per element,
-    e.g. the softmax row whose sum they share); ``systematic`` bounds an error of one sign
-    that a correct kernel may still make (a biased library ``exp``; TF32 truncation).
+    ``allowed`` (the output's shape, float64, absolute) is the elementwise budget;
+    ``scales(flat_indices)`` the statistical checks' terms at those outputs (computed
+    only where the gate samples them); ``group_size`` > 0 says the flattened outputs come
+    in consecutive groups of that many sharing the ``common`` error (a softmax row), 0
+    that none do; ``flush`` the part of ``allowed`` that flush-to-zero may use up.
     docs/accuracy.md derives each op's terms.
     """
 
     allowed: np.ndarray
-    sd: np.ndarray
-    systematic: np.ndarray
-    common_sd: np.ndarray | None = None
-    groups: np.ndarray | None = None
+    scales: Callable[[np.ndarray], ErrorScales]
+    group_size: int = 0
+    flush: float = 0.0
+    """What flushing float32 subnormals to zero may cost an output (absolute): the outputs
+    it could move by a visible fraction of their spacing are left out of the checks."""
 
 
 def _finite_or_zero(values: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(values), values, 0.0)
+    finite = np.isfinite(values)
+    return values if bool(finite.all()) else np.where(finite, values, 0.0)
 
 
-def _with_rounding(exact: np.ndarray, accumulated: np.ndarray, flush: float,
+_EXPONENT_BITS = np.uint64(0x7FF0000000000000)
+
+
+def _with_rounding(magnitude: np.ndarray, accumulated: np.ndarray, flush: float,
                    dtype: object) -> np.ndarray:
     """The elementwise budget around an accumulated error bound.
 
     A correct kernel's value before its last rounding lies within ``accumulated`` of the
-    exact result; rounding it to nearest adds at most half a spacing of the output's
-    numbers at that value. ``flush``: what flushing float32 subnormals to zero (a GPU
-    compile option) may cost. A float64 reference was computed in float64 itself: it
-    carries the same accumulated error and a rounding of its own.
+    exact result (of absolute value ``magnitude``); rounding it to nearest adds at most
+    half a spacing of the output's numbers at that value (:func:`~pytest_arbiter.dtypes.
+    spacing`). ``flush``: what flushing float32 subnormals to zero (a GPU compile option)
+    may cost. A float64 reference was computed in float64 itself: it carries the same
+    accumulated error and a rounding of its own.
     """
-    magnitude = np.abs(_finite_or_zero(exact))
-    if dtype_name(dtype) == "float64":
-        accumulated = 2.0 * accumulated
-        return spacing(magnitude + accumulated, dtype) + accumulated + flush
-    return 0.5 * spacing(magnitude + accumulated, dtype) + accumulated + flush
+    p = precision(dtype)
+    rounding = p.unit_roundoff  # half a spacing is u 2^floor(log2 v)
+    if p.name == "float64":
+        accumulated, rounding = 2.0 * accumulated, 2.0 * rounding
+    out = magnitude + accumulated
+    np.maximum(out, p.smallest_normal, out=out)
+    bits = out.view(np.uint64)
+    bits &= _EXPONENT_BITS  # now 2^floor(log2 v): v's float64 bits, fraction cleared
+    out *= rounding
+    out += accumulated
+    out += flush
+    return out
 
 
 def _nonneg_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``x @ y`` for nonnegative ``x``, ``y`` (the magnitudes behind a bound), rounded up.
 
-    In float32 (twice as fast) when every nonzero value lies in [2^-60, 2^60], so nothing
-    overflows or goes subnormal; its relative error is then below ``K 2^-24`` and covered.
+    In float32 (twice as fast) unless a nonzero value lies outside [2^-50, 2^50] or K is
+    over 2^20, where a product or a sum could overflow or go subnormal; its relative error,
+    below ``K 2^-24``, is covered by the factor.
     """
     k = x.shape[1]
-    nonzero = np.concatenate([x[x > 0], y[y > 0]])
-    if nonzero.size and (nonzero.min() < 2.0 ** -60 or nonzero.max() > 2.0 ** 60):
+    big = max(float(x.max(initial=0.0)), float(y.max(initial=0.0))) > 2.0 ** 50
+    if big or k > 1 << 20 or bool(np.any((x > 0) & (x < 2.0 ** -50))) or bool(
+            np.any((y > 0) & (y < 2.0 ** -50))):
         out: np.ndarray = np.matmul(x, y)
         return out * (1.0 + 2.0 * k * 2.0 ** -53)
     fast = np.matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float64)
@@ -269,28 +294,31 @@ def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated:
     # the products of 16-bit inputs are exact in a float32 accumulator; wider ones round
     rounded_products = 1.0 if p.name in ("float32", "float64") else 0.0
     flush = (2.0 * k + 1.0) * p.accumulate_smallest_normal
-    systematic = np.zeros_like(magnitude)
+    t = TF32_UNIT_ROUNDOFF if tf32 else 0.0
     if generated:
         # node sums of any summation tree = their share of C_ij plus a bridge of the
-        # centred products: ||S|| <= sqrt(K/3) |C_ij| + sqrt(K Q_ij) (docs/accuracy.md)
+        # centred products: ||S|| <= sqrt(K/3) |C_ij| + sqrt(K Q_ij) (docs/accuracy.md);
+        # TF32 inputs (rounded or truncated to 10 fraction bits) shift C_ij by at most
+        # 2 u_tf32 |C_ij| and add a random part of scale 2 u_tf32 sqrt(Q_ij)
         q = np.sqrt(_nonneg_product(a * a, b * b))
-        sd = u_acc * (math.sqrt(k / 3.0 + 1.0) * magnitude
-                      + (math.sqrt(k) + rounded_products) * q)
-        if tf32:
-            # inputs rounded (or truncated) to 10 fraction bits: a mean shift of at most
-            # 2 u_tf32 |C_ij|, and a random part of scale 2 u_tf32 sqrt(Q_ij)
-            sd = sd + 2.0 * TF32_UNIT_ROUNDOFF * q
-            systematic = 2.0 * TF32_UNIT_ROUNDOFF * magnitude
-        accumulated = ERROR_LAMBDA * sd + systematic
+        sd = u_acc * math.sqrt(k / 3.0 + 1.0) * magnitude + (
+            u_acc * (math.sqrt(k) + rounded_products) + 2.0 * t) * q
+        accumulated = ERROR_LAMBDA * sd + 2.0 * t * magnitude
+
+        def scales(index: np.ndarray) -> ErrorScales:
+            return ErrorScales(sd.reshape(-1)[index], np.zeros(index.shape),
+                               2.0 * t * magnitude.reshape(-1)[index])
     else:
         m = _nonneg_product(np.abs(a), np.abs(b))
-        accumulated = min(float(k), ERROR_LAMBDA * math.sqrt(k)) * u_acc * m
-        if tf32:
-            # |a~ b~ - a b| <= (4 u_tf32 + 4 u_tf32^2) |a||b|, truncation included
-            accumulated = accumulated + 4.0 * TF32_UNIT_ROUNDOFF * (
-                1.0 + TF32_UNIT_ROUNDOFF) * m
-        sd = accumulated / ERROR_LAMBDA
-    return ErrorModel(_with_rounding(exact, accumulated, flush, dtype), sd, systematic)
+        # |a~ b~ - a b| <= (4 u_tf32 + 4 u_tf32^2) |a||b| for TF32, truncation included
+        accumulated = (min(float(k), ERROR_LAMBDA * math.sqrt(k)) * u_acc
+                       + 4.0 * t * (1.0 + t)) * m
+
+        def scales(index: np.ndarray) -> ErrorScales:
+            return ErrorScales(accumulated.reshape(-1)[index] / ERROR_LAMBDA,
+                               np.zeros(index.shape), np.zeros(index.shape))
+    return ErrorModel(_with_rounding(magnitude, accumulated, flush, dtype), scales,
+                      flush=flush)
 
 
 def _matmul_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
@@ -309,9 +337,10 @@ def _ragged(d: int) -> int:
     return d + 1 if d % 2 == 0 else d
 
 
-TAILS = (127, 1, 73)
-"""Tails past a multiple of 128: mod 8/16/32/64/128 they leave 7/15/31/63/127, 1, and
-1/9/9/9/73, so every tile size a kernel may use has a ragged remainder of each kind."""
+TAILS = ((127, 1, 127), (1, 127, 73))
+"""The tails of the ragged-tail inputs past a multiple of 128, per trial, for matmul's
+(M, N, K) and (first two) softmax's last axis: 127 leaves the largest remainder at every
+tile size 8 to 128 (7, 15, ..., 127), 1 the smallest, 73 a middling one (1, 9, 9, 9, 73)."""
 
 
 def _tail(d: int, r: int) -> int:
@@ -319,8 +348,9 @@ def _tail(d: int, r: int) -> int:
 
 
 def _reduced_k(k: int) -> int:
-    """A K of at most ~1k with ``k``'s alignment up to 512 (for the special-value inputs)."""
-    return k if k <= 1024 else 512 + k % 512
+    """A K of at most 511 with ``k``'s alignment up to 256 (for the inputs whose point is
+    their values, not the length of the sums)."""
+    return k if k <= 256 else 256 + k % 256
 
 
 class GateInputs(list[tuple[np.ndarray, ...]]):
@@ -335,55 +365,69 @@ class GateInputs(list[tuple[np.ndarray, ...]]):
         self.names.append(name)
 
 
+def _draw_dtype(dtype: str) -> type[np.floating[Any]]:
+    """Random values for a float64 region are drawn in float64; for narrower ones float32
+    draws (twice as fast) are exact in the target after the cast anyway."""
+    return np.float64 if dtype == "float64" else np.float32
+
+
 def _matmul_gate_inputs(region: Region, seed: int) -> GateInputs:
     assert isinstance(region, MatmulRegion)
     m, n, k, dtype = region.m, region.n, region.k, region.dtype
     small = numpy_dtype(dtype).itemsize == 2
     scale_exp = 3 if small else 8
     offset = 4.0 if small else 16.0
+    draw = _draw_dtype(dtype)
     out = GateInputs()
 
     def pair(name: str, a: np.ndarray, b: np.ndarray) -> None:
         out.add(name, _cast(a, dtype), _cast(b, dtype))
 
+    def normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=draw)
+
     rng = np.random.default_rng(seed)
-    pair("N(0, 1), the region's shape", rng.standard_normal((m, k)),
-         rng.standard_normal((k, n)))
+    pair("N(0, 1), the region's shape", normal(rng, (m, k)), normal(rng, (k, n)))
     # all-positive sums grow steadily, so a low-precision accumulator stagnates
     rng = np.random.default_rng(seed + 1)
     pair("all-positive U[0, 1): a narrow accumulator stagnates",
-         rng.uniform(0.0, 1.0, (m, k)), rng.uniform(0.0, 1.0, (k, n)))
+         rng.random((m, k), dtype=draw), rng.random((k, n), dtype=draw))
     rng = np.random.default_rng(seed + 2)
     tm, tn, tk = _ragged(m), _ragged(n), _ragged(k)
-    pair("ragged neighbour: every even dimension + 1", rng.standard_normal((tm, tk)),
-         rng.standard_normal((tk, tn)))
+    pair("ragged neighbour: every even dimension + 1", normal(rng, (tm, tk)),
+         normal(rng, (tk, tn)))
     rng = np.random.default_rng(seed + 3)
-    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (m, 1)))
-    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (1, n)))
+    a = normal(rng, (m, k)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (m, 1)))
+    b = normal(rng, (k, n)) * np.exp2(rng.integers(-scale_exp, scale_exp + 1, (1, n)))
     pair(f"mixed magnitudes: rows of A, columns of B scaled by 2^+-{scale_exp}", a, b)
-    for j in range(3):
-        tm, tn, tk = (_tail(d, TAILS[(i + j) % 3]) for i, d in enumerate((m, n, k)))
+    for j, tails in enumerate(TAILS):
+        tm, tn, tk = (_tail(d, r) for d, r in zip((m, n, k), tails, strict=True))
         rng = np.random.default_rng(seed + 4 + j)
         pair(f"ragged tails {tm}x{tn}x{tk}: M, N, K past multiples of 8 to 128",
-             rng.standard_normal((tm, tk)), rng.standard_normal((tk, tn)))
-    rng = np.random.default_rng(seed + 7)
-    pair(f"large offset: A = {offset:g} + N(0, 1), B = N(0, 1): the partial sums dwarf C",
-         offset + rng.standard_normal((m, k)), rng.standard_normal((k, n)))
+             normal(rng, (tm, tk)), normal(rng, (tk, tn)))
     ks = _reduced_k(k)
-    rng = np.random.default_rng(seed + 8)
-    a, b = rng.standard_normal((m, ks)), rng.standard_normal((ks, n))
+    rng = np.random.default_rng(seed + 6)
+    pair(f"large offset ({m}x{ks}x{n}): A = {offset:g} + N(0, 1), B = N(0, 1): the "
+         "partial sums dwarf C", offset + normal(rng, (m, ks)), normal(rng, (ks, n)))
+    # special values: a zero row of A and column of B, a NaN in A and +-inf in B (so 0 * inf
+    # and NaN must propagate as the reference says), and A's odd middle rows (else B's
+    # middle columns) scaled into the subnormal range
+    rng = np.random.default_rng(seed + 7)
+    tiny_exp = int(math.log2(precision(dtype).smallest_normal)) - 4
+    a = rng.standard_normal((m, ks))
+    b = normal(rng, (ks, n)).astype(np.float64)
+    if m >= 3:
+        a[1:m - 1:2] *= 2.0 ** tiny_exp
+    elif n >= 3:
+        b[:, 1:n - 1:2] *= 2.0 ** tiny_exp
     a[0, :] = 0.0
     b[:, 0] = 0.0
     if ks:
         b[ks // 2, n - 1] = np.inf  # 0 * inf in A's zero row: the reference says NaN
         b[(ks - 1) // 3, max(n - 2, 0)] = -np.inf
         a[m - 1, (2 * ks) // 3] = np.nan
-    pair(f"zeros and non-finite ({m}x{ks}x{n}): a zero row of A and column of B, "
-         "a NaN in A, +inf and -inf in B", a, b)
-    tiny_exp = int(math.log2(precision(dtype).smallest_normal)) - 4
-    rng = np.random.default_rng(seed + 9)
-    pair(f"subnormals ({m}x{ks}x{n}): A = N(0, 1) 2^{tiny_exp}, below the smallest normal",
-         rng.standard_normal((m, ks)) * 2.0 ** tiny_exp, rng.standard_normal((ks, n)))
+    pair(f"special values ({m}x{ks}x{n}): a zero row of A and column of B, a NaN in A, "
+         f"+inf and -inf in B, subnormal rows (x 2^{tiny_exp})", a, b)
     return out
 
 
@@ -437,29 +481,39 @@ def _softmax_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *,
     p = precision(dtype)
     n = x.shape[-1]
     u_acc = p.accumulate_unit_roundoff
-    finite = np.isfinite(x)
-    top = np.max(np.where(finite, x, -np.inf), axis=-1, keepdims=True)
-    low = np.min(np.where(finite, x, np.inf), axis=-1, keepdims=True)
-    some = np.isfinite(top)
-    top, low = np.where(some, top, 0.0), np.where(some, low, 0.0)
-    t = np.where(finite, x - top, 0.0)
-    total = np.sum(np.where(finite, np.exp(t), 0.0), axis=-1, keepdims=True)
-    log_total = np.log(np.maximum(total, 1.0))
-    y = np.abs(_finite_or_zero(exact))
-    rescales = math.sqrt(_records_bound(n, generated))
-    shared = math.sqrt(n) + 5.0 + 5.0 * rescales
-    element = u_acc * (8.0 + 2.0 * np.abs(t) + 2.0 * log_total)
-    row = u_acc * (ERROR_LAMBDA * shared + (top - low))
-    accumulated = (element + row) * y
+    y = np.abs(exact)
+    if np.isfinite(y).all() and np.isfinite(x).all():
+        top = x.max(axis=-1, keepdims=True)
+        span = top - x.min(axis=-1, keepdims=True)
+        t = top - x
+    else:
+        finite = np.isfinite(x)
+        top = np.max(np.where(finite, x, -np.inf), axis=-1, keepdims=True)
+        span = top - np.min(np.where(finite, x, np.inf), axis=-1, keepdims=True)
+        top, span = (np.where(np.isfinite(top), v, 0.0) for v in (top, span))
+        t = np.where(finite, top - x, 0.0)
+        y = np.where(np.isfinite(y), y, 0.0)
+    # the row's sum s = exp(0) / y at its maximum: log s without another exp
+    with np.errstate(divide="ignore"):
+        log_total = -np.log(y.max(axis=-1, keepdims=True))
+    log_total = np.where(np.isfinite(log_total), np.maximum(log_total, 0.0), 0.0)
+    shared = math.sqrt(n) + 5.0 + 5.0 * math.sqrt(_records_bound(n, generated))
+    # relative: u_acc (8 + 2 |x - max| + 2 log s + 8 shared + range), in place
+    relative = t * 2.0
+    relative += 8.0 + ERROR_LAMBDA * shared + 2.0 * log_total + span
+    relative *= u_acc
     flush = 2.0 * p.accumulate_smallest_normal
-    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-    groups = np.repeat(np.arange(rows), n).reshape(x.shape)
-    return ErrorModel(
-        allowed=_with_rounding(exact, accumulated, flush, dtype),
-        sd=u_acc * (4.0 + 2.0 * np.abs(t) + 2.0 * log_total) * y,
-        systematic=8.0 * u_acc * y,
-        common_sd=u_acc * (shared + (top - low)) * y,
-        groups=groups)
+    allowed = _with_rounding(y, relative * y, flush, dtype)
+
+    def scales(index: np.ndarray) -> ErrorScales:
+        row = index // max(n, 1)
+        at = y.reshape(-1)[index]
+        argument = 2.0 * t.reshape(-1)[index] + 2.0 * log_total.reshape(-1)[row]
+        return ErrorScales(u_acc * (4.0 + argument) * at,
+                           u_acc * (shared + span.reshape(-1)[row]) * at,
+                           8.0 * u_acc * at)
+
+    return ErrorModel(allowed, scales, group_size=n, flush=flush)
 
 
 def _softmax_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
@@ -470,50 +524,52 @@ def _softmax_gate_inputs(region: Region, seed: int) -> GateInputs:
     assert isinstance(region, SoftmaxRegion)
     shape, dtype = region.shape, region.dtype
     n, lead = shape[-1], shape[:-1]
+    rows = int(np.prod(lead, dtype=np.int64))
     offset = 3000.0 if numpy_dtype(dtype).itemsize == 2 else 1000.0
     ragged = (*shape[:-1], _ragged(shape[-1])) if len(shape) == 1 else (
         _ragged(shape[0]), *shape[1:-1], _ragged(shape[-1]))
+    # the tails are about the last axis: a few rows do
+    inner = int(np.prod(lead[1:], dtype=np.int64))
+    tail_lead = lead if rows <= 8 else (max(1, 8 // max(inner, 1)), *lead[1:])
+    draw = _draw_dtype(dtype)
     out = GateInputs()
 
     def one(name: str, x: np.ndarray) -> None:
         out.add(name, _cast(x, dtype))
 
+    def normal(rng: np.random.Generator, dims: tuple[int, ...], scale: float) -> np.ndarray:
+        return rng.standard_normal(dims, dtype=draw) * scale
+
     rng = np.random.default_rng(seed)
-    one("N(0, 3^2), the region's shape", rng.standard_normal(shape) * 3.0)
+    one("N(0, 3^2), the region's shape", normal(rng, shape, 3.0))
     # a large offset overflows exp() in a kernel that skips the max; a different offset
     # per row underflows the low rows of one that takes the max over the whole array
     rng = np.random.default_rng(seed + 1)
-    row_index = np.arange(int(np.prod(lead, dtype=np.int64))).reshape(*lead, 1) % 16
+    row_index = np.arange(rows).reshape(*lead, 1) % 16
     one(f"large offsets: N(0, 3^2) + {offset:g} + 64 x (row % 16)",
-        rng.standard_normal(shape) * 3.0 + offset + 64.0 * row_index)
+        normal(rng, shape, 3.0) + offset + 64.0 * row_index)
     rng = np.random.default_rng(seed + 2)
-    one("ragged neighbour: rows and last axis + 1 when even",
-        rng.standard_normal(ragged) * 3.0)
-    rng = np.random.default_rng(seed + 3)
-    one("wide range N(0, 20^2): many outputs underflow", rng.standard_normal(shape) * 20.0)
-    for j, r in enumerate(TAILS):
-        rng = np.random.default_rng(seed + 4 + j)
-        tail = _tail(n, r)
+    one("ragged neighbour (rows and last axis + 1 when even), wide range N(0, 20^2): "
+        "many outputs underflow", normal(rng, ragged, 20.0))
+    for j, tails in enumerate(TAILS):
+        rng = np.random.default_rng(seed + 3 + j)
+        tail = _tail(n, tails[0])
         one(f"ragged tail: last axis {tail}, past multiples of 8 to 128",
-            rng.standard_normal((*lead, tail)) * 3.0)
-    rng = np.random.default_rng(seed + 7)
-    x = rng.standard_normal(shape) * 3.0
-    x[rng.random(shape) < 0.25] = -np.inf
-    rows = x.reshape(-1, n)
-    if rows.shape[0] >= 2:
-        rows[-1] = -np.inf
-    one("masked: about 1 in 4 entries -inf, the last row all -inf (reference: NaN)", x)
-    rng = np.random.default_rng(seed + 8)
-    special_lead = lead if int(np.prod(lead, dtype=np.int64)) >= 4 else (4, *lead[1:])
-    x = rng.standard_normal((*special_lead, n)) * 3.0
-    rows = x.reshape(-1, n)
-    rows[0] = rng.standard_normal(n)
-    rows[0, n // 2] = 30.0
-    rows[1] = 0.0
-    rows[2, n // 3] = np.nan
-    rows[3, (2 * n) // 3] = np.inf
-    one("special rows: a spike of +30, a constant row, a NaN, a +inf "
-        "(reference: NaN rows)", x)
+            normal(rng, (*tail_lead, tail), 3.0))
+    # special rows, then rows with about 1 in 4 entries masked (-inf)
+    rng = np.random.default_rng(seed + 5)
+    special_lead = lead if rows >= 6 else (-(-6 // max(inner, 1)), *lead[1:]) if lead else (6,)
+    x = normal(rng, (*special_lead, n), 3.0)
+    flat = x.reshape(-1, n)
+    flat[5:][rng.random(flat[5:].shape) < 0.25] = -np.inf
+    flat[0] = normal(rng, (n,), 1.0)
+    flat[0, n // 2] = 30.0
+    flat[1] = 0.0
+    flat[2, n // 3] = np.nan
+    flat[3, (2 * n) // 3] = np.inf
+    flat[4] = -np.inf
+    one("special rows: a spike of +30, a constant row, a NaN, a +inf, all -inf "
+        "(reference: NaN rows), then rows about 1 in 4 masked (-inf)", x)
     return out
 
 
@@ -534,9 +590,14 @@ def _default_model(exact: np.ndarray, out_dtype: str, reference_dtype: str) -> E
     scale = float(np.max(magnitude)) if magnitude.size else 0.0
     accumulated = 64.0 * p.accumulate_unit_roundoff * scale + (
         precision(reference_dtype).unit_roundoff * magnitude)
-    allowed = 0.5 * spacing(magnitude + accumulated, out_dtype) + accumulated + (
-        2.0 * p.accumulate_smallest_normal)
-    return ErrorModel(allowed, accumulated / ERROR_LAMBDA, np.zeros_like(magnitude))
+    flush = 2.0 * p.accumulate_smallest_normal
+    allowed = _with_rounding(magnitude, accumulated, flush, out_dtype)
+
+    def scales(index: np.ndarray) -> ErrorScales:
+        return ErrorScales(accumulated.reshape(-1)[index] / ERROR_LAMBDA,
+                           np.zeros(index.shape), np.zeros(index.shape))
+
+    return ErrorModel(allowed, scales, flush=flush)
 
 
 def _generic_validate(*inputs: Array) -> None:

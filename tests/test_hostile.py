@@ -397,6 +397,28 @@ def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
     assert_safe_output(summary)
 
 
+@pytest.mark.usefixtures("clean_registry")
+def test_an_incomplete_run_says_so_in_its_report(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_one="""
+        import os
+        import numpy as np
+
+        def test_dispatch(arbiter):
+            arbiter.dispatch("matmul", np.ones((4, 3), np.float32), np.ones((3, 2), np.float32))
+
+        def test_crash():
+            os._exit(3)
+    """)
+    # pytest-benchmark warns that xdist disables it; this project runs with -W error
+    result = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--junitxml=r.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    report = pytester.path / "r.xml"
+    assert 'name="arbiter-incomplete" value="worker gw' in report.read_text()
+    assert_clear_error(gate("gate", "--baseline", pytester.path / "b.json", report), report,
+                       "the run's dispatch counts are incomplete (worker gw")
+
+
 # -- the fleet gate fails closed: real reports, damaged --------------------------------------
 
 FLEET_CONFTEST = """

@@ -1,0 +1,284 @@
+"""The cache file, version 3 (msgspec structs) side by side with version 2 (the
+hand-built format), in one run on the same entries.
+
+Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M] [--shards]
+
+The version 2 code is taken from git (``--v2 COMMIT``, the last commit before the
+msgspec schema) into a temporary package, ``arbiter_v2``, so both run in one process.
+Both get the same realistic entries (bench/bench_merge.py: one to four ranked
+candidates, the tuner's provenance); version 3's also carry what version 2 cannot hold
+(the candidates considered with their fingerprints, the environment, ``since``).
+
+Measured, best of R, interleaved, with the garbage collector on (as in a pytest run;
+the version 2 reader pauses it itself):
+
+- load: ``artifacts.read_cache`` (read, decode, validate every entry, build the dict);
+- write: ``artifacts.write_cache`` of the loaded cache (encode, lock, fsync, replace);
+- what the collector tracks after a load, and one full collection with it loaded;
+- merge: ``corpus.merge`` of two loaded shards (a quarter of the keys in both);
+- memory: the peak RSS a load adds, in a fresh process.
+
+``--scale M`` (e.g. 1000000) also times, in fresh processes, a load of M entries and the
+``pytest-arbiter`` commands ``show`` (table to /dev/null), ``diff`` and ``merge`` of two
+M-entry corpora (three quarters of the keys in both), reporting wall time and peak RSS.
+``--shards`` times ``pytest-arbiter merge`` of 2, 8 and 32 shards of 10,000 entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bench_merge import entry_fields, make_entries
+
+REPO = Path(__file__).resolve().parents[1]
+V2_COMMIT = "e8e4ab3"
+"""The last commit with the version 2 cache code."""
+
+
+def v2_package(commit: str, into: Path) -> Path:
+    """The package of ``commit`` under ``into`` as ``arbiter_v2``; returns its parent."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "pytest_arbiter"],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    package = into / "arbiter_v2"
+    (into / "pytest_arbiter").rename(package)
+    for path in package.rglob("*.py"):
+        path.write_text(path.read_text().replace("pytest_arbiter", "arbiter_v2"))
+    return into
+
+
+def v2_entries(v2: dict[str, ModuleType], n: int, *, seed: int, host: str,
+               start: int = 0) -> list[Any]:
+    cache, measure = v2["cache"], v2["measure"]
+    return [cache.CacheEntry(
+        f["device"], f["target"], f["op"], f["bucket"], f["dtype"],
+        tuple(cache.RankedCandidate(r[0], measure.LatencyStats(*r[1:])) for r in f["ranking"]),
+        f["confidence"], False, {}, f["provenance"])
+        for f in entry_fields(n, seed=seed, host=host, start=start)]
+
+
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+        del result
+    return min(times)
+
+
+def tracked_after(load: Callable[[], Any]) -> tuple[int, float]:
+    """Objects the collector tracks after ``load()`` (what it walks), and how long one
+    full collection takes while the result is alive."""
+    gc.collect()
+    before = len(gc.get_objects())
+    loaded = load()
+    tracked = len(gc.get_objects()) - before
+    start = time.perf_counter()
+    gc.collect()
+    full = time.perf_counter() - start
+    del loaded
+    return tracked, full
+
+
+HWM = ("def hwm():\n"
+       "    for line in open('/proc/self/status'):\n"
+       "        if line.startswith('VmHWM:'):\n"
+       "            return int(line.split()[1])\n")
+"""The process's peak RSS in kB (``ru_maxrss`` would carry the parent's across exec)."""
+
+PEAK = (HWM + "import sys; sys.path[:0] = sys.argv[1:3]\n"
+        "from {package} import artifacts\n"
+        "base = hwm()\n"
+        "cache = artifacts.read_cache(sys.argv[3])\n"
+        "print(len(cache), hwm() - base, base)\n")
+
+
+def load_peak(package: str, path: Path, v2_root: Path) -> tuple[float, float, float]:
+    """(wall s of the load, peak RSS the load added, RSS after imports), both MB, in a
+    fresh process."""
+    code = ("import time\nt = time.perf_counter()\n" + PEAK.format(package=package)
+            + "print(time.perf_counter() - t)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(v2_root), str(REPO), str(path)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return float(out[3]), int(out[1]) / 1024, int(out[2]) / 1024
+
+
+CLI = (HWM + "import atexit, os, sys; sys.path[:0] = sys.argv[1:3]\n"
+       "atexit.register(lambda: sys.stderr.write('PEAK %d\\n' % hwm()))\n"
+       "from {package}.cli import main\n"
+       "sys.exit(main(sys.argv[3:], out=open(os.devnull, 'w')))\n")
+
+
+def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float]:
+    """(wall s, peak RSS MB) of ``pytest-arbiter ARGV`` in a fresh process."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CLI.format(package=package), str(v2_root),
+                           str(REPO), *map(str, argv)], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{package} {argv}: {done.stderr[-2000:]}")
+    peak = int(done.stderr.rsplit("PEAK ", 1)[1].split()[0]) / 1024
+    return wall, peak
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--v2", default=V2_COMMIT, help="the commit of the version 2 code")
+    parser.add_argument("--scale", type=int, default=0,
+                        help="also time load/show/diff/merge of this many entries")
+    parser.add_argument("--shards", action="store_true",
+                        help="also time pytest-arbiter merge of 2, 8, 32 shards of 10k")
+    parser.add_argument("--skip-small", action="store_true",
+                        help="only the --scale and --shards parts")
+    parser.add_argument("--scale-formats", default="v2,v3",
+                        help="which formats --scale runs (v2 takes minutes at 1M)")
+    args = parser.parse_args()
+    print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} on "
+          f"{os.cpu_count()} CPUs; Python {sys.version.split()[0]}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        v2_root = v2_package(args.v2, tmp / "src")
+        sys.path.insert(0, str(v2_root))
+        import importlib
+
+        v2 = {m: importlib.import_module(f"arbiter_v2.{m}")
+              for m in ("artifacts", "cache", "corpus", "measure")}
+        from pytest_arbiter import artifacts, corpus
+        from pytest_arbiter.cache import MeasureCache
+
+        if not args.skip_small:
+            small(args, tmp, v2_root, v2, artifacts, corpus, MeasureCache)
+        if args.scale:
+            scale(args.scale, tmp, v2_root, v2, artifacts, MeasureCache,
+                  args.scale_formats.split(","))
+        if args.shards:
+            shards(tmp, v2_root, artifacts, MeasureCache)
+    return 0
+
+
+def small(args: argparse.Namespace, tmp: Path, v2_root: Path, v2: dict[str, ModuleType],
+          artifacts: Any, corpus: Any, measure_cache: Any) -> None:
+    n, repeat = args.entries, args.repeat
+    paths = {(fmt, shard): tmp / f"{fmt}-{shard}.json" for fmt in ("v2", "v3")
+             for shard in "ab"}
+    for shard, seed, host, start in (("a", 1, "runner-a", 0), ("b", 2, "runner-b", n * 3 // 4)):
+        v2["artifacts"].write_cache(paths["v2", shard], v2["cache"].MeasureCache(
+            v2_entries(v2, n, seed=seed, host=host, start=start)))
+        artifacts.write_cache(paths["v3", shard], measure_cache(
+            make_entries(n, seed=seed, host=host, start=start)))
+    readers = {"v2": v2["artifacts"].read_cache, "v3": artifacts.read_cache}
+    writers = {"v2": v2["artifacts"].write_cache, "v3": artifacts.write_cache}
+    mergers = {"v2": v2["corpus"].merge, "v3": corpus.merge}
+    rows: dict[str, dict[str, str]] = {"v2": {}, "v3": {}}
+    loads: dict[str, list[float]] = {"v2": [], "v3": []}
+    for _ in range(repeat):  # interleaved, so a busy moment hits both
+        for fmt in ("v2", "v3"):
+            loads[fmt].append(best(lambda f=fmt: readers[f](paths[f, "a"]), 1))
+    for fmt in ("v2", "v3"):
+        loaded = readers[fmt](paths[fmt, "a"])
+        other = readers[fmt](paths[fmt, "b"])
+        out = tmp / f"{fmt}-out.json"
+        write = best(lambda f=fmt, c=loaded, o=out: writers[f](o, c), repeat)
+        merge = best(lambda f=fmt, a=loaded, b=other: mergers[f](a, b), repeat)
+        del loaded, other
+        tracked, full = tracked_after(lambda f=fmt: readers[f](paths[f, "a"]))
+        _, peak, _ = load_peak(f"{'arbiter_v2' if fmt == 'v2' else 'pytest_arbiter'}",
+                                     paths[fmt, "a"], v2_root)
+        rows[fmt] = {
+            "file": f"{paths[fmt, 'a'].stat().st_size / 1e6:.0f} MB",
+            "load": f"{min(loads[fmt]):.3f} s", "write": f"{write:.3f} s",
+            "tracked after load": f"{tracked:,}", "full collection": f"{full * 1e3:.0f} ms",
+            "merge": f"{merge:.3f} s", "load peak RSS": f"+{peak:.0f} MB",
+        }
+    print(f"\n{n:,} entries, best of {repeat}, GC on:")
+    print(f"{'':22}{'version 2':>14}{'version 3':>14}  ratio")
+    for key in rows["v2"]:
+        a, b = rows["v2"][key], rows["v3"][key]
+        ratio = ""
+        try:
+            x, y = (float(v.split()[0].lstrip("+").replace(",", "")) for v in (a, b))
+            ratio = f"{y / x:.2f}" if x else ""
+        except ValueError:
+            pass
+        print(f"{key:22}{a:>14}{b:>14}  {ratio}")
+    print(f"loads v2: {', '.join(f'{t:.3f}' for t in loads['v2'])}; "
+          f"v3: {', '.join(f'{t:.3f}' for t in loads['v3'])}", flush=True)
+
+
+def scale(m: int, tmp: Path, v2_root: Path, v2: dict[str, ModuleType], artifacts: Any,
+          measure_cache: Any, formats: list[str]) -> None:
+    """Load, show, diff and merge of M-entry corpora, each in a fresh process."""
+    print(f"\n{m:,} entries (fresh processes; wall time includes start-up and imports):",
+          flush=True)
+    files: dict[tuple[str, str], Path] = {}
+    for shard, seed, host, start in (("a", 1, "runner-a", 0), ("b", 2, "runner-b", m // 4)):
+        t = time.perf_counter()
+        path = files["v3", shard] = tmp / f"big-v3-{shard}.json"
+        artifacts.write_cache(path, measure_cache(make_entries(m, seed=seed, host=host,
+                                                               start=start)))
+        gc.collect()
+        if "v2" in formats:
+            path = files["v2", shard] = tmp / f"big-v2-{shard}.json"
+            v2["artifacts"].write_cache(path, v2["cache"].MeasureCache(
+                v2_entries(v2, m, seed=seed, host=host, start=start)))
+            gc.collect()
+        print(f"  built shard {shard} in {time.perf_counter() - t:.0f} s ("
+              + ", ".join(f"{fmt} {files[fmt, shard].stat().st_size / 1e6:.0f} MB"
+                          for fmt in formats) + ")", flush=True)
+    for fmt, package in (("v2", "arbiter_v2"), ("v3", "pytest_arbiter")):
+        if fmt not in formats:
+            continue
+        wall, peak, base = load_peak(package, files[fmt, "a"], v2_root)
+        print(f"  {fmt} load: {wall:.2f} s, peak RSS +{peak:.0f} MB over {base:.0f} MB after "
+              "imports", flush=True)
+        for name, argv in (("show", ["show", files[fmt, "a"]]),
+                           ("show --json", ["show", "--json", files[fmt, "a"]]),
+                           ("diff", ["diff", files[fmt, "a"], files[fmt, "b"]]),
+                           ("merge", ["merge", "-o", tmp / f"merged-{fmt}.json",
+                                      files[fmt, "a"], files[fmt, "b"]])):
+            try:
+                wall, peak = cli(package, v2_root, *argv)
+                print(f"  {fmt} pytest-arbiter {name}: {wall:.2f} s, peak RSS {peak:.0f} MB",
+                      flush=True)
+            except RuntimeError as exc:
+                print(f"  {fmt} pytest-arbiter {name}: failed: {exc}", flush=True)
+            (tmp / f"merged-{fmt}.json").unlink(missing_ok=True)
+
+
+def shards(tmp: Path, v2_root: Path, artifacts: Any, measure_cache: Any) -> None:
+    """``pytest-arbiter merge`` of 2, 8, 32 shards of 10,000 entries (each shard's keys
+    overlap the next one's by a quarter)."""
+    print("\npytest-arbiter merge of shards of 10,000 entries (fresh processes):", flush=True)
+    paths = []
+    for i in range(32):
+        path = tmp / f"shard-{i:02d}.json"
+        artifacts.write_cache(path, measure_cache(make_entries(
+            10_000, seed=100 + i, host=f"runner-{i}", start=i * 7_500)))
+        paths.append(path)
+    for count in (2, 8, 32):
+        out = tmp / f"corpus-{count}.json"
+        wall, peak = cli("pytest_arbiter", v2_root, "merge", "-o", out, *paths[:count])
+        merged = len(artifacts.read_cache(out))
+        print(f"  {count:2d} shards: {wall:.2f} s, peak RSS {peak:.0f} MB, {merged:,} entries",
+              flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

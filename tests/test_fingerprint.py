@@ -1,0 +1,162 @@
+"""What a measurement was taken against: candidates' code fingerprints, the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_arbiter.candidates import Candidate, FunctionCandidate
+from pytest_arbiter.fingerprint import current_environment, fingerprint_of
+
+
+def _candidate(source: str, name: str = "k", version: str | None = None) -> FunctionCandidate:
+    scope: dict[str, Any] = {"np": np}
+    exec(textwrap.dedent(source), scope)  # a kernel as a user's module would define it
+    return FunctionCandidate(scope[name], name, "matmul", "cpu", 0, None, None,
+                             version=version)
+
+
+KERNEL = """
+def k(a, b):
+    '''Multiply.'''
+    if a.dtype.itemsize == 2:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return np.matmul(a, b)
+"""
+
+
+def test_a_function_candidate_is_fingerprinted_by_its_code() -> None:
+    base = fingerprint_of(_candidate(KERNEL))
+    assert len(base) == 16 and int(base, 16) >= 0
+    assert fingerprint_of(_candidate(KERNEL)) == base  # another object, the same code
+    # documentation and layout are not the code
+    assert fingerprint_of(_candidate(KERNEL.replace("'''Multiply.'''", "'''Product.'''"))) \
+        == base
+    assert fingerprint_of(_candidate("\n\n" + KERNEL)) == base
+    # a changed constant, call, branch or nested function is
+    for changed in (KERNEL.replace("== 2", "== 4"),
+                    KERNEL.replace("np.matmul(a, b)", "np.dot(a, b)"),
+                    KERNEL.replace("    return np.matmul(a, b)",
+                                   "    f = lambda: np.matmul(a, b)\n    return f()"),
+                    KERNEL.replace("np.float32", "np.float64")):
+        assert fingerprint_of(_candidate(changed)) != base, changed
+    # a declared version is part of it
+    assert fingerprint_of(_candidate(KERNEL, version="2")) not in (base, fingerprint_of(
+        _candidate(KERNEL, version="3")))
+
+
+def test_nested_code_is_fingerprinted_too() -> None:
+    outer = """
+    def k(a, b):
+        def inner(x):
+            return x * 2
+        return inner(a) @ b
+    """
+    assert fingerprint_of(_candidate(outer)) != fingerprint_of(
+        _candidate(outer.replace("x * 2", "x * 3")))
+
+
+def test_the_fingerprint_is_the_same_in_every_process() -> None:
+    """String hashing is randomised per process: a frozenset constant's order too."""
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        from test_fingerprint import _candidate
+        from pytest_arbiter.fingerprint import fingerprint_of
+        print(fingerprint_of(_candidate('''
+        def k(a, b):
+            if a.dtype.name in {"float16", "bfloat16", "float32", "int8"}:
+                return a @ b
+            return b @ a
+        ''')))
+    """)
+    found = {subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+             for seed in (1, 2, 3)}
+    assert len(found) == 1, found
+
+
+class _Tiled(Candidate):
+    def run(self, *inputs: Any) -> Any:
+        return self.launch(*inputs)
+
+    def launch(self, *inputs: Any) -> Any:
+        return inputs[0] @ inputs[1]
+
+
+def test_a_candidate_class_is_fingerprinted_by_its_methods_and_parts() -> None:
+    base = fingerprint_of(_Tiled("t", "matmul", "cpu"))
+    assert fingerprint_of(_Tiled("t2", "matmul", "cpu")) == base
+
+    class Changed(_Tiled):
+        def launch(self, *inputs: Any) -> Any:
+            return inputs[1] @ inputs[0]
+
+    class WithSource(_Tiled):
+        options = ("-DTILE=64",)
+
+        def fingerprint_parts(self) -> tuple[str, ...]:
+            return ("kernel.cu", "__global__ void k() {}", *self.options)
+
+    class OtherOptions(WithSource):
+        options = ("-DTILE=128",)
+
+    found = {fingerprint_of(c("x", "matmul", "cpu"))
+             for c in (_Tiled, Changed, WithSource, OtherOptions)}
+    assert len(found) == 4
+
+
+def test_a_bundled_cuda_kernel_is_fingerprinted_by_its_source_and_options(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_arbiter.runtime.cuda import emitted, sources
+
+    sgemm = emitted.TiledSgemm("tiled_sgemm", "matmul", "nvidia", 0, ("float32",))
+    parts = sgemm.fingerprint_parts()
+    assert parts[0] == "sgemm.cu" and "tiled_sgemm" in parts[1] and "-std=c++17" in parts
+    before = fingerprint_of(sgemm)
+    monkeypatch.setattr(emitted.TiledSgemm, "kernel_source", sources.KernelSource(
+        "sgemm.cu", ("tiled_sgemm",), (("SGEMM_BM", 64), ("SGEMM_BN", 128), ("SGEMM_BK", 8))))
+    assert fingerprint_of(emitted.TiledSgemm("tiled_sgemm", "matmul", "nvidia", 0,
+                                             ("float32",))) != before
+    kernels = {c.name: fingerprint_of(c) for c in emitted.candidates()}
+    assert len(set(kernels.values())) == len(kernels)
+
+
+def test_every_bundled_candidate_has_a_fingerprint(registry: Any) -> None:
+    found = {c.name: fingerprint_of(c) for c in registry}
+    assert all(len(fp) == 16 for fp in found.values())
+    # two candidates of one class and code (cuBLAS and hipBLAS GEMM) run the same code
+    assert found["cublas_matmul"] == found["hipblas_matmul"]
+    assert found["blas_matmul"] != found["dot_matmul"]
+
+
+def test_a_builtin_kernel_is_fingerprinted_by_its_name() -> None:
+    first = FunctionCandidate(np.matmul, "m", "matmul", "cpu", 0, None, None)
+    second = FunctionCandidate(np.dot, "d", "matmul", "cpu", 0, None, None)
+    assert fingerprint_of(first) != fingerprint_of(second)
+
+
+def test_the_cpu_environment_names_python_numpy_and_the_device_without_cupy() -> None:
+    env = current_environment("cpu")
+    assert env["numpy"] == np.__version__ and env["python"].count(".") == 2
+    assert env["device_name"] and all(isinstance(v, str) for v in env.values())
+    assert "cupy" not in env
+    code = ("import json, sys; from pytest_arbiter.fingerprint import current_environment; "
+            "current_environment('cpu'); print(json.dumps('cupy' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out) is False
+
+
+def test_a_gpu_environment_without_cupy_still_names_the_host_side() -> None:
+    env = current_environment("nvidia")
+    assert env["numpy"] == np.__version__ and "python" in env
