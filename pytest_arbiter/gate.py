@@ -67,8 +67,9 @@ class GateReport:
 
     @property
     def rejected(self) -> bool:
-        """Whether the candidate returned a wrong result: out of budget, wrong shape or
-        dtype, NaN/Inf, all zeros, or modified inputs (an exception is :attr:`error`)."""
+        """Whether the candidate returned a wrong result: out of budget, biased or too
+        spread out, wrong shape or dtype, NaN/Inf where the reference is finite (or the
+        reverse), all zeros, or modified inputs (an exception is :attr:`error`)."""
         return any(t.status == "fail" for t in self.trials)
 
     @property

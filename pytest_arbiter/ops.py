@@ -258,21 +258,30 @@ def _with_rounding(magnitude: np.ndarray, accumulated: np.ndarray, flush: float,
     return out
 
 
-def _nonneg_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``x @ y`` for nonnegative ``x``, ``y`` (the magnitudes behind a bound), rounded up.
+def _magnitude_product(a: np.ndarray, b: np.ndarray, power: int) -> np.ndarray:
+    """``|A|^p @ |B|^p`` (elementwise powers 1 or 2; non-finite entries as 0): the
+    magnitudes behind a bound, rounded up.
 
-    In float32 (twice as fast) unless a nonzero value lies outside [2^-50, 2^50] or K is
-    over 2^20, where a product or a sum could overflow or go subnormal; its relative error,
-    below ``K 2^-24``, is covered by the factor.
+    In float32 (twice as fast, and no float64 copies of the inputs) unless a nonzero
+    entry lies outside [2^-25, 2^25] or K is over 2^20, where a product of squares or a
+    sum could overflow or go subnormal; float32's relative error, below ``(K + 2) 2^-24``,
+    is covered by the factor.
     """
-    k = x.shape[1]
-    big = max(float(x.max(initial=0.0)), float(y.max(initial=0.0))) > 2.0 ** 50
-    if big or k > 1 << 20 or bool(np.any((x > 0) & (x < 2.0 ** -50))) or bool(
-            np.any((y > 0) & (y < 2.0 ** -50))):
-        out: np.ndarray = np.matmul(x, y)
-        return out * (1.0 + 2.0 * k * 2.0 ** -53)
-    fast = np.matmul(x.astype(np.float32), y.astype(np.float32)).astype(np.float64)
-    return fast * (1.0 + 2.0 * (k + 1) * 2.0 ** -24)
+    k = a.shape[1]
+    x, y = (np.abs(np.asarray(v, dtype=np.float32 if v.dtype.itemsize <= 4 else None))
+            for v in (a, b))
+    finite = bool(np.isfinite(x).all()) and bool(np.isfinite(y).all())
+    if not finite:
+        x, y = (np.where(np.isfinite(v), v, 0.0).astype(v.dtype) for v in (x, y))
+    top = max(float(x.max(initial=0.0)), float(y.max(initial=0.0)))
+    low = min(float(np.min(x, initial=np.inf, where=x > 0)),
+              float(np.min(y, initial=np.inf, where=y > 0)))
+    if top > 2.0 ** 25 or low < 2.0 ** -25 or k > 1 << 20 or x.dtype != np.float32:
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        out: np.ndarray = np.matmul(x64 ** power, y64 ** power)
+        return out * (1.0 + 2.0 * (k + 2) * 2.0 ** -53)
+    fast = np.matmul(x ** power, y ** power).astype(np.float64)
+    return fast * (1.0 + 2.0 * (k + 2) * 2.0 ** -24)
 
 
 def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated: bool,
@@ -283,10 +292,9 @@ def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated:
     independent and identically distributed, and the sharper random-data bound holds
     (docs/accuracy.md, "matmul"); otherwise the worst-case-data bound of Higham & Mary.
     """
-    dtype = inputs[0].dtype
+    a, b = inputs[0], inputs[1]
+    dtype = a.dtype
     p = precision(dtype)
-    a = _finite_or_zero(np.asarray(inputs[0], dtype=np.float64))
-    b = _finite_or_zero(np.asarray(inputs[1], dtype=np.float64))
     k = a.shape[1]
     u_acc = p.accumulate_unit_roundoff
     magnitude = np.abs(_finite_or_zero(exact))
@@ -300,7 +308,7 @@ def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated:
         # centred products: ||S|| <= sqrt(K/3) |C_ij| + sqrt(K Q_ij) (docs/accuracy.md);
         # TF32 inputs (rounded or truncated to 10 fraction bits) shift C_ij by at most
         # 2 u_tf32 |C_ij| and add a random part of scale 2 u_tf32 sqrt(Q_ij)
-        q = np.sqrt(_nonneg_product(a * a, b * b))
+        q = np.sqrt(_magnitude_product(a, b, 2))
         sd = u_acc * math.sqrt(k / 3.0 + 1.0) * magnitude + (
             u_acc * (math.sqrt(k) + rounded_products) + 2.0 * t) * q
         accumulated = ERROR_LAMBDA * sd + 2.0 * t * magnitude
@@ -309,7 +317,7 @@ def _matmul_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *, generated:
             return ErrorScales(sd.reshape(-1)[index], np.zeros(index.shape),
                                2.0 * t * magnitude.reshape(-1)[index])
     else:
-        m = _nonneg_product(np.abs(a), np.abs(b))
+        m = _magnitude_product(a, b, 1)
         # |a~ b~ - a b| <= (4 u_tf32 + 4 u_tf32^2) |a||b| for TF32, truncation included
         accumulated = (min(float(k), ERROR_LAMBDA * math.sqrt(k)) * u_acc
                        + 4.0 * t * (1.0 + t)) * m
@@ -330,7 +338,7 @@ def _matmul_budget_tf32(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.n
 
 
 def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    return values.astype(numpy_dtype(dtype))
+    return values.astype(numpy_dtype(dtype), copy=False)
 
 
 def _ragged(d: int) -> int:
