@@ -449,7 +449,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             force_setattr(self, "provenance", Provenance.of(self.provenance))
             raw = msgspec.to_builtins(self, enc_hook=_inline)
             checked = _read_tables(lambda: msgspec.convert(raw, CacheEntry), _Tables())
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, msgspec.ValidationError) as exc:
             message = _message(exc) if isinstance(exc, msgspec.ValidationError) else exc
             raise ValueError(f"cache entry {'/'.join(map(str, self.key))}: {message}"
                              ) from None
@@ -522,7 +522,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             raise ValueError("an entry needs at least one ranked candidate")
         if data.get("winner", ranking[0].name) != ranking[0].name:
             raise ValueError(f"winner {data['winner']!r} is not first in the ranking")
-        considered = {str(name): msgspec.convert(c, Considered)
+        considered = {str(name): _convert(c, Considered)
                       for name, c in data.get("considered", {}).items()}
         since = data.get("since")
         return cls(str(data["device"]), str(data["target"]), str(data["op"]),
@@ -531,7 +531,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                    dict(data.get("rejected", {})), dict(data.get("provenance", {})),
                    considered, dict(data.get("environment", {})),
                    bool(data.get("reverify", False)),
-                   NO_SINCE if since is None else msgspec.convert(since, Since))
+                   NO_SINCE if since is None else _convert(since, Since))
 
 
 def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
@@ -832,6 +832,8 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
         failed = exc
     except msgspec.DecodeError as exc:
         raise _syntax(exc, data, source) from None
+    except UnicodeDecodeError:  # msgspec < 0.19 says so in the string's own terms
+        raise _not_utf8(data, source) from None
     except RecursionError:
         raise ValueError(f"{_escape(source)} is nested too deeply") from None
     else:
@@ -845,6 +847,8 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
         header = _Header()
     except msgspec.DecodeError as exc:
         raise _syntax(exc, data, source) from None
+    except UnicodeDecodeError:
+        raise _not_utf8(data, source) from None
     except RecursionError:
         raise ValueError(f"{_escape(source)} is nested too deeply") from None
     version = _check_header(header, source)
@@ -908,7 +912,7 @@ def _stream(file: Any) -> list[CacheEntry] | None:
     try:
         msgspec.json.decode(bytes(buffer[:head]) + b'\n  "entries": []}', type=_Document,
                             dec_hook=_table_hook(tables))
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     _preset(tables)
     decoder = msgspec.json.Decoder(list[CacheEntry])
@@ -928,7 +932,7 @@ def _stream(file: Any) -> list[CacheEntry] | None:
             with memoryview(buffer) as view, view[start:end + 1] as block:
                 try:
                     entries += _read_tables(functools.partial(decoder.decode, block), tables)
-                except (msgspec.DecodeError, _TablesLater, RecursionError):
+                except (msgspec.DecodeError, _TablesLater, RecursionError, UnicodeDecodeError):
                     return None
             if done:
                 return entries
@@ -967,6 +971,18 @@ def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
     from pytest_arbiter import strictjson
 
     return strictjson.syntax_error(exc, data, source)
+
+
+def _not_utf8(data: bytes, source: str) -> ValueError:
+    from pytest_arbiter import strictjson
+
+    try:
+        data.decode("utf-8")
+        where = ""
+    except UnicodeDecodeError as exc:
+        where = " at " + strictjson.position(data, exc.start)
+    return ValueError(f"{_escape(source)} is not valid JSON: Invalid UTF-8 encoded "
+                      f"string{where}")
 
 
 def _escape(text: object) -> str:
