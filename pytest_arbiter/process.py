@@ -51,28 +51,27 @@ def bind(factory: Callable[[], Arbiter]) -> None:
         _current = None
 
 
-def started(factory: Callable[[], Arbiter]) -> None:
-    """Say that the run bound with ``factory`` started its session: of several
-    bindings, the latest started one wins, so a config a test makes and never runs
-    (``pytester.getitem``, say) does not take that test's dispatches."""
+def _set_running(factory: Callable[[], Arbiter], running: bool) -> None:
     global _current
     with _lock:
         for bound_factory, flag in _bindings:
             if bound_factory is factory:
-                flag[0] = True
+                flag[0] = running
         _current = None
+
+
+def started(factory: Callable[[], Arbiter]) -> None:
+    """Say that the run bound with ``factory`` started its session: of several
+    bindings, the latest started one wins, so a config a test makes and never runs
+    (``pytester.getitem``, say) does not take that test's dispatches."""
+    _set_running(factory, True)
 
 
 def finished(factory: Callable[[], Arbiter]) -> None:
     """Say that the run bound with ``factory`` finished its session (pytester's
     ``getitem`` starts and finishes one to collect): it no longer outranks the run
     that is still going."""
-    global _current
-    with _lock:
-        for bound_factory, flag in _bindings:
-            if bound_factory is factory:
-                flag[0] = False
-        _current = None
+    _set_running(factory, False)
 
 
 def unbind(factory: Callable[[], Arbiter]) -> None:
