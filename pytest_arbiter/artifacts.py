@@ -21,14 +21,8 @@ from typing import Any
 
 import filelock
 
-from pytest_arbiter.cache import (
-    CacheEntry,
-    MeasureCache,
-    encode_chunks,
-    encode_document,
-    keyed,
-    read_document,
-)
+from pytest_arbiter.cache import CacheEntry, MeasureCache, keyed
+from pytest_arbiter.cache_file import encode_chunks, encode_document, read_document
 from pytest_arbiter.corpus import MergeResult, Part, merge
 from pytest_arbiter.histogram import HistogramKey
 from pytest_arbiter.safetext import escape

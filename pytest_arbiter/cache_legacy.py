@@ -28,13 +28,12 @@ import msgspec
 from pytest_arbiter.cache import (
     CacheEntry,
     _convert,
-    _escape,
     _message,
     _read_tables,
-    _refuse,
     _Tables,
     shapes_text,
 )
+from pytest_arbiter.cache_file import _escape, _refuse
 
 ENTRY_FIELDS = ("device", "target", "op", "bucket", "dtype", "confidence", "tie", "ranking",
                 "rejected", "provenance")

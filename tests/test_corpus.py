@@ -33,10 +33,9 @@ from pytest_arbiter.cache import (
     MeasureCache,
     Provenance,
     RankedCandidate,
-    decode_document,
-    encode_document,
     since_for,
 )
+from pytest_arbiter.cache_file import decode_document, encode_document
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.corpus import diff, merge, prefer
 from pytest_arbiter.device import cpu_device
@@ -363,23 +362,23 @@ def test_a_file_is_read_a_block_of_lines_at_a_time_with_the_same_result(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer's layout is decoded block by block (the file's bytes are never all in
     memory beside the entries); a bad entry in a later block is still named exactly."""
-    from pytest_arbiter import cache
+    from pytest_arbiter import cache_file
 
     built = [entry(f"b{i:03d}", host=f"h{i % 3}", fingerprints={"a": f"{i % 2}" * 16},
                    environment={"numpy": str(i % 4)}, since=T0 if i % 2 else NO_SINCE)
              for i in range(200)]
     path = tmp_path / "c.json"
     text = write(path, *built)
-    monkeypatch.setattr(cache, "BLOCK", 1500)  # a few entries a block
+    monkeypatch.setattr(cache_file, "BLOCK", 1500)  # a few entries a block
     with path.open("rb") as file:
-        streamed = cache._stream(file)
+        streamed = cache_file._stream(file)
     assert streamed == sorted(built) == artifacts.read_cache(path).entries()
     bad = text.replace(b'"bucket":"b187","dtype":"float32","ranking":[{"name":"a","stats":'
                        b'{"median_ns":1000', b'"bucket":"b187","dtype":"float32","ranking":'
                        b'[{"name":"a","stats":{"median_ns":-1000')
     path.write_bytes(bad)
     with path.open("rb") as file:
-        assert cache._stream(file) is None
+        assert cache_file._stream(file) is None
     refused(tmp_path, bad.decode(), r"c.json: Expected `int` >= 0 - at "
                                     r"`\$.entries\[187\].ranking\[0\].stats.median_ns`")
 
