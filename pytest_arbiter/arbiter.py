@@ -16,13 +16,21 @@ import datetime
 import platform
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache, RankedCandidate
+from pytest_arbiter.cache import (
+    CacheEntry,
+    CacheKey,
+    Considered,
+    MeasureCache,
+    RankedCandidate,
+    since_for,
+    utc_now,
+)
 from pytest_arbiter.candidates import (
     REGISTRY,
     Candidate,
@@ -31,6 +39,8 @@ from pytest_arbiter.candidates import (
     known_targets,
 )
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
+from pytest_arbiter.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.freshness import freshness, vouched
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
@@ -62,6 +72,11 @@ def timer_for(target: str) -> Timer:
 
 class CacheMiss(LookupError):
     """Strict mode: a dispatch key has no cached winner."""
+
+
+class StaleEntry(CacheMiss):
+    """Strict mode: a dispatch key's cached entry is out of date: its winner's code
+    changed, or a candidate that can run the key was never measured for it."""
 
 
 def _exc_text(exc: BaseException) -> str:
@@ -256,21 +271,35 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     key: CacheKey = (device.tag, target, the_op.name, region.bucket(needs), region.dtype)
     entry = cache.get(key)
     errors: dict[str, str] = {}
-    usable = _screen(region, pool, inputs, passed_over, errors=errors)
+    applicable = _screen(region, pool, None, passed_over, errors=errors)
+    usable = [c for c in applicable if _accepts(c, inputs, passed_over, errors)]
+    environment = current_environment(target)
+    subset: set[str] | None = None  # None: time every usable candidate
+    stale: set[str] = set()
     if entry is not None and not remeasure:
-        known = {r.name for r in entry.ranking} | set(entry.rejected)
-        cached = [c for c in (_by_rank(entry, usable)) if c.name in known]
-        if cached and all(c.name in known for c in usable):
+        now = freshness(entry, applicable, environment, [c.name for c in usable])
+        ranked = {r.name for r in entry.ranking}
+        cached = [c for c in _by_rank(entry, usable) if c.name in ranked]
+        if cached and now.current:
             for name, why in entry.rejected.items():
                 passed_over.setdefault(name, why)
             return Selection(region, cached[0], cached, "cached", passed_over, entry,
                              errors=errors)
+        if cached and entry.considered and not now.winner_changed:
+            # time what is new or changed against the cached leader (and, in a new
+            # environment, re-time the leader against the runner-up); the other rows of
+            # the ranking stand
+            subset = {cached[0].name, *now.to_measure}
+            if now.environment and len(cached) > 1:
+                subset.add(cached[1].name)
+        stale = set(now.changed)
+    measuring = usable if subset is None else [c for c in usable if c.name in subset]
     reports: dict[str, GateReport] = {}
     rejected: dict[str, str] = {}
     findings = {name: ("error", why) for name, why in errors.items()}  # from the screen
     survivors = []
     declined_these: list[Candidate] = []
-    for cand in usable:
+    for cand in measuring:
         if verdict is not None:
             kind, reason = verdict(cand)
         else:
@@ -302,7 +331,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         own = the_op.gate_inputs(region, gate_seed)[0]
         if [np.shape(x) for x in own] == [np.shape(x) for x in inputs]:
             timed_inputs = own
-            timed = [c for c in usable if c in survivors or c in declined_these
+            timed = [c for c in measuring if c in survivors or c in declined_these
                      if _accepts(c, own, {}, None)]
     fns = {}
     for cand in timed:
@@ -334,18 +363,52 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         return Selection(region, None, [], "measured", passed_over, None, comparison, reports,
                          errors, rejected, findings)
     fresh = [RankedCandidate(n, comparison.stats[n]) for n in comparison.ranking]
-    ranking = _merged_ranking(fresh, entry, [*errors, *rejected])
-    gone = {**(dict(entry.rejected) if entry is not None else {}), **rejected,
-            **{n: f"error: {why}" for n, why in errors.items()}}
+    failed = {*errors, *rejected}
+    ranking = _merged_ranking(fresh, entry, [*failed, *stale])
+    gone = {**({n: why for n, why in entry.rejected.items() if n not in stale}
+               if entry is not None else {}),
+            **rejected, **{n: f"error: {why}" for n, why in errors.items()}}
     for name in comparison.ranking:
         gone.pop(name, None)
+    considered = _considered(applicable, entry if subset is not None else None, subset,
+                             {r.name for r in ranking}, rejected, errors, passed_over)
     new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
-                           _provenance(device, inputs, comparison))
+                           _provenance(device, inputs, comparison), considered, environment,
+                           False, since_for(entry, considered, environment, utc_now()))
     cache.put(new_entry)
-    order = [by_name[n] for n in comparison.ranking if by_name[n] in survivors]
+    can_run = {c.name: c for c in usable}
+    order = [can_run[r.name] for r in ranking if r.name in can_run and r.name not in failed
+             and (can_run[r.name] in survivors or r.name not in by_name)]
     return Selection(region, order[0] if order else None, order, "measured", passed_over,
                      new_entry, comparison, reports, errors, rejected, findings)
+
+
+def _considered(applicable: Sequence[Candidate], old: CacheEntry | None,
+                subset: set[str] | None, ranked: set[str], rejected: Mapping[str, str],
+                errors: Mapping[str, str], passed_over: Mapping[str, str]
+                ) -> dict[str, Considered]:
+    """What became of every candidate that applies to the key, with its code's
+    fingerprint. Of a partial re-measurement (``subset``), the candidates left out keep
+    their rows in ``old``."""
+    out: dict[str, Considered] = {}
+    for cand in applicable:
+        name = cand.name
+        code = fingerprint_of(cand)
+        kept = old.considered.get(name) if old is not None else None
+        if (subset is not None and name not in subset and kept is not None
+                and kept.fingerprint == code):
+            out[name] = kept
+        elif name in rejected:
+            out[name] = Considered(code, "rejected", rejected[name])
+        elif name in errors:
+            out[name] = Considered(code, "error", errors[name])
+        elif name in ranked:
+            out[name] = Considered(code, "timed")
+        else:
+            out[name] = Considered(code, "declined",
+                                   passed_over.get(name, "not timed for these inputs"))
+    return out
 
 
 def _by_rank(entry: CacheEntry, pool: Sequence[Candidate]) -> list[Candidate]:
@@ -370,6 +433,9 @@ class _Step:
     run: Callable[..., Any]
     won: Callable[[], int]
     blocked: tuple[HistogramKey, str] | None = None
+    vouched: bool = False
+    """The key's cache entry vouches for its current code (gated and timed with it): a
+    run with the gate off runs it ungated; anything else is gated first in every mode."""
 
 
 @dataclass(eq=False)
@@ -430,6 +496,8 @@ class DispatchEvent:
     ratios: dict[str, float] = field(default_factory=dict)
     tie: bool = False
     confidence: float = 1.0
+    stale: dict[str, str] = field(default_factory=dict)
+    """How the key's cache entry is out of date (:meth:`Freshness.notes`): kind -> line."""
 
 
 @dataclass(eq=False)
@@ -484,8 +552,10 @@ class Arbiter:
     ``mode``: ``tune`` measures at the first cache miss; ``static`` uses the tier order
     on a miss; ``strict`` makes a miss an error (CI replay of a committed cache).
     ``gate``: F4-gate every candidate for a dispatch key before it first runs for it
-    (on in every pytest run; off by default in production, where the corpus entries
-    were gated when they were measured). ``call_timeout_s``: the per-call watchdog of
+    (on in every pytest run). Off (production's default), a candidate runs ungated only
+    when the key's cache entry vouches for its current code (it was gated and timed
+    with it); any other candidate (no entry, code changed since, never measured) is
+    still gated before its first run. ``call_timeout_s``: the per-call watchdog of
     gate and timing calls.
     """
 
@@ -648,7 +718,7 @@ class Arbiter:
             if step.blocked is not None:
                 record(*step.blocked)
                 continue
-            if self.gate_enabled:
+            if self.gate_enabled or not step.vouched:
                 kind, reason = self._gate_for(kp, step.cand, inputs)
                 if kind == "decline":
                     declined = declined or (name, reason)
@@ -761,7 +831,7 @@ class Arbiter:
                     continue
             except Exception:
                 return -1, ()  # recorded on each dispatch, by the slow path
-            if step.blocked is not None or not self.gate_enabled:
+            if step.blocked is not None or (step.vouched and not self.gate_enabled):
                 # reached by every such dispatch: charged each time, on the slow path
                 return (-1, ()) if step.blocked is not None else (index, tuple(pre))
             kind, _ = self._gate_for(kp, step.cand, inputs)
@@ -840,6 +910,7 @@ class Arbiter:
         found = probe_device(target)
         selection: Selection | None = None
         entry: CacheEntry | None = None
+        stale: dict[str, str] = {}
         stub = _KeyPlan(the_op, key, mode, (), "", (0, 0))  # what the measurement gates with
         if not isinstance(found, DeviceInfo):
             for cand in pool:
@@ -858,6 +929,19 @@ class Arbiter:
                 passed_over.update(selection.passed_over)
             entry = self.cache.get(ckey)
             if entry is not None:
+                applicable = _screen(region, pool, None, {}, errors={})
+                fresh = freshness(entry, applicable, current_environment(target),
+                                  [c.name for c in applicable if _accepts(c, inputs, {}, None)])
+                stale = fresh.notes(entry.winner)
+                if mode == "strict" and (fresh.winner_changed or fresh.to_measure):
+                    raise StaleEntry(
+                        f"strict mode: the cached entry of {region.describe()} on target "
+                        f"{target!r} (device {found.tag}, bucket {key[2]}) is stale: "
+                        + "; ".join(v for k, v in sorted(stale.items()) if k != "reverify")
+                        + "; tune with --arbiter-tune")
+                if fresh.winner_changed:
+                    entry = None  # its timings are of other code: the tier order runs
+            if entry is not None:
                 order = _by_rank(entry, pool)
                 source = selection.source if selection is not None else "cached"
                 if not self.gate_enabled:
@@ -867,7 +951,7 @@ class Arbiter:
             else:
                 order = list(pool)
                 source = selection.source if selection is not None else "static"
-                if mode == "strict":
+                if mode == "strict" and not stale:
                     screened = _screen(region, pool, inputs, {}, errors={})
                     if screened:
                         raise CacheMiss(
@@ -889,7 +973,8 @@ class Arbiter:
             if blocked is not None:
                 self.reasons.setdefault(*blocked)
             won = self.histogram.counter((target, the_op.name, cand.name, "won"))
-            steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked))
+            steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked,
+                               vouched(entry, cand)))
         if not isinstance(found, DeviceInfo):
             why = f"no {target} device: {found}"
         elif not pool:
@@ -904,12 +989,12 @@ class Arbiter:
             self._keyplans[(mode, key)] = kp
         why_not = {**passed_over, **errors}
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
-                   why_not, selection, entry)
+                   why_not, selection, entry, stale)
         return kp
 
     def _note(self, key: DispatchKey, source: str, order: list[str],
               passed_over: dict[str, str], selection: Selection | None,
-              entry: CacheEntry | None) -> None:
+              entry: CacheEntry | None, stale: dict[str, str]) -> None:
         previous = self.events.get(key)
         if previous is not None and previous.source == "measured":
             source = "measured"
@@ -922,7 +1007,7 @@ class Arbiter:
             ratios = {r.name: r.stats.median_ns / best for r in entry.ranking if best > 0}
         self.events[key] = DispatchEvent(
             key[0], key[1], key[2], key[3], source, order, dict(passed_over), ratios,
-            entry.tie if entry else False, entry.confidence if entry else 1.0)
+            entry.tie if entry else False, entry.confidence if entry else 1.0, dict(stale))
 
     # -- reasons, for tests and the summary -----------------------------------------
 

@@ -562,15 +562,18 @@ def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
     evidence, and a measurement of changed code (or a new environment, or a candidate
     added or removed) supersede it (the merge rule, :func:`pytest_arbiter.corpus.prefer`).
     """
-    if old is None or old.since == NO_SINCE or dict(old.environment) != dict(environment):
+    if old is None or old.since == NO_SINCE:
         return now
     fingerprints = {name: c.fingerprint for name, c in considered.items()}
-    return old.since if old.fingerprints() == fingerprints else now
+    if dict(old.environment) == dict(environment) and old.fingerprints() == fingerprints:
+        return old.since
+    # later than the entry it replaces even when the clock did not move (or went back)
+    return max(now, old.since + datetime.timedelta(microseconds=1))
 
 
 def utc_now() -> datetime.datetime:
-    """Now, in UTC, to the second: a ``since`` (and the ``measured_at`` it matches)."""
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    """Now, in UTC, to the microsecond: a ``since``."""
+    return datetime.datetime.now(datetime.timezone.utc)
 
 
 class MeasureCache:

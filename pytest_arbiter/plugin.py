@@ -602,6 +602,7 @@ class ArbiterSession:
                 f"{sum(1 for v in sources.values() if v == src)} {label}"
                 for src, label in (("measured", "measured"), ("cached", "reused from cache"),
                                    ("static", "static tier order on a miss"))))
+        lines.extend(self._stale_lines())
         if self.settings.explain:
             lines.extend(self._explain_lines())
         else:
@@ -675,6 +676,23 @@ class ArbiterSession:
             lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
         return lines
 
+    def _stale_lines(self, most: int = 20) -> list[str]:
+        """The keys whose cache entries are out of date, by kind (docs/artifacts.md)."""
+        by_kind: dict[str, list[tuple[str, str]]] = {}
+        for key, event in sorted(self.events().items()):
+            for kind, why in event.stale.items():
+                by_kind.setdefault(kind, []).append(("/".join(key), why))
+        lines: list[str] = []
+        for kind, head in STALE_HEADS:
+            found = by_kind.get(kind, [])
+            if not found:
+                continue
+            lines.append(head.format(n=len(found), s="" if len(found) == 1 else "s"))
+            lines.extend(f"  {key}: {why}" for key, why in found[:most])
+            if len(found) > most:
+                lines.append(f"  ... and {len(found) - most} more")
+        return lines
+
     def _explain_lines(self) -> list[str]:
         lines = []
         for key, event in sorted(self.events().items()):
@@ -688,6 +706,16 @@ class ArbiterSession:
             for name, why in sorted(event.passed_over.items()):
                 lines.append(f"  passed over {name}: {why}")
         return lines
+
+
+STALE_HEADS = (
+    ("winner-changed", "{n} key{s} whose cached winner changed code since it was measured: "
+                       "the tier order ran (--arbiter-tune measures them again)"),
+    ("unmeasured", "{n} key{s} with candidates that were never measured, or whose code "
+                   "changed since (--arbiter-tune measures them; --arbiter-strict fails)"),
+    ("reverify", "{n} key{s} measured under another environment: the next --arbiter-tune "
+                 "re-times winner against runner-up"),
+)
 
 
 def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:

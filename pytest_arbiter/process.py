@@ -7,7 +7,8 @@ run has its own. Outside pytest the first dispatch configures it from the enviro
 * ``PYTEST_ARBITER_CACHE``: a committed corpus, read once, never written;
 * ``PYTEST_ARBITER_MODE``: ``static`` (default), ``strict`` or ``tune`` (in memory);
 * ``PYTEST_ARBITER_GATE``: ``1`` to F4-gate every candidate before its first run for a key
-  (off by default: a corpus entry was gated when it was measured);
+  (off by default: a candidate the key's corpus entry vouches for, gated and timed
+  with the code it has now, runs ungated; any other is still gated before its first run);
 
 or from :func:`configure`. Importing this module imports neither NumPy nor the kernels.
 """

@@ -86,20 +86,53 @@ def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
     (entry,) = cache.entries()
     winner = entry.winner
     other = "two" if winner == "one" else "one"
-    changed = registry(fn(zeros, winner), fn(np.dot, other))
+    # its code changed: the entry is not used, the tier order runs and reaches it first
+    changed = registry(fn(zeros, winner, tier=1),
+                       fn(library if other == "one" else np.dot, other))
     arb = Arbiter(registry=changed, cache=cache, mode="static")
     a, b = mats(32, 32, 32)
     np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
     assert arb.histogram.counts() == {("cpu", "matmul", winner, "rejected"): 1,
                                       ("cpu", "matmul", other, "won"): 1}
+    (event,) = arb.events.values()
+    assert event.source == "static"
+    assert event.stale == {"winner-changed": f"the cached winner {winner} changed code "
+                                             "since it was measured"}
 
 
-def test_gate_off_outside_pytest_runs_the_pick_ungated() -> None:
-    """Production default: the corpus entry was gated when measured; no gate cost."""
-    arb = Arbiter(registry=registry(fn(zeros, "zeros", tier=5), fn(library, "library")),
-                  mode="static", gate=False)
-    arb.dispatch("matmul", *mats(8, 8, 8))
-    assert arb.histogram.counts() == {("cpu", "matmul", "zeros", "won"): 1}
+def test_gate_off_runs_ungated_only_what_the_corpus_vouches_for() -> None:
+    """Production default: a candidate the key's corpus entry measured with its current
+    code runs with no gate cost; anything else is gated before its first run."""
+    no_corpus = Arbiter(registry=registry(fn(zeros, "zeros", tier=5), fn(library, "library")),
+                        mode="static", gate=False)
+    a, b = mats(8, 8, 8)
+    np.testing.assert_allclose(no_corpus.dispatch("matmul", a, b), a @ b, rtol=1e-5)
+    assert no_corpus.histogram.counts() == {("cpu", "matmul", "zeros", "rejected"): 1,
+                                            ("cpu", "matmul", "library", "won"): 1}
+
+    calls: list[str] = []
+
+    def counted(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        calls.append("measured code")
+        return library(x, y)
+
+    def edited(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        calls.append("edited code")
+        return np.matmul(x, y)
+
+    tuner = Arbiter(registry=registry(fn(counted, "library")), mode="tune", policy=FAST)
+    tuner.dispatch("matmul", *mats(8, 8, 8))
+    calls.clear()
+    vouched = Arbiter(registry=registry(fn(counted, "library")), cache=tuner.cache,
+                      mode="static", gate=False)
+    vouched.dispatch("matmul", *mats(8, 8, 8))
+    assert calls == ["measured code"]  # the dispatch itself, no gate call
+    assert vouched.histogram.counts() == {("cpu", "matmul", "library", "won"): 1}
+    calls.clear()
+    gated = Arbiter(registry=registry(fn(edited, "library")), cache=tuner.cache,
+                    mode="static", gate=False)
+    gated.dispatch("matmul", *mats(8, 8, 8))
+    assert len(calls) > 1  # its code is not what was measured: gated, then run
 
 
 def test_decline_on_a_cache_hit_falls_to_the_cached_runner_up() -> None:

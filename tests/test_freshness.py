@@ -1,0 +1,279 @@
+"""Entries that know what they were measured against: the candidates considered with
+their code's fingerprints, the environment, and what a run does when those changed
+(docs/artifacts.md, "When an entry is out of date").
+
+Unit tests drive :class:`Arbiter` and :func:`measured_arbitrate` directly; the last
+tests run the plugin in a real pytest project.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
+from pytest_arbiter.arbiter import StaleEntry, measured_arbitrate
+from pytest_arbiter.cache import CacheEntry
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.corpus import merge
+from pytest_arbiter.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.ops import OPS
+
+FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
+
+
+def mats(n: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return (rng.standard_normal((n, n)).astype(np.float32),
+            rng.standard_normal((n, n)).astype(np.float32))
+
+
+def fn(kernel: Callable[..., Any], name: str, tier: int = 0,
+       accepts: Callable[..., bool] | None = None) -> FunctionCandidate:
+    return FunctionCandidate(kernel, name, "matmul", "cpu", tier, accepts, None)
+
+
+def registry(*cands: FunctionCandidate) -> CandidateRegistry:
+    reg = CandidateRegistry()
+    reg.extend(cands)
+    return reg
+
+
+def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b)
+
+
+def fourfold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The same product, computed four times: real work, clearly slower."""
+    out = np.matmul(a, b)
+    for _ in range(3):
+        out = np.matmul(a, b)
+    return out
+
+
+def tenfold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.matmul(a, b)
+    for _ in range(9):
+        out = np.matmul(a, b)
+    return out
+
+
+def zeros(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+
+
+def never(a: np.ndarray, b: np.ndarray) -> bool:
+    return False
+
+
+def tuned(*cands: FunctionCandidate, cache: MeasureCache | None = None) -> Arbiter:
+    arb = Arbiter(registry=registry(*cands), cache=cache, mode="tune", policy=FAST)
+    arb.dispatch("matmul", *mats())
+    return arb
+
+
+def only_entry(cache: MeasureCache) -> CacheEntry:
+    (entry,) = cache.entries()
+    return entry
+
+
+def test_an_entry_records_every_candidate_considered_and_the_environment() -> None:
+    cands = (fn(library, "library"), fn(tenfold, "tenfold"), fn(zeros, "zeros"),
+             fn(library, "picky", accepts=never))
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    entry = only_entry(tuned(*cands).cache)
+    assert {name: seen.outcome for name, seen in entry.considered.items()} == {
+        "library": "timed", "tenfold": "timed", "zeros": "rejected", "picky": "declined"}
+    assert entry.fingerprints() == {c.name: fingerprint_of(c) for c in cands}
+    assert "all zeros" in entry.considered["zeros"].reason
+    assert "accepts() returned False" in entry.considered["picky"].reason
+    assert dict(entry.environment) == current_environment("cpu")
+    assert entry.environment["numpy"] == np.__version__
+    assert entry.since >= before
+    assert not entry.reverify
+    # and all of it survives the file
+    again = MeasureCache.from_dict(json.loads(json.dumps(MeasureCache([entry]).to_dict())))
+    assert only_entry(again) == entry
+
+
+def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
+    first = tuned(fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
+    old = only_entry(first.cache)
+    assert old.winner == "fourfold"
+    now = registry(fn(fourfold, "fourfold"), fn(tenfold, "tenfold"), fn(library, "library"))
+    selection = measured_arbitrate(OPS.get("matmul"), mats(), now.for_op("matmul", "cpu"),
+                                   first.cache, policy=FAST)
+    assert selection.source == "measured"
+    assert selection.comparison is not None
+    # only what is new, against the leader; the runner-up's row stands
+    assert set(selection.comparison.stats) == {"fourfold", "library"}
+    new = only_entry(first.cache)
+    assert new.winner == "library"
+    assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
+    assert new.ranking[2] == old.ranking[1]
+    assert set(new.considered) == {"fourfold", "tenfold", "library"}
+    assert new.since > old.since or new.fingerprints() != old.fingerprints()
+    # measured against the newer set of candidates: it wins the merge, whatever the
+    # confidence of the old one
+    weaker = msgspec.structs.replace(new, confidence=0.5)
+    assert merge([old], [weaker]).entries[old.key] == weaker
+    assert merge([weaker], [old]).entries[old.key] == weaker
+
+
+def test_a_plain_run_lists_a_key_with_candidates_never_measured_and_strict_fails() -> None:
+    cache = tuned(fn(fourfold, "fourfold"), fn(tenfold, "tenfold")).cache
+    now = (fn(fourfold, "fourfold"), fn(tenfold, "tenfold"), fn(library, "library", tier=9))
+    plain = Arbiter(registry=registry(*now), cache=cache, mode="static")
+    plain.dispatch("matmul", *mats())
+    (event,) = plain.events.values()
+    assert event.stale == {"unmeasured": "never measured: library"}
+    # the cached ranking still decides: the leader runs, not the high-tier newcomer
+    assert plain.histogram.counts() == {("cpu", "matmul", "fourfold", "won"): 1}
+    strict = Arbiter(registry=registry(*now), cache=cache, mode="strict")
+    with pytest.raises(StaleEntry, match="never measured: library; tune with --arbiter-tune"):
+        strict.dispatch("matmul", *mats())
+
+
+def test_changed_code_is_timed_again_and_its_old_timing_dropped() -> None:
+    first = tuned(fn(library, "library"), fn(fourfold, "slow"), fn(tenfold, "slower"))
+    old = only_entry(first.cache)
+    assert [r.name for r in old.ranking] == ["library", "slow", "slower"]
+    # "slower" was edited into something faster than "slow"
+    now = registry(fn(library, "library"), fn(fourfold, "slow"), fn(library, "slower"))
+    plain = Arbiter(registry=now, cache=first.cache, mode="static")
+    plain.dispatch("matmul", *mats())
+    assert next(iter(plain.events.values())).stale == {
+        "unmeasured": "code changed since measured: slower"}
+    selection = measured_arbitrate(OPS.get("matmul"), mats(), now.for_op("matmul", "cpu"),
+                                   first.cache, policy=FAST)
+    assert selection.comparison is not None
+    assert set(selection.comparison.stats) == {"library", "slower"}
+    new = only_entry(first.cache)
+    assert new.considered["slower"].fingerprint == fingerprint_of(now.get("slower"))
+    assert new.considered["slower"].fingerprint != old.considered["slower"].fingerprint
+    slower = next(r for r in new.ranking if r.name == "slower")
+    assert slower != old.ranking[2]  # the old code's timing is gone
+    assert slower.stats.median_ns < next(
+        r for r in new.ranking if r.name == "slow").stats.median_ns
+
+
+def test_a_changed_winner_is_not_used_and_the_next_tune_measures_the_key_again() -> None:
+    first = tuned(fn(library, "fast"), fn(tenfold, "slow"))
+    assert only_entry(first.cache).winner == "fast"
+    now = (fn(tenfold, "fast"), fn(tenfold, "slow", tier=1))  # the winner became slow
+    plain = Arbiter(registry=registry(*now), cache=first.cache, mode="static")
+    plain.dispatch("matmul", *mats())
+    (event,) = plain.events.values()
+    assert "winner-changed" in event.stale
+    assert event.source == "static"
+    assert plain.histogram.counts() == {("cpu", "matmul", "slow", "won"): 1}  # tier order
+    with pytest.raises(StaleEntry, match="the cached winner fast changed code"):
+        Arbiter(registry=registry(*now), cache=first.cache,
+                mode="strict").dispatch("matmul", *mats())
+    retune = tuned(*now, cache=first.cache)
+    (event,) = retune.events.values()
+    assert event.source == "measured"
+    assert not event.stale
+    entry = only_entry(first.cache)
+    assert entry.fingerprints() == {c.name: fingerprint_of(c) for c in now}
+
+
+def test_a_new_environment_keeps_the_ranking_and_re_times_winner_against_runner_up() -> None:
+    first = tuned(fn(library, "library"), fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
+    old = only_entry(first.cache)
+    env = {**current_environment("cpu"), "numpy": "1.0.0"}
+    first.cache.put(msgspec.structs.replace(old, environment=env))
+    cands = registry(fn(library, "library"), fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
+    plain = Arbiter(registry=cands, cache=first.cache, mode="static")
+    plain.dispatch("matmul", *mats())
+    (event,) = plain.events.values()
+    assert event.stale == {"reverify": "measured under another environment: "
+                                       f"numpy 1.0.0 -> {np.__version__}"}
+    assert plain.histogram.counts() == {("cpu", "matmul", "library", "won"): 1}
+    strict = Arbiter(registry=cands, cache=first.cache, mode="strict")
+    strict.dispatch("matmul", *mats())  # the ranking is kept: not a strict failure
+    selection = measured_arbitrate(OPS.get("matmul"), mats(), cands.for_op("matmul", "cpu"),
+                                   first.cache, policy=FAST)
+    assert selection.comparison is not None
+    assert set(selection.comparison.stats) == {"library", "fourfold"}
+    new = only_entry(first.cache)
+    assert dict(new.environment) == current_environment("cpu")
+    assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
+    assert new.ranking[2] == old.ranking[2]
+
+
+def test_an_entry_marked_for_reverification_is_re_timed_by_the_next_tune() -> None:
+    first = tuned(fn(library, "library"), fn(tenfold, "tenfold"))
+    first.cache.put(msgspec.structs.replace(only_entry(first.cache), reverify=True))
+    cands = registry(fn(library, "library"), fn(tenfold, "tenfold"))
+    plain = Arbiter(registry=cands, cache=first.cache, mode="static")
+    plain.dispatch("matmul", *mats())
+    assert next(iter(plain.events.values())).stale == {
+        "reverify": "measured under another environment: marked for re-verification"}
+    measured_arbitrate(OPS.get("matmul"), mats(), cands.for_op("matmul", "cpu"),
+                       first.cache, policy=FAST)
+    assert not only_entry(first.cache).reverify
+
+
+# -- the plugin ------------------------------------------------------------------------
+
+CONFTEST = '''
+import os
+import numpy as np
+import pytest_arbiter
+
+
+def fourfold(a, b):
+    out = a @ b
+    for _ in range(3):
+        out = a @ b
+    return out
+
+
+pytest_arbiter.candidate("matmul", target="cpu", name="fourfold")(fourfold)
+if os.environ.get("WITH_NEW"):
+    @pytest_arbiter.candidate("matmul", target="cpu", name="newcomer", tier=5)
+    def newcomer(a, b):
+        return np.matmul(a, b)
+'''
+
+TEST = '''
+import numpy as np
+import pytest_arbiter
+
+
+def test_product():
+    a = np.ones((24, 24), np.float32)
+    assert (pytest_arbiter.dispatch("matmul", a, a) == 24).all()
+'''
+
+
+def test_the_summary_lists_stale_keys_strict_fails_on_them_and_tune_clears_them(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_product=TEST)
+    run = ["-p", "no:cacheprovider", "--arbiter-cache=corpus.json"]
+    assert pytester.runpytest_subprocess(*run, "--arbiter-tune").ret == 0
+    corpus = json.loads((pytester.path / "corpus.json").read_text())
+    assert corpus["version"] == 3
+    monkeypatch.setenv("WITH_NEW", "1")
+    plain = pytester.runpytest_subprocess(*run)
+    assert plain.ret == 0
+    plain.stdout.fnmatch_lines([
+        "*1 key with candidates that were never measured, or whose code changed since*",
+        "*cpu/matmul/*: never measured: newcomer*",
+    ])
+    strict = pytester.runpytest_subprocess(*run, "--arbiter-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*StaleEntry*never measured: newcomer*"])
+    tune = pytester.runpytest_subprocess(*run, "--arbiter-tune")
+    assert tune.ret == 0
+    again = pytester.runpytest_subprocess(*run, "--arbiter-strict")
+    again.assert_outcomes(passed=1)
+    assert "never measured" not in again.stdout.str()
