@@ -31,6 +31,7 @@ from pytest_arbiter.candidates import (
     known_targets,
 )
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
+from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
@@ -161,7 +162,7 @@ def arbitrate(region: Region, candidates: Iterable[Candidate],
 
 
 def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
-                comparison: Comparison) -> dict[str, Any]:
+                comparison: Comparison, timed_alone: bool) -> dict[str, Any]:
     from pytest_arbiter import __version__
 
     return {
@@ -176,6 +177,7 @@ def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
         "timed_ns": round(comparison.timed_ns),
         "spent_ns": round(comparison.spent_ns),
         "p_value": comparison.p_value,
+        "timed_alone": timed_alone,
     }
 
 
@@ -318,8 +320,9 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     if not fns:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
                          errors=errors, rejected=rejected, found=findings)
-    comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
-                                   policy=policy, timer=timer or timer_for(target))
+    with measurement_lock(device.tag) as alone:
+        comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
+                                       policy=policy, timer=timer or timer_for(target))
     for name, why in comparison.failed.items():
         if why.startswith(f"{Decline.__name__}: "):
             passed_over[name] = f"declined while timed: {why.split(': ', 1)[1]}"
@@ -341,7 +344,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         gone.pop(name, None)
     new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
-                           _provenance(device, inputs, comparison))
+                           _provenance(device, inputs, comparison, alone))
     cache.put(new_entry)
     order = [by_name[n] for n in comparison.ranking if by_name[n] in survivors]
     return Selection(region, order[0] if order else None, order, "measured", passed_over,

@@ -339,8 +339,10 @@ class _Contest:
             if len(self.alive) > 1 and rounds >= max(1, pol.min_rounds):
                 # stop before a round that could overrun the budget, not after it: three
                 # typical rounds (the median, so one preempted round does not end it
-                # early) leave room for a slower round and the final bookkeeping
-                typical = statistics.median(round_times)
+                # early; before three rounds, the sum of each one's median call, warmup
+                # included) leave room for a slower round and the final bookkeeping
+                typical = (statistics.median(round_times) if len(round_times) >= 3 else
+                           sum(statistics.median(self.calls[n]) for n in self.alive))
                 spent = max(float(time.perf_counter_ns() - self.started), self.timed)
                 if spent + 3.0 * typical > budget_ns:
                     break

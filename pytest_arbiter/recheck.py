@@ -50,7 +50,7 @@ class RecheckPolicy:
     margin: float = ComparePolicy.tie_margin
     alpha: float = ComparePolicy.alpha
     family: int = 1
-    min_rounds: int = 12
+    min_rounds: int = 10
     settle_alpha: float = 1e-3
     warmup: int = 2
     max_rounds: int = 1000
