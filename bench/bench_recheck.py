@@ -34,7 +34,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,11 +105,11 @@ def calibrate(key: Key, rounds: int) -> float:
     """The winner's median paired ratio to the runner-up over ``rounds`` rounds."""
     ratios: list[float] = []
 
-    def keep(times: dict[str, float]) -> bool:  # type: ignore[type-arg]
+    def keep(times: Mapping[str, float]) -> bool:
         ratios.append(times["w"] / times["o"])
         return len(ratios) >= rounds
 
-    compare_latencies({"w": key.winner, "o": key.other}, on_round=keep,  # type: ignore[arg-type]
+    compare_latencies({"w": key.winner, "o": key.other}, on_round=keep,
                       policy=ComparePolicy(warmup=5, min_rounds=1, max_rounds=rounds,
                                            budget_s=60.0, alpha=0.0, seed=None))
     return statistics.median(ratios)
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     spent: list[int] = []
     timed: list[int] = []
     rounds: list[int] = []
+    undecided = {"unchanged": 0, "stale": 0}
     shuffle = random.Random(1)
     for _ in range(args.trials):
         order = unchanged + stale
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             timed.append(result.timed_ns)
             rounds.append(result.rounds)
             corpus = "stale" if key in stale else "unchanged"
+            undecided[corpus] += result.rounds < policy.min_rounds
             tag = f"{corpus}/{key.name}"
             flags[tag] = flags.get(tag, 0) + result.stale
     load_after = os.getloadavg()
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.median(spent_ms):.2f}, p99 {p99:.2f}, max {spent_ms[-1]:.2f} ms; "
           f"timed calls mean {statistics.fmean(timed) / 1e6:.2f} ms; rounds median "
           f"{statistics.median(rounds):g}  (target < 10 ms)")
+    print(f"too few rounds for a verdict: {undecided['unchanged']} unchanged and "
+          f"{undecided['stale']} stale re-checks of {args.trials * args.keys} each")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"args": vars(args), "load_before": load_before, "load_after": load_after,

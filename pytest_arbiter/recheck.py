@@ -27,7 +27,6 @@ from typing import Any
 
 from pytest_arbiter.measure import ComparePolicy, Timer, compare_latencies
 
-
 _BOOKKEEPING = 0.06
 """The share of a key's budget kept for the work after the last round."""
 

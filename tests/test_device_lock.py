@@ -55,8 +55,8 @@ def test_two_processes_time_one_after_the_other(tmp_path: Path) -> None:
         start, end, alone = out.read_text().split()
         assert alone == "True"
         spans.append((int(start), int(end)))
-    (s1, e1), (s2, e2) = sorted(spans)
-    assert e1 <= s2, f"the holds overlapped: {spans}"
+    first, second = sorted(spans)
+    assert first[1] <= second[0], f"the holds overlapped: {spans}"
 
 
 def test_nested_use_is_reentrant_and_another_thread_waits() -> None:
