@@ -39,6 +39,7 @@ from pytest_arbiter.candidates import (
     known_targets,
 )
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
+from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.freshness import freshness, vouched
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
@@ -176,7 +177,7 @@ def arbitrate(region: Region, candidates: Iterable[Candidate],
 
 
 def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
-                comparison: Comparison) -> dict[str, Any]:
+                comparison: Comparison, timed_alone: bool) -> dict[str, Any]:
     from pytest_arbiter import __version__
 
     return {
@@ -191,6 +192,7 @@ def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
         "timed_ns": round(comparison.timed_ns),
         "spent_ns": round(comparison.spent_ns),
         "p_value": comparison.p_value,
+        "timed_alone": timed_alone,
     }
 
 
@@ -347,8 +349,9 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     if not fns:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
                          errors=errors, rejected=rejected, found=findings)
-    comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
-                                   policy=policy, timer=timer or timer_for(target))
+    with measurement_lock(device.tag) as alone:
+        comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
+                                       policy=policy, timer=timer or timer_for(target))
     for name, why in comparison.failed.items():
         if why.startswith(f"{Decline.__name__}: "):
             passed_over[name] = f"declined while timed: {why.split(': ', 1)[1]}"
@@ -374,8 +377,9 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                              {r.name for r in ranking}, rejected, errors, passed_over)
     new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
-                           _provenance(device, inputs, comparison), considered, environment,
-                           False, since_for(entry, considered, environment, utc_now()))
+                           _provenance(device, inputs, comparison, alone), considered,
+                           environment, False,
+                           since_for(entry, considered, environment, utc_now()))
     cache.put(new_entry)
     can_run = {c.name: c for c in usable}
     order = [can_run[r.name] for r in ranking if r.name in can_run and r.name not in failed

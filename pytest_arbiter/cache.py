@@ -241,7 +241,8 @@ class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True)
 
 
 _RUN_KEYS = ("device_name", "host", "versions")
-_OWN_KEYS = ("measured_at", "p_value", "rounds", "shapes", "spent_ns", "timed_ns")
+_OWN_KEYS = ("measured_at", "p_value", "rounds", "shapes", "spent_ns", "timed_alone",
+             "timed_ns")
 PROVENANCE_KEYS = tuple(sorted(_RUN_KEYS + _OWN_KEYS))
 """The keys a provenance may have."""
 
@@ -271,6 +272,9 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """Wall time of the comparison."""
     p_value: Probability | UnsetType = UNSET
     """The sign test's p-value of the pick against the closest other candidate."""
+    timed_alone: bool | UnsetType = UNSET
+    """Whether the timing held the device's measurement lock (no other worker timed on
+    the device meanwhile); False when it timed anyway after waiting too long."""
 
     @classmethod
     def of(cls, data: Provenance | Mapping[str, Any]) -> Provenance:

@@ -206,7 +206,9 @@ def _sign_test_p(wins: int, trials: int) -> float:
 def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
                       tiers: Mapping[str, int] | None = None,
                       policy: ComparePolicy | None = None,
-                      timer: Timer | None = None) -> Comparison:
+                      timer: Timer | None = None,
+                      on_round: Callable[[Mapping[str, float]], bool] | None = None
+                      ) -> Comparison:
     """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds.
 
     The ranking follows each candidate's median paired ratio to the leader (its time
@@ -214,11 +216,15 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     to both; ``confidence`` is one minus the sign test's p-value of the pick against
     the closest other candidate. A candidate that raises is left out (``failed``) and
     a crawler is ranked last (``dropped``); this never raises for a kernel's sake.
+    ``on_round`` sees each kept round's times (name to nanoseconds) and stops the
+    rounds by returning True: a caller's own stop rule (an ``alpha`` of 0 turns the
+    built-in one off); the budget still bounds the rounds.
     """
     if not fns:
         raise ValueError("nothing to compare")
     pol = policy or ComparePolicy()
     contest = _Contest(fns, pol, timer or CPU_TIMER)
+    contest.on_round = on_round
     gc_was_enabled = gc.isenabled()
     if pol.disable_gc:
         gc.disable()
@@ -268,6 +274,7 @@ class _Contest:
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
         self.watched: Callable[[Callable[[], float]], float] = lambda f: f()
+        self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
     def elapsed(self) -> float:
         """Nanoseconds spent: the wall clock, or the timer's total where that is more
@@ -332,8 +339,10 @@ class _Contest:
             if len(self.alive) > 1 and rounds >= max(1, pol.min_rounds):
                 # stop before a round that could overrun the budget, not after it: three
                 # typical rounds (the median, so one preempted round does not end it
-                # early) leave room for a slower round and the final bookkeeping
-                typical = statistics.median(round_times)
+                # early; before three rounds, the sum of each one's median call, warmup
+                # included) leave room for a slower round and the final bookkeeping
+                typical = (statistics.median(round_times) if len(round_times) >= 3 else
+                           sum(statistics.median(self.calls[n]) for n in self.alive))
                 spent = max(float(time.perf_counter_ns() - self.started), self.timed)
                 if spent + 3.0 * typical > budget_ns:
                     break
@@ -357,13 +366,15 @@ class _Contest:
             round_times.append(max(float(time.perf_counter_ns() - round_start),
                                    sum(times.values())))
             self.kept.append(times)
+            if self.on_round is not None and self.on_round(times):
+                break
             for a, ta in times.items():
                 row = wins[index[a]]
                 for b, tb in times.items():
                     if ta < tb:
                         row[index[b]] += 1
             live = [index[n] for n in self.alive]
-            if len(live) > 1 and len(self.kept) >= pol.min_rounds:
+            if pol.alpha > 0 and len(live) > 1 and len(self.kept) >= pol.min_rounds:
                 # the candidate whose weakest pairwise record is best leads; stop when
                 # even that weakest record is significant
                 weakest = max(min(wins[i][j] for j in live if j != i) for i in live)

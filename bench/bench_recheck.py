@@ -1,0 +1,211 @@
+"""False alarms and catches of the re-check, on real CPU kernels under the machine's noise.
+
+Run: python bench/bench_recheck.py [--keys 200] [--trials 20] [--budget-ms 10]
+     [--family 1] [--json PATH]
+
+Builds a corpus of ``--keys`` keys, each a cached winner and its runner-up: the same
+real kernel (``np.sin`` over a slice, or a small matmul whose inner dimension is the
+work), the runner-up doing ``gap`` more work, the gaps from 0% to 20% (spaced
+quadratically, so a quarter of the keys are within 1.2%; the first few are identical
+work). One key in ten has a winner that is slower than its runner-up by up to 0.9%
+(the tie rule keeps the higher tier within the margin): still below the margin, so a
+flag there is a false alarm too. A second corpus makes every winner slower than its
+runner-up by 10% to 20%: stale. Every key of both corpora is calibrated at length
+(hundreds of paired rounds) and classed by the calibrated ratio, not the designed one.
+Then both are re-checked ``--trials`` times, in a fresh random key order each trial.
+
+Prints (a) the share of re-checks flagging a key whose calibrated gap is below the
+margin, (b) the share of truly stale re-checks (calibrated winner slower by 10%+)
+caught, (c) the wall time per key, with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import os
+
+# one BLAS thread: the kernels are small, and threads would only add the pool's noise
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_arbiter.measure import ComparePolicy, compare_latencies
+from pytest_arbiter.recheck import RecheckPolicy, recheck
+
+RNG = np.random.default_rng(0)
+SIN_X = RNG.uniform(0.5, 1.5, 40_000)
+MM_A = RNG.standard_normal((48, 4096))
+MM_B = RNG.standard_normal((4096, 48))
+
+
+def sin_kernel(n: int) -> Callable[[], object]:
+    """``np.sin`` over ``n`` elements: compute-bound, cost linear in ``n``."""
+    xs = SIN_X[:n].copy()
+    out = np.empty(n)
+    return lambda: np.sin(xs, out=out)
+
+
+def matmul_kernel(k: int) -> Callable[[], object]:
+    """A 48 x ``k`` by ``k`` x 48 matmul: cost linear in the inner dimension."""
+    a = np.ascontiguousarray(MM_A[:, :k])
+    b = np.ascontiguousarray(MM_B[:k, :])
+    out = np.empty((48, 48))
+    return lambda: np.matmul(a, b, out=out)
+
+
+@dataclass
+class Key:
+    name: str
+    kind: str
+    designed: float  # winner's work over the runner-up's, minus one
+    winner: Callable[[], object]
+    other: Callable[[], object]
+    true_ratio: float = 1.0  # calibrated: winner's time over the runner-up's
+
+
+def make_key(i: int, kind: str, winner_work: float, other_work: float, designed: float) -> Key:
+    make = sin_kernel if kind == "sin" else matmul_kernel
+    return Key(f"{kind}-{i}", kind, designed, make(round(winner_work)), make(round(other_work)))
+
+
+def base_work(i: int, kind: str) -> float:
+    # calls of roughly 20 to 60 us, varied across keys
+    spread = 1.0 + 2.0 * ((i * 37) % 100) / 100
+    return 2500 * spread if kind == "sin" else 200 * spread
+
+
+def corpora(keys: int) -> tuple[list[Key], list[Key]]:
+    unchanged, stale = [], []
+    for i in range(keys):
+        kind = "sin" if i % 2 == 0 else "matmul"
+        base = base_work(i, kind)
+        if i % 10 == 9:
+            # a tie kept for the higher tier: the winner slower by less than the margin
+            slower = 0.009 * ((i // 10) % 10) / 9
+            unchanged.append(make_key(i, kind, base * (1 + slower), base, slower))
+        else:
+            gap = 0.20 * (i / max(1, keys - 1)) ** 2
+            unchanged.append(make_key(i, kind, base, base * (1 + gap), -gap))
+        slow = 0.10 + 0.10 * ((i * 53) % 100) / 99
+        stale.append(make_key(i, kind, base * (1 + slow), base, slow))
+    return unchanged, stale
+
+
+def calibrate(key: Key, rounds: int) -> float:
+    """The winner's median paired ratio to the runner-up over ``rounds`` rounds."""
+    ratios: list[float] = []
+
+    def keep(times: Mapping[str, float]) -> bool:
+        ratios.append(times["w"] / times["o"])
+        return len(ratios) >= rounds
+
+    compare_latencies({"w": key.winner, "o": key.other}, on_round=keep,
+                      policy=ComparePolicy(warmup=5, min_rounds=1, max_rounds=rounds,
+                                           budget_s=60.0, alpha=0.0, seed=None))
+    return statistics.median(ratios)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--budget-ms", type=float, default=10.0)
+    parser.add_argument("--family", type=int, default=1,
+                        help="Bonferroni family size (1: per-key alpha)")
+    parser.add_argument("--calibration-rounds", type=int, default=600)
+    parser.add_argument("--json", default=None, help="write the raw figures here")
+    args = parser.parse_args(argv)
+
+    load_before = os.getloadavg()
+    policy = RecheckPolicy(key_budget_s=args.budget_ms / 1000, family=args.family)
+    margin = policy.margin
+    unchanged, stale = corpora(args.keys)
+    started = time.perf_counter()
+    for key in unchanged + stale:
+        key.true_ratio = calibrate(key, args.calibration_rounds)
+    calibrated_s = time.perf_counter() - started
+    below = [k for k in unchanged if k.true_ratio <= 1 + margin]
+    truly_stale = [k for k in stale if k.true_ratio >= 1.10]
+
+    flags: dict[str, int] = {}
+    spent: list[int] = []
+    timed: list[int] = []
+    rounds: list[int] = []
+    undecided = {"unchanged": 0, "stale": 0}
+    shuffle = random.Random(1)
+    for _ in range(args.trials):
+        order = unchanged + stale
+        shuffle.shuffle(order)
+        for key in order:
+            result = recheck("w", {"w": key.winner, "o": key.other}, policy=policy)
+            spent.append(result.spent_ns)
+            timed.append(result.timed_ns)
+            rounds.append(result.rounds)
+            corpus = "stale" if key in stale else "unchanged"
+            undecided[corpus] += result.rounds < policy.min_rounds
+            tag = f"{corpus}/{key.name}"
+            flags[tag] = flags.get(tag, 0) + result.stale
+    load_after = os.getloadavg()
+
+    false_alarms = sum(flags[f"unchanged/{k.name}"] for k in below)
+    caught = sum(flags[f"stale/{k.name}"] for k in truly_stale)
+    n_below = len(below) * args.trials
+    n_stale = len(truly_stale) * args.trials
+    spent_ms = sorted(s / 1e6 for s in spent)
+    p99 = spent_ms[min(len(spent_ms) - 1, int(0.99 * len(spent_ms)))]
+    unchanged_above = [k for k in unchanged if k.true_ratio > 1 + margin]
+    stale_missed = [(k.name, round(k.true_ratio, 4), args.trials - flags[f"stale/{k.name}"])
+                    for k in truly_stale if flags[f"stale/{k.name}"] < args.trials]
+    alarm_keys = [(k.name, round(k.true_ratio, 4), flags[f"unchanged/{k.name}"])
+                  for k in below if flags[f"unchanged/{k.name}"]]
+
+    print(f"command: python bench/bench_recheck.py --keys {args.keys} --trials {args.trials} "
+          f"--budget-ms {args.budget_ms:g} --family {args.family}")
+    print(f"policy: {policy}")
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} "
+          f"{load_before[2]:.2f}; after: {load_after[0]:.2f} {load_after[1]:.2f} "
+          f"{load_after[2]:.2f}; cpus: {os.cpu_count()}")
+    print(f"calibration: {args.calibration_rounds} paired rounds per key, "
+          f"{calibrated_s:.1f} s for {2 * args.keys} keys")
+    print(f"unchanged corpus: {len(below)} keys calibrated within the margin "
+          f"(ratio <= {1 + margin:g}), {len(unchanged_above)} above it (excluded: "
+          f"{[(k.name, round(k.true_ratio, 4)) for k in unchanged_above]})")
+    print(f"(a) false alarms: {false_alarms} of {n_below} re-checks "
+          f"= {100 * false_alarms / max(1, n_below):.3f}%  (target < 0.5%)"
+          f"{'  keys: ' + str(alarm_keys) if alarm_keys else ''}")
+    print(f"(b) caught: {caught} of {n_stale} re-checks of {len(truly_stale)} truly stale "
+          f"keys = {100 * caught / max(1, n_stale):.2f}%  (target > 95%)"
+          f"{'  missed: ' + str(stale_missed[:20]) if stale_missed else ''}")
+    print(f"(c) wall time per key: mean {statistics.fmean(spent_ms):.2f} ms, median "
+          f"{statistics.median(spent_ms):.2f}, p99 {p99:.2f}, max {spent_ms[-1]:.2f} ms; "
+          f"timed calls mean {statistics.fmean(timed) / 1e6:.2f} ms; rounds median "
+          f"{statistics.median(rounds):g}  (target < 10 ms)")
+    print(f"too few rounds for a verdict: {undecided['unchanged']} unchanged and "
+          f"{undecided['stale']} stale re-checks of {args.trials * args.keys} each")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"args": vars(args), "load_before": load_before, "load_after": load_after,
+                       "false_alarms": false_alarms, "below_rechecks": n_below,
+                       "caught": caught, "stale_rechecks": n_stale, "spent_ms": spent_ms,
+                       "keys": {k.name: {"designed": k.designed, "true_ratio": k.true_ratio,
+                                         "flags": flags[f"unchanged/{k.name}"]}
+                                for k in unchanged},
+                       "stale_keys": {k.name: {"designed": k.designed,
+                                               "true_ratio": k.true_ratio,
+                                               "flags": flags[f"stale/{k.name}"]}
+                                      for k in stale}}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The per-device measurement lock: processes time one after the other, nesting is safe,
+a lock that cannot be had never blocks the timing, and the entry says which it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import MeasureCache, measured_arbitrate
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.device_lock import LOCK_DIR_ENV, lock_path, measurement_lock
+from pytest_arbiter.measure import ComparePolicy
+
+
+@pytest.fixture(autouse=True)
+def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "locks"
+    monkeypatch.setenv(LOCK_DIR_ENV, str(folder))
+    return folder
+
+
+HOLDER = """
+import os, sys, time
+from pytest_arbiter.device_lock import measurement_lock
+go, out = sys.argv[1], sys.argv[2]
+while not os.path.exists(go):
+    time.sleep(0.001)
+with measurement_lock("cpu-test-device") as alone:
+    start = time.monotonic_ns()
+    time.sleep(0.3)
+    end = time.monotonic_ns()
+with open(out, "w") as fh:
+    fh.write(f"{start} {end} {alone}")
+"""
+
+
+def test_two_processes_time_one_after_the_other(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    outs = [tmp_path / f"held-{i}" for i in range(2)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, str(go), str(out)], env=env)
+             for out in outs]
+    go.touch()  # both reach for the lock at once
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0
+    spans = []
+    for out in outs:
+        start, end, alone = out.read_text().split()
+        assert alone == "True"
+        spans.append((int(start), int(end)))
+    first, second = sorted(spans)
+    assert first[1] <= second[0], f"the holds overlapped: {spans}"
+
+
+def test_nested_use_is_reentrant_and_another_thread_waits() -> None:
+    seen: list[bool] = []
+    with measurement_lock("sm_90") as outer, measurement_lock("sm_90", timeout_s=1) as inner:
+        assert outer and inner
+        thread = threading.Thread(target=lambda: seen.append(_held_now("sm_90", 0.05)))
+        thread.start()
+        thread.join()
+    assert seen == [False]  # it timed out while this thread held it, and ran anyway
+    with measurement_lock("sm_90", timeout_s=0) as again:
+        assert again
+
+
+def test_other_devices_do_not_wait() -> None:
+    with measurement_lock("sm_90"):
+        result: list[bool] = []
+        thread = threading.Thread(target=lambda: result.append(_held_now("gfx1151", 0)))
+        thread.start()
+        thread.join()
+    assert result == [True]
+
+
+def _held_now(tag: str, timeout_s: float) -> bool:
+    with measurement_lock(tag, timeout_s=timeout_s) as alone:
+        return alone
+
+
+def test_lock_files_have_safe_names_inside_the_folder(lock_dir: Path) -> None:
+    tags = ["sm/90", "sm_90", "../../etc/passwd", "", "cpu-x86_64 AMD EPYC 7763", "é" * 200]
+    paths = [lock_path(t) for t in tags]
+    assert len(set(paths)) == len(tags)
+    for path in paths:
+        assert path.parent == lock_dir and len(path.name) < 100
+        assert set(path.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789._-")
+    with measurement_lock("../../etc/passwd") as alone:
+        assert alone and lock_dir.is_dir()
+
+
+def test_an_unusable_lock_folder_times_anyway(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(LOCK_DIR_ENV, str(blocker / "locks"))
+    ran = False
+    with measurement_lock("sm_90") as alone:
+        ran = True
+    assert ran and alone is False
+
+
+def test_a_measured_entry_records_that_it_was_timed_alone(lock_dir: Path) -> None:
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(np.matmul, "library", "matmul", "cpu", 0, None, None))
+    reg.add(FunctionCandidate(np.dot, "dot", "matmul", "cpu", 0, None, None))
+    cache = MeasureCache()
+    a = np.ones((16, 16), dtype="float32")
+    measured_arbitrate("matmul", (a, a), reg.for_op("matmul"), cache,
+                       policy=ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005))
+    entry = cache.entries()[0]
+    assert entry.provenance["timed_alone"] is True
+    assert json.loads(json.dumps(entry.to_dict()))["provenance"]["timed_alone"] is True
+    assert lock_dir.is_dir()

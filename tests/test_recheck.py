@@ -1,0 +1,168 @@
+"""Re-checking a cached winner: real kernels decide, a tie never alarms, the budget holds.
+
+The real-kernel tests time ``np.sin`` over slices of one array (cost linear in the
+slice) and assert only verdicts; the rule's arithmetic is pinned with a scripted timer
+that counts rounds instead of timing anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from pytest_arbiter.measure import ComparePolicy
+from pytest_arbiter.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
+
+X = np.random.default_rng(0).uniform(0.5, 1.5, 20_000)
+
+
+def sin_work(n: int) -> Callable[[], object]:
+    """A real kernel: ``np.sin`` over ``n`` elements into its own buffer."""
+    xs = X[:n].copy()
+    out = np.empty(n)
+    return lambda: np.sin(xs, out=out)
+
+
+class ScriptedTimer:
+    """Each call of a function "takes" the nanoseconds its name is scripted to."""
+
+    def __init__(self, times: dict[str, float | Callable[[int], float]]) -> None:
+        self.times = times
+        self.calls = dict.fromkeys(times, 0)
+        self.last = ""
+
+    def fns(self) -> dict[str, Callable[[], object]]:
+        def make(name: str) -> Callable[[], object]:
+            def run() -> None:
+                self.calls[name] += 1
+                self.last = name
+
+            return run
+
+        return {n: make(n) for n in self.times}
+
+    def sample(self, fn: Callable[[], object]) -> float:
+        fn()
+        took = self.times[self.last]
+        return took(self.calls[self.last]) if callable(took) else took
+
+
+def test_defaults_follow_the_comparison() -> None:
+    policy = RecheckPolicy()
+    assert policy.margin == ComparePolicy().tie_margin
+    assert policy.alpha == ComparePolicy().alpha
+    assert policy.key_budget_s == 0.010
+
+
+def test_a_winner_made_twice_as_slow_is_flagged() -> None:
+    result = recheck("winner", {"winner": sin_work(4000), "runner_up": sin_work(2000)})
+    assert result.stale and result.faster == "runner_up"
+    assert result.ratio > 1.5 and result.p_value < 1e-3
+    assert result.rounds >= RecheckPolicy().min_rounds
+
+
+def test_a_faster_winner_is_not_flagged() -> None:
+    result = recheck("winner", {"winner": sin_work(2000), "runner_up": sin_work(4000)})
+    assert not result.stale and result.faster is None and result.ratio < 1.0
+
+
+def test_an_identical_pair_is_never_flagged() -> None:
+    flagged = [r for r in (recheck("a", {"a": sin_work(2000), "b": sin_work(2000)})
+                           for _ in range(40)) if r.stale]
+    assert flagged == []
+
+
+def test_the_fastest_of_several_challengers_is_named() -> None:
+    result = recheck("w", {"w": sin_work(4000), "a": sin_work(3000), "b": sin_work(1500)})
+    assert result.faster == "b"
+
+
+def test_a_tie_settles_early_and_a_gap_within_the_margin_is_no_alarm() -> None:
+    # every round alike: the winner is never slower by more than the margin, so the
+    # rounds stop as soon as a verdict may be taken
+    for slower in (1000.0, 1005.0):
+        timer = ScriptedTimer({"w": slower, "o": 1000.0})
+        result = recheck("w", timer.fns(), timer=timer)
+        assert not result.stale and result.rounds == RecheckPolicy().min_rounds
+
+
+def test_a_stale_winner_runs_the_budget_and_is_flagged() -> None:
+    timer = ScriptedTimer({"w": 1200.0, "o": 1000.0})
+    result = recheck("w", timer.fns(), timer=timer,
+                     policy=RecheckPolicy(max_rounds=15))
+    assert result.stale and result.rounds == 15
+    assert result.ratio == pytest.approx(1.2) and result.p_value == 2.0**-15
+
+
+def test_bonferroni_family_needs_more_evidence() -> None:
+    timer = ScriptedTimer({"w": 1200.0, "o": 1000.0})
+    result = recheck("w", timer.fns(), timer=timer,
+                     policy=RecheckPolicy(max_rounds=15, family=1000))
+    assert not result.stale and result.p_value == 2.0**-15
+
+
+def test_the_budget_stops_the_rounds_and_too_few_rounds_give_no_verdict() -> None:
+    # 1 ms a call: a 10 ms budget has room for a handful of rounds, no verdict
+    timer = ScriptedTimer({"w": 2e6, "o": 1e6})
+    result = recheck("w", timer.fns(), timer=timer)
+    assert 1 <= result.rounds < RecheckPolicy().min_rounds
+    assert not result.stale and "needed for a verdict" in result.detail
+    assert result.timed_ns <= 12e6
+
+
+def test_real_kernels_stop_at_the_budget() -> None:
+    slow, quick = sin_work(20_000), sin_work(10_000)
+    tight = recheck("w", {"w": slow, "o": quick}, policy=RecheckPolicy(key_budget_s=0.005))
+    roomy = recheck("w", {"w": slow, "o": quick}, policy=RecheckPolicy(key_budget_s=0.1))
+    assert tight.rounds < roomy.rounds
+    assert tight.timed_ns < 0.1e9 / 2
+
+
+def test_a_winner_that_raises_gets_no_verdict() -> None:
+    def broken() -> None:
+        raise RuntimeError("kernel edit broke it")
+
+    result = recheck("w", {"w": broken, "o": sin_work(100)})
+    assert not result.stale and "w raised: RuntimeError: kernel edit broke it" in result.detail
+
+
+def test_nothing_to_recheck_against_and_an_unknown_winner() -> None:
+    alone = recheck("w", {"w": sin_work(10)})
+    assert alone == RecheckResult("w", None, 1.0, 1.0, 0, 0, 0, "nothing to re-time it against")
+    with pytest.raises(ValueError, match="'x' is not among"):
+        recheck("x", {"w": sin_work(10)})
+
+
+@pytest.mark.parametrize("bad", [{"key_budget_s": 0.0}, {"alpha": 1.5}, {"margin": -0.1},
+                                 {"family": 0}, {"settle_alpha": 0.0}])
+def test_policy_is_validated(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        RecheckPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_run_budget_is_shared_safely_by_threads() -> None:
+    budget = RunBudget(1.0)
+    slice_s = 1 / 1024  # exact in binary: the total is exactly 1024 slices
+    granted = [0] * 8
+    start = threading.Barrier(8)
+
+    def worker(i: int) -> None:
+        start.wait()
+        for _ in range(300):
+            if budget.take(slice_s):
+                granted[i] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(granted) == 1024 and budget.left_s == 0.0
+    assert not budget.take(slice_s)
+    budget.refund(slice_s)
+    assert budget.take(slice_s) and not budget.take(1e-9)
+    with pytest.raises(ValueError):
+        RunBudget(-1.0)
