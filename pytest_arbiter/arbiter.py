@@ -13,6 +13,7 @@ passed over and recorded as ``rejected`` on every dispatch it would have served.
 from __future__ import annotations
 
 import datetime
+import functools
 import platform
 import socket
 import threading
@@ -46,6 +47,7 @@ from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
 from pytest_arbiter.ops import OPS, Op, OpRegistry
+from pytest_arbiter.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
 from pytest_arbiter.regions import Region
 
 MODES = ("tune", "static", "strict")
@@ -502,6 +504,9 @@ class DispatchEvent:
     confidence: float = 1.0
     stale: dict[str, str] = field(default_factory=dict)
     """How the key's cache entry is out of date (:meth:`Freshness.notes`): kind -> line."""
+    recheck: str = ""
+    """What re-timing the cached winner found (``--arbiter-recheck``): a line that starts
+    ``current:``, ``stale:``, ``no verdict`` or ``not re-timed``; empty: not re-timed."""
 
 
 @dataclass(eq=False)
@@ -513,6 +518,20 @@ class _Verdict:
     cand: Candidate
     kind: str
     reason: str
+
+
+def _recheck_text(result: RecheckResult | None) -> str:
+    """One line: what the re-timing of a cached winner found."""
+    if result is None:
+        return "not re-timed: the run's recheck budget was spent"
+    if result.stale:
+        return (f"stale: the cached winner {result.winner} now takes {result.ratio:.3g}x "
+                f"the time of {result.faster} (sign test p={result.p_value:.2g}, "
+                f"{result.rounds} paired rounds)")
+    if result.detail:
+        return f"no verdict on {result.winner}: {result.detail}"
+    return (f"current: {result.winner} is still the fastest ({result.rounds} paired "
+            f"rounds, ratio {result.ratio:.3g})")
 
 
 def _plain_signature(op: str, target: str | None, inputs: Sequence[Any]) -> Any:
@@ -555,6 +574,9 @@ class Arbiter:
 
     ``mode``: ``tune`` measures at the first cache miss; ``static`` uses the tier order
     on a miss; ``strict`` makes a miss an error (CI replay of a committed cache).
+    ``recheck``: re-time each key dispatched from the cache, its winner against the
+    runner-up, once per process (:mod:`pytest_arbiter.recheck`); a winner now slower is
+    recorded as ``stale`` and, in tune mode, the key is measured again.
     ``gate``: F4-gate every candidate for a dispatch key before it first runs for it
     (on in every pytest run). Off (production's default), a candidate runs ungated only
     when the key's cache entry vouches for its current code (it was gated and timed
@@ -568,6 +590,7 @@ class Arbiter:
                  histogram: DispatchHistogram | None = None, mode: str = "tune",
                  policy: ComparePolicy | None = None, gate_seed: int = GATE_SEED,
                  gate: bool = True, call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+                 recheck: RecheckPolicy | None = None, recheck_budget: RunBudget | None = None,
                  ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
@@ -591,6 +614,11 @@ class Arbiter:
         self._mode_plans: dict[str, tuple[dict[Any, _Plan], dict[Any, _Plan]]] = {}
         self._lock = threading.RLock()
         self._fresh: list[dict[str, tuple[str, str]]] = []
+        self.recheck = recheck
+        self.recheck_budget = recheck_budget
+        self.rechecks: dict[CacheKey, RecheckResult | None] = {}
+        """Each key dispatched from the cache and re-timed (``recheck``): its result;
+        None when the run's recheck budget was spent before it."""
 
     # -- the hot path ---------------------------------------------------------------
 
@@ -945,6 +973,19 @@ class Arbiter:
                         + "; tune with --arbiter-tune")
                 if fresh.winner_changed:
                     entry = None  # its timings are of other code: the tier order runs
+            if (entry is not None and self.recheck is not None and ckey not in self.rechecks
+                    and (selection is None or selection.source == "cached")):
+                stale_now = self._recheck(stub, region, entry, pool, inputs, ckey)
+                if stale_now and mode == "tune":
+                    # the re-timing replaces the entry: the key is measured again
+                    selection = measured_arbitrate(
+                        the_op, inputs, pool, self.cache, target=target,
+                        policy=self._policy(), gate_seed=self.gate_seed, needs=needs,
+                        remeasure=True,
+                        verdict=lambda c: self._measure_verdict(stub, c, inputs))
+                    errors.update(selection.errors)
+                    passed_over.update(selection.passed_over)
+                    entry = self.cache.get(ckey)
             if entry is not None:
                 order = _by_rank(entry, pool)
                 source = selection.source if selection is not None else "cached"
@@ -992,13 +1033,59 @@ class Arbiter:
         with self._lock:
             self._keyplans[(mode, key)] = kp
         why_not = {**passed_over, **errors}
+        rechecked = ""
+        if isinstance(found, DeviceInfo):
+            ckey = (found.tag, target, the_op.name, key[2], key[3])
+            if ckey in self.rechecks:
+                rechecked = _recheck_text(self.rechecks[ckey])
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
-                   why_not, selection, entry, stale)
+                   why_not, selection, entry, stale, rechecked)
         return kp
+
+    def _recheck(self, stub: _KeyPlan, region: Region, entry: CacheEntry,
+                 pool: Sequence[Candidate], inputs: Sequence[Any], ckey: CacheKey) -> bool:
+        """Re-time the cached leader against the runner-up on these inputs (both gated
+        first); record ``stale`` when the leader is now slower. Whether it is."""
+        assert self.recheck is not None
+        by_name = {c.name: c for c in pool}
+        pair: list[Candidate] = []
+        for row in entry.ranking:
+            cand = by_name.get(row.name)
+            if (cand is None or not _usable(cand, region, {}, None)
+                    or not _accepts(cand, inputs, {}, None)
+                    or self._measure_verdict(stub, cand, inputs)[0] != "pass"):
+                continue
+            pair.append(cand)
+            if len(pair) == 2:
+                break
+        if len(pair) < 2:
+            return False  # nothing to re-time the leader against
+        budget = self.recheck_budget
+        if budget is not None and not budget.take(self.recheck.key_budget_s):
+            self.rechecks[ckey] = None
+            return False
+        fns: dict[str, Callable[[], Any]] = {}
+        for cand in pair:
+            try:
+                prepared = cand.prepare_inputs(*inputs)
+            except Exception:
+                return False  # the dispatch's own path records what is wrong with it
+            fns[cand.name] = functools.partial(cand.run, *prepared)
+        with measurement_lock(ckey[0]):
+            result = recheck(pair[0].name, fns, policy=self.recheck,
+                             timer=timer_for(ckey[1]))
+        if budget is not None:
+            budget.refund(self.recheck.key_budget_s - result.spent_ns / 1e9)
+        self.rechecks[ckey] = result
+        if not result.stale:
+            return False
+        self._record((ckey[1], ckey[2], result.winner, "stale"),
+                     f"{'/'.join(ckey)}: {_recheck_text(result)}")
+        return True
 
     def _note(self, key: DispatchKey, source: str, order: list[str],
               passed_over: dict[str, str], selection: Selection | None,
-              entry: CacheEntry | None, stale: dict[str, str]) -> None:
+              entry: CacheEntry | None, stale: dict[str, str], rechecked: str = "") -> None:
         previous = self.events.get(key)
         if previous is not None and previous.source == "measured":
             source = "measured"
@@ -1011,7 +1098,8 @@ class Arbiter:
             ratios = {r.name: r.stats.median_ns / best for r in entry.ranking if best > 0}
         self.events[key] = DispatchEvent(
             key[0], key[1], key[2], key[3], source, order, dict(passed_over), ratios,
-            entry.tie if entry else False, entry.confidence if entry else 1.0, dict(stale))
+            entry.tie if entry else False, entry.confidence if entry else 1.0, dict(stale),
+            rechecked or (previous.recheck if previous is not None else ""))
 
     # -- reasons, for tests and the summary -----------------------------------------
 

@@ -22,7 +22,7 @@ from pytest_arbiter import __version__, artifacts
 from pytest_arbiter.baseline import gate_fleet, tightened
 from pytest_arbiter.cache import CacheEntry, MeasureCache
 from pytest_arbiter.corpus import diff
-from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.safetext import escape
 from pytest_arbiter.safetext import line as safe_line
 
@@ -164,7 +164,8 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         baseline = {}
         note = f"baseline {baseline_path} does not exist yet: it counts as empty"
     run = fleet.gated()
-    fv = gate_fleet(run, baseline)
+    failing = GATED_OUTCOMES + ((STALE,) if args.stale == "fail" else ())
+    fv = gate_fleet(run, baseline, failing=failing)
     _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
          f"{len(fleet.counts)} dispatch entries; {note}")
     if not fleet.counts:
@@ -190,13 +191,40 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "
              f"({len(fv.fixed)} fixed entries removed)")
+    stale = [line for _, line in fleet.stale]
+    if stale and args.stale != "fail":
+        _say(out, f"{len(stale)} stale cached winner(s) reported, not gated (--stale=fail "
+             "gates them; 'pytest-arbiter stale' lists them)")
     if not fv.passed:
-        _say(out, f"degrade gate FAILED: {len(fv.verdict.new)} new degraded, rejected or "
-             "error entries "
+        _say(out, f"degrade gate FAILED: {len(fv.verdict.new)} new "
+             f"{' or '.join([', '.join(failing[:-1]), failing[-1]])} entries "
              "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
              "the baseline)")
         return EXIT_FAILED
     _say(out, f"degrade gate passed ({len(fv.verdict.known)} known gated entries)")
+    return EXIT_OK
+
+
+# -- stale ----------------------------------------------------------------------------
+
+
+def cmd_stale(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.junit import read_reports
+
+    fleet = read_reports(args.inputs)
+    by_key: dict[str, list[str]] = {}
+    for source, line in fleet.stale:
+        key, _, found = line.partition(": ")
+        by_key.setdefault(key, []).append(f"{source}: {found}")
+    if args.json:
+        out.write(json.dumps([{"key": key, "found": lines}
+                              for key, lines in sorted(by_key.items())], indent=1) + "\n")
+        return EXIT_OK
+    _say(out, f"read {len(fleet.sources)} report(s): {len(by_key)} stale key(s)")
+    for key, lines in sorted(by_key.items()):
+        _say(out, key)
+        for text in lines:
+            _say(out, f"  {text}")
     return EXIT_OK
 
 
@@ -257,7 +285,22 @@ def build_parser() -> argparse.ArgumentParser:
                       "are not added)")
     gate.add_argument("inputs", nargs="+", metavar="INPUT",
                       help="JUnit XML reports and/or histogram JSON files")
+    gate.add_argument("--stale", choices=("report", "fail"), default="report",
+                      help="'fail': a 'stale' entry (a cached winner a recheck found "
+                      "slower, --arbiter-recheck) the baseline does not list fails the "
+                      "gate too (default: report)")
     gate.set_defaults(run=cmd_gate)
+
+    stl = sub.add_parser(
+        "stale", help="list the stale cached winners the fleet's reports found",
+        description="List the keys whose cached winner a recheck (pytest "
+        "--arbiter-recheck) found slower than another candidate timed side by side, "
+        "from the runners' JUnit XML reports, with what each runner found: the keys to "
+        "re-tune.")
+    stl.add_argument("inputs", nargs="+", metavar="REPORT", help="JUnit XML reports")
+    stl.add_argument("--json", action="store_true",
+                     help="print the keys as JSON: [{\"key\", \"found\"}]")
+    stl.set_defaults(run=cmd_stale)
     return parser
 
 

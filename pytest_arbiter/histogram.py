@@ -11,9 +11,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-OUTCOMES = ("won", "degraded", "no_candidate", "error", "rejected")
+OUTCOMES = ("won", "degraded", "no_candidate", "error", "rejected", "stale")
 GATED_OUTCOMES = ("degraded", "rejected", "error")
 """Outcomes the CI gate fails on unless the baseline lists them."""
+STALE = "stale"
+"""A cached winner a recheck found slower than another candidate, timed side by side
+(``--arbiter-recheck``): gated like the above only with ``--arbiter-recheck=fail``
+(``pytest-arbiter gate --stale=fail``)."""
 NO_CANDIDATE = "none"
 HISTOGRAM_SCHEMA: Final = "pytest-arbiter/histogram"
 HISTOGRAM_VERSION: Final = 1

@@ -28,7 +28,7 @@ MAX_COUNT = 2**63 - 1
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Name = Annotated[str, msgspec.Meta(min_length=1)]
-Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected"]
+Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
 """:data:`pytest_arbiter.histogram.OUTCOMES` as a type (a test keeps the two equal)."""
 
 

@@ -52,6 +52,10 @@ OUTSIDE_PREFIX = "arbiter-outside:"
 """Suite property: the dispatches of the key that no testcase records."""
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
+STALE_PREFIX = "arbiter-stale:"
+"""Suite property ``arbiter-stale:N`` = ``TARGET/OP/BUCKET/DTYPE on DEVICE: stale: ...``:
+a key whose cached winner a recheck (``--arbiter-recheck``) found slower than another
+candidate, timed side by side in the run."""
 
 _OURS = ("arbiter:", "arbiter-")
 _XDIST_GROUP = re.compile(r"@[^\[\]@]*$")
@@ -68,6 +72,8 @@ class FleetCounts:
     expected: dict[HistogramKey, int] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     testcases: int = 0
+    stale: list[tuple[str, str]] = field(default_factory=list)
+    """(source, line) of each ``arbiter-stale:`` suite property read."""
 
     def add(self, key: HistogramKey, count: int, test: str | None = None) -> None:
         self.counts[key] = self.counts.get(key, 0) + count
@@ -83,6 +89,7 @@ class FleetCounts:
             self.expected[key] = self.expected.get(key, 0) + count
         self.sources.extend(other.sources)
         self.testcases += other.testcases
+        self.stale.extend(other.stale)
 
     def gated(self) -> dict[HistogramKey, int]:
         """Counts minus those of tests that degrade on purpose."""
@@ -153,10 +160,11 @@ def add_recorded(recorded: dict[HistogramKey, int],
 
 def suite_properties(totals: Mapping[HistogramKey, int],
                      recorded: Mapping[HistogramKey, int],
-                     incomplete: Sequence[str] = ()) -> list[tuple[str, str]]:
+                     incomplete: Sequence[str] = (),
+                     stale: Sequence[str] = ()) -> list[tuple[str, str]]:
     """The suite properties of a run with these dispatch ``totals`` whose testcases
-    record ``recorded``: the marker, the totals, the dispatches outside any test, and
-    why the counts are incomplete if they are."""
+    record ``recorded``: the marker, the totals, the dispatches outside any test, why
+    the counts are incomplete if they are, and the stale keys a recheck found."""
     props = [(REPORT_PROPERTY, REPORT_VERSION)]
     if incomplete:
         props.append((INCOMPLETE_PROPERTY, "; ".join(incomplete)))
@@ -166,6 +174,7 @@ def suite_properties(totals: Mapping[HistogramKey, int],
         outside = count - recorded.get(key, 0)
         if outside > 0:
             props.append((property_name(key, OUTSIDE_PREFIX), str(outside)))
+    props.extend((f"{STALE_PREFIX}{number}", line) for number, line in enumerate(stale))
     return props
 
 
@@ -272,6 +281,7 @@ class _Suite:
     tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
     expected: dict[HistogramKey, int] = field(default_factory=dict)
     arbiter_data: bool = False
+    stale: list[str] = field(default_factory=list)
 
 
 def _properties(element: Any, where: str) -> list[tuple[str, str]]:
@@ -303,6 +313,8 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                 into.marker = value
             elif name == INCOMPLETE_PROPERTY:
                 into.incomplete = value
+            elif name.startswith(STALE_PREFIX) and name[len(STALE_PREFIX):].isdecimal():
+                into.stale.append(value)
             else:
                 for prefix, counts in ((TOTAL_PREFIX, into.totals),
                                        (OUTSIDE_PREFIX, into.outside)):
@@ -393,6 +405,7 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
             out.tests.setdefault(key, set()).update(tests)
         for key, count in suite.expected.items():
             out.expected[key] = out.expected.get(key, 0) + count
+        out.stale.extend((source, line) for line in suite.stale)
     return out
 
 

@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,14 @@ import pytest
 from pytest_arbiter import process
 from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
-from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram, HistogramKey, merge_counts
+from pytest_arbiter.histogram import (
+    GATED_OUTCOMES,
+    OUTCOMES,
+    STALE,
+    DispatchHistogram,
+    HistogramKey,
+    merge_counts,
+)
 from pytest_arbiter.safetext import line as safe_line
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
@@ -241,9 +248,19 @@ class ArbiterSession:
 
             cache = self.loaded_cache if self.loaded_cache is not None else MeasureCache()
             self._read_entries = cache.by_key()
-            self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=self.settings.mode,
+            s = self.settings
+            recheck, budget = None, None
+            if s.recheck != "off":
+                from pytest_arbiter.recheck import RecheckPolicy, RunBudget
+
+                recheck = RecheckPolicy(
+                    key_budget_s=s.recheck_key_budget or RecheckPolicy.key_budget_s,
+                    call_timeout_s=s.call_timeout)
+                budget = RunBudget(s.recheck_budget) if s.recheck_budget else None
+            self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=s.mode,
                                     histogram=self.histogram, gate=True,
-                                    call_timeout_s=self.settings.call_timeout)
+                                    call_timeout_s=s.call_timeout, recheck=recheck,
+                                    recheck_budget=budget)
         return self._arbiter
 
     def measured_entries(self) -> list[CacheEntry]:
@@ -284,6 +301,11 @@ class ArbiterSession:
             if left > 0:
                 out[key] = left
         return out
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """The outcomes that fail the run unless the baseline lists them."""
+        return GATED_OUTCOMES + ((STALE,) if self.settings.recheck == "fail" else ())
 
     def reasons(self) -> dict[HistogramKey, str]:
         """Why each failing entry happened: this process's first reason, else a worker's."""
@@ -494,7 +516,7 @@ class ArbiterSession:
             if measured:
                 self._write_measured(s.cache, measured)
         # a baseline entry counts as fixed only if this run dispatched its target and op
-        fleet = gate_fleet(self.gated_counts(), self.baseline)
+        fleet = gate_fleet(self.gated_counts(), self.baseline, failing=self.failing)
         self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
         if self.errors or self.crashed_nodes:
             self._fail_run(session)
@@ -545,7 +567,8 @@ class ArbiterSession:
         from pytest_arbiter.junit import suite_properties
 
         for name, value in suite_properties(self.counts(), self.junit_recorded,
-                                            self.scope(session, exitstatus).incomplete):
+                                            self.scope(session, exitstatus).incomplete,
+                                            self.stale_keys()):
             log.add_global_property(name, value)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -603,6 +626,7 @@ class ArbiterSession:
                 for src, label in (("measured", "measured"), ("cached", "reused from cache"),
                                    ("static", "static tier order on a miss"))))
         lines.extend(self._stale_lines())
+        lines.extend(self._recheck_lines())
         if self.settings.explain:
             lines.extend(self._explain_lines())
         else:
@@ -625,7 +649,7 @@ class ArbiterSession:
                     lines.append("new gated entries recorded by --arbiter-write-baseline "
                                  f"{self.settings.write_baseline}")
                 else:
-                    lines.append("degrade gate FAILED: new degraded, rejected or error "
+                    lines.append(f"degrade gate FAILED: new {_either(self.failing)} "
                                  "dispatch entries (fix the kernel, mark the test "
                                  "arbiter_expect_degrade, or add them to the baseline)")
             else:
@@ -693,6 +717,28 @@ class ArbiterSession:
                 lines.append(f"  ... and {len(found) - most} more")
         return lines
 
+    def stale_keys(self) -> list[str]:
+        """One line per key a recheck found stale: the key and what was found."""
+        return [f"{'/'.join(key)}: {event.recheck}"
+                for key, event in sorted(self.events().items())
+                if event.recheck.startswith("stale:")]
+
+    def _recheck_lines(self) -> list[str]:
+        if self.settings.recheck == "off":
+            return []
+        found = [e.recheck.split(":", 1)[0].split(" ", 1)[0]
+                 for e in self.events().values() if e.recheck]
+        kinds = {kind: found.count(kind) for kind in ("current", "stale", "no", "not")}
+        lines = [f"recheck: {len(found) - kinds['not']} cached keys re-timed: "
+                 f"{kinds['stale']} stale, {kinds['current']} current, "
+                 f"{kinds['no']} without a verdict"
+                 + (f"; {kinds['not']} not re-timed (the run's recheck budget was spent)"
+                    if kinds["not"] else "")]
+        lines.extend(f"  {line}" for line in self.stale_keys())
+        if kinds["stale"] and self.settings.recheck != "fail":
+            lines.append("  (report only: --arbiter-recheck=fail gates stale keys)")
+        return lines
+
     def _explain_lines(self) -> list[str]:
         lines = []
         for key, event in sorted(self.events().items()):
@@ -706,6 +752,11 @@ class ArbiterSession:
             for name, why in sorted(event.passed_over.items()):
                 lines.append(f"  passed over {name}: {why}")
         return lines
+
+
+def _either(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 STALE_HEADS = (

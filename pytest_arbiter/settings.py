@@ -23,6 +23,13 @@ HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of bei
 HELP_CALL_TIMEOUT = ("seconds a single candidate call may take in the F4 gate or the timing "
                      "before the per-call watchdog makes it an 'error' (default 60; 0 turns "
                      "the watchdog off)")
+HELP_RECHECK = ("re-time each key dispatched from the cache: its winner against the "
+                "runner-up, side by side now; a winner significantly slower is 'stale'. "
+                "'report' (the default when given bare) lists stale keys, 'fail' gates them "
+                "like 'degraded', 'off' turns it off")
+HELP_RECHECK_KEY_BUDGET = ("seconds of timing one key's recheck may take (default 0.01)")
+HELP_RECHECK_BUDGET = ("seconds of recheck timing the whole run may take (default 30); the "
+                       "keys after it are not rechecked, and the summary says how many")
 HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
                        "worker gwN sees only device N mod their number")
 
@@ -32,8 +39,11 @@ class OptionSpec:
     """One option: its ``--arbiter-x`` flag, ``arbiter_x`` ini key, kind and help."""
 
     name: str
-    kind: str  # "bool", "path", "list" or "seconds"
+    kind: str  # "bool", "path", "list", "seconds" or "choice"
     help: str
+    default: Any = None
+    """A ``seconds`` option's value when none is given; a ``choice`` option's choices
+    (the first: when it is not given; the second: when it is given bare)."""
 
     @property
     def flag(self) -> str:
@@ -58,7 +68,10 @@ OPTIONS = (
     OptionSpec("explain", "bool", HELP_EXPLAIN),
     OptionSpec("no_skip", "bool", HELP_NO_SKIP),
     OptionSpec("worker_devices", "list", HELP_WORKER_DEVICES),
-    OptionSpec("call_timeout", "seconds", HELP_CALL_TIMEOUT),
+    OptionSpec("call_timeout", "seconds", HELP_CALL_TIMEOUT, 60.0),
+    OptionSpec("recheck", "choice", HELP_RECHECK, ("off", "report", "fail")),
+    OptionSpec("recheck_key_budget", "seconds", HELP_RECHECK_KEY_BUDGET, 0.01),
+    OptionSpec("recheck_budget", "seconds", HELP_RECHECK_BUDGET, 30.0),
 )
 DEFAULT_CALL_TIMEOUT_S = 60.0
 
@@ -70,6 +83,11 @@ def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> No
             addoption(spec.flag, action="store_true", default=None, dest=spec.dest,
                       help=spec.help)
             addini(spec.ini, spec.help, type="bool", default=False)
+        elif spec.kind == "choice":
+            addoption(spec.flag, action="store", nargs="?", const=spec.default[1],
+                      default=None, dest=spec.dest, metavar="{" + ",".join(spec.default) + "}",
+                      help=spec.help)
+            addini(spec.ini, spec.help, type="string", default="")
         else:
             metavar = {"path": "PATH", "list": "LIST", "seconds": "SECONDS"}[spec.kind]
             addoption(spec.flag, action="store", default=None, dest=spec.dest,
@@ -92,6 +110,10 @@ class ArbiterSettings:
     worker_devices: tuple[str, ...] = ()
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
     """None: the watchdog is off."""
+    recheck: str = "off"
+    """``off``, ``report`` or ``fail``."""
+    recheck_key_budget: float | None = 0.01
+    recheck_budget: float | None = 30.0
 
     @property
     def mode(self) -> str:
@@ -114,6 +136,13 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
         if spec.kind == "bool":
             values[spec.name] = bool(given) if given is not None else bool(getini(spec.ini))
             continue
+        if spec.kind == "choice":
+            text = str(given if given is not None else getini(spec.ini) or "").strip()
+            if text and text not in spec.default:
+                raise ValueError(f"{spec.flag} (ini {spec.ini}): {text!r} is not one of "
+                                 f"{', '.join(spec.default)}")
+            values[spec.name] = text or spec.default[0]
+            continue
         if spec.kind == "seconds":
             values[spec.name] = _seconds(spec, given if given is not None
                                          else str(getini(spec.ini) or ""))
@@ -133,10 +162,10 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
 
 
 def _seconds(spec: OptionSpec, text: str) -> float | None:
-    """A timeout in seconds: empty means the default, 0 turns it off."""
+    """Seconds: empty means the option's default, 0 turns it off."""
     text = str(text).strip()
     if not text:
-        return DEFAULT_CALL_TIMEOUT_S
+        return float(spec.default)
     try:
         value = float(text)
     except ValueError:
