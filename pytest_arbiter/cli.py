@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
         best = e.ranking[0].stats
         if len(e.ranking) > 1 and best.median_ns > 0:
             second = e.ranking[1]
-            runner = f"{second.name} +{(second.stats.median_ns / best.median_ns - 1) * 100:.1f}%"
+            runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
         else:
             runner = "-"
         conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
@@ -76,6 +77,15 @@ def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
                      f"{e.spread * 100:.1f}%", conf, str(e.provenance.get("host", "-")),
                      str(e.provenance.get("measured_at", "-"))])
     return rows
+
+
+def _slower(ratio: float, tie: bool) -> str:
+    """How much slower the runner-up measured, with one sign. A runner-up faster by the
+    median ranks second only in a tie (broken by tier): the difference is noise."""
+    pct = (ratio - 1) * 100
+    if pct < 0 and tie:
+        return f"\u00b1{-pct:.1f}%"
+    return f"{pct:+.1f}%"
 
 
 def _print_table(rows: list[list[str]], out: TextIO) -> None:
@@ -261,6 +271,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff"})
+"""Commands whose output a reader may cut short (``| head``): a pass, not an error."""
+
+
+def _reader_gone(stream: TextIO, command: str) -> int:
+    """The reader of the output closed it (``pytest-arbiter show ... | head``): exit
+    quietly, as Python's documentation on SIGPIPE recommends, by pointing the output at
+    the null device so that the interpreter's last flush cannot fail again. A gate whose
+    verdict was not read out exits 2: a cut-off gate never passes."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd >= 0:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return EXIT_OK if command in QUIET_ON_BROKEN_PIPE else EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code (argparse's own exits are returned too)."""
     stream = out if out is not None else sys.stdout
@@ -274,7 +304,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     gc.disable()
     try:
         code: int = args.run(args, stream)
+        stream.flush()
         return code
+    except BrokenPipeError:
+        return _reader_gone(stream, args.command)
     except artifacts.ArtifactError as exc:
         sys.stderr.write(f"pytest-arbiter {args.command}: error: {escape(exc)}\n")
         return EXIT_USAGE

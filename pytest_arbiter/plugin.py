@@ -667,13 +667,30 @@ class ArbiterSession:
                   if event.order and event.source in ("measured", "cached")]
         if not picked:
             return []
+        cached = self._cached_winners()
         lines = ["winners:"]
         for key, event in picked[:most]:
             how = "measured" if event.source == "measured" else "reused from cache"
-            lines.append(f"  {'/'.join(key)}: {event.order[0]} ({how})")
+            # the key's winner as cached; the last dispatch may have run another
+            # candidate (the winner declined those inputs)
+            winner = cached.get(key, event.order[0])
+            ran = "" if winner == event.order[0] else f"; last dispatch ran {event.order[0]}"
+            lines.append(f"  {'/'.join(key)}: {winner} ({how}{ran})")
         if len(picked) > most:
             lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
         return lines
+
+    def _cached_winners(self) -> dict[tuple[str, ...], str]:
+        """The cache's winner per (target, op, bucket, dtype), ``a@dev, b@dev`` when
+        several devices hold the key."""
+        if self._arbiter is None:
+            return {}
+        found: dict[tuple[str, ...], dict[str, str]] = {}
+        for entry in self._arbiter.cache.entries():
+            found.setdefault(entry.key[1:], {})[entry.device] = entry.winner
+        return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
+                      else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
+                for key, by_device in found.items()}
 
     def _explain_lines(self) -> list[str]:
         lines = []
