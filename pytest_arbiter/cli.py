@@ -1,4 +1,4 @@
-"""The ``pytest-arbiter`` console script: show, merge and diff caches; gate reports.
+"""The ``pytest-arbiter`` console script: show, merge, diff and report caches; gate reports.
 
 Exit codes: 0 pass, 1 gate failed (or ``merge --fail-on-conflict`` met a conflict),
 2 usage error, an input that cannot be read, or an internal error. An unreadable input
@@ -210,6 +210,25 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# -- report ----------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter import report
+
+    cache = artifacts.read_cache(args.cache)
+    histograms = [report.HistogramInput(str(path), artifacts.read_histogram(path))
+                  for path in args.histograms]
+    try:
+        page = report.render(cache, histograms)
+    except report.ReportUnavailable as exc:
+        sys.stderr.write(f"pytest-arbiter report: {exc}\n")
+        return EXIT_USAGE
+    artifacts.write_text_atomic(args.output, page)
+    _say(out, f"{args.output}: {len(cache)} entries, {len(histograms)} histogram(s)")
+    return EXIT_OK
+
+
 # -- wiring ----------------------------------------------------------------------------
 
 
@@ -268,6 +287,20 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("inputs", nargs="+", metavar="INPUT",
                       help="JUnit XML reports and/or histogram JSON files")
     gate.set_defaults(run=cmd_gate)
+
+    rep = sub.add_parser(
+        "report", help="write an HTML page of a cache: heat maps of the winners' speedups",
+        description="Write one self-contained HTML page (inline SVG, nothing loaded from "
+        "the network): per device and op, heat maps of shape bucket by dtype coloured by "
+        "the winner's speedup over the runner-up and over the slowest, a table of every "
+        "entry, the histograms' degraded, rejected and error entries, and the entries due "
+        "for re-measurement. Needs matplotlib: pip install 'pytest-arbiter[report]'.")
+    rep.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    rep.add_argument("histograms", nargs="*", metavar="HISTOGRAM",
+                     help="dispatch histogram JSON files (--arbiter-histogram)")
+    rep.add_argument("-o", "--output", required=True, metavar="HTML",
+                     help="the page to write")
+    rep.set_defaults(run=cmd_report)
     return parser
 
 
