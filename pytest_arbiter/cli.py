@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff"})
+QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report"})
 """Commands whose output a reader may cut short (``| head``): a pass, not an error."""
 
 

@@ -667,7 +667,7 @@ class ArbiterSession:
                   if event.order and event.source in ("measured", "cached")]
         if not picked:
             return []
-        cached = self._cached_winners()
+        cached = self._cached_winners({key for key, _ in picked[:most]})
         lines = ["winners:"]
         for key, event in picked[:most]:
             how = "measured" if event.source == "measured" else "reused from cache"
@@ -680,14 +680,15 @@ class ArbiterSession:
             lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
         return lines
 
-    def _cached_winners(self) -> dict[tuple[str, ...], str]:
-        """The cache's winner per (target, op, bucket, dtype), ``a@dev, b@dev`` when
-        several devices hold the key."""
+    def _cached_winners(self, keys: set[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+        """The cache's winner for each of ``keys`` (target, op, bucket, dtype), ``a@dev,
+        b@dev`` when several devices hold the key."""
         if self._arbiter is None:
             return {}
         found: dict[tuple[str, ...], dict[str, str]] = {}
-        for entry in self._arbiter.cache.entries():
-            found.setdefault(entry.key[1:], {})[entry.device] = entry.winner
+        for cache_key, entry in self._arbiter.cache.by_key().items():
+            if cache_key[1:] in keys:
+                found.setdefault(cache_key[1:], {})[entry.device] = entry.winner
         return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
                       else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
                 for key, by_device in found.items()}
