@@ -1,4 +1,4 @@
-"""The ``pytest-arbiter`` console script: show, merge and diff caches; gate reports.
+"""The ``pytest-arbiter`` console script: show, merge, diff and report caches; gate reports.
 
 Exit codes: 0 pass, 1 gate failed (or ``merge --fail-on-conflict`` met a conflict),
 2 usage error, an input that cannot be read, or an internal error. An unreadable input
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
         best = e.ranking[0].stats
         if len(e.ranking) > 1 and best.median_ns > 0:
             second = e.ranking[1]
-            runner = f"{second.name} +{(second.stats.median_ns / best.median_ns - 1) * 100:.1f}%"
+            runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
         else:
             runner = "-"
         conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
@@ -76,6 +77,15 @@ def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
                      f"{e.spread * 100:.1f}%", conf, str(e.provenance.get("host", "-")),
                      str(e.provenance.get("measured_at", "-"))])
     return rows
+
+
+def _slower(ratio: float, tie: bool) -> str:
+    """How much slower the runner-up measured, with one sign. A runner-up faster by the
+    median ranks second only in a tie (broken by tier): the difference is noise."""
+    pct = (ratio - 1) * 100
+    if pct < 0 and tie:
+        return f"\u00b1{-pct:.1f}%"
+    return f"{pct:+.1f}%"
 
 
 def _print_table(rows: list[list[str]], out: TextIO) -> None:
@@ -228,6 +238,25 @@ def cmd_stale(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# -- report ----------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter import report
+
+    cache = artifacts.read_cache(args.cache)
+    histograms = [report.HistogramInput(str(path), artifacts.read_histogram(path))
+                  for path in args.histograms]
+    try:
+        page = report.render(cache, histograms)
+    except report.ReportUnavailable as exc:
+        sys.stderr.write(f"pytest-arbiter report: {exc}\n")
+        return EXIT_USAGE
+    artifacts.write_text_atomic(args.output, page)
+    _say(out, f"{args.output}: {len(cache)} entries, {len(histograms)} histogram(s)")
+    return EXIT_OK
+
+
 # -- wiring ----------------------------------------------------------------------------
 
 
@@ -301,7 +330,41 @@ def build_parser() -> argparse.ArgumentParser:
     stl.add_argument("--json", action="store_true",
                      help="print the keys as JSON: [{\"key\", \"found\"}]")
     stl.set_defaults(run=cmd_stale)
+
+    rep = sub.add_parser(
+        "report", help="write an HTML page of a cache: heat maps of the winners' speedups",
+        description="Write one self-contained HTML page (inline SVG, nothing loaded from "
+        "the network): per device and op, heat maps of shape bucket by dtype coloured by "
+        "the winner's speedup over the runner-up and over the slowest, a table of every "
+        "entry, the histograms' degraded, rejected and error entries, and the entries due "
+        "for re-measurement. Needs matplotlib: pip install 'pytest-arbiter[report]'.")
+    rep.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    rep.add_argument("histograms", nargs="*", metavar="HISTOGRAM",
+                     help="dispatch histogram JSON files (--arbiter-histogram)")
+    rep.add_argument("-o", "--output", required=True, metavar="HTML",
+                     help="the page to write")
+    rep.set_defaults(run=cmd_report)
     return parser
+
+
+QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report"})
+"""Commands whose output a reader may cut short (``| head``): a pass, not an error."""
+
+
+def _reader_gone(stream: TextIO, command: str) -> int:
+    """The reader of the output closed it (``pytest-arbiter show ... | head``): exit
+    quietly, as Python's documentation on SIGPIPE recommends, by pointing the output at
+    the null device so that the interpreter's last flush cannot fail again. A gate whose
+    verdict was not read out exits 2: a cut-off gate never passes."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd >= 0:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return EXIT_OK if command in QUIET_ON_BROKEN_PIPE else EXIT_USAGE
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -317,7 +380,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     gc.disable()
     try:
         code: int = args.run(args, stream)
+        stream.flush()
         return code
+    except BrokenPipeError:
+        return _reader_gone(stream, args.command)
     except artifacts.ArtifactError as exc:
         sys.stderr.write(f"pytest-arbiter {args.command}: error: {escape(exc)}\n")
         return EXIT_USAGE

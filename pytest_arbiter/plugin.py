@@ -692,10 +692,15 @@ class ArbiterSession:
                   if event.order and event.source in ("measured", "cached")]
         if not picked:
             return []
+        cached = self._cached_winners({key for key, _ in picked[:most]})
         lines = ["winners:"]
         for key, event in picked[:most]:
             how = "measured" if event.source == "measured" else "reused from cache"
-            lines.append(f"  {'/'.join(key)}: {event.order[0]} ({how})")
+            # the key's winner as cached; the last dispatch may have run another
+            # candidate (the winner declined those inputs)
+            winner = cached.get(key, event.order[0])
+            ran = "" if winner == event.order[0] else f"; last dispatch ran {event.order[0]}"
+            lines.append(f"  {'/'.join(key)}: {winner} ({how}{ran})")
         if len(picked) > most:
             lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
         return lines
@@ -738,6 +743,19 @@ class ArbiterSession:
         if kinds["stale"] and self.settings.recheck != "fail":
             lines.append("  (report only: --arbiter-recheck=fail gates stale keys)")
         return lines
+
+    def _cached_winners(self, keys: set[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+        """The cache's winner for each of ``keys`` (target, op, bucket, dtype), ``a@dev,
+        b@dev`` when several devices hold the key."""
+        if self._arbiter is None:
+            return {}
+        found: dict[tuple[str, ...], dict[str, str]] = {}
+        for cache_key, entry in self._arbiter.cache.by_key().items():
+            if cache_key[1:] in keys:
+                found.setdefault(cache_key[1:], {})[entry.device] = entry.winner
+        return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
+                      else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
+                for key, by_device in found.items()}
 
     def _explain_lines(self) -> list[str]:
         lines = []

@@ -1,5 +1,7 @@
-"""ci/workflow.yml: it parses, and every pytest-arbiter command and --arbiter-* option
-it uses exists in this package (so a copied workflow cannot call something we dropped)."""
+"""docs/ci/workflow.yml (the workflow a user copies) and ci/gpu-check.yml (this
+project's own GPU check): they parse, and every pytest-arbiter command and --arbiter-*
+option they use exists in this package (so a copied workflow cannot call something we
+dropped)."""
 
 from __future__ import annotations
 
@@ -16,19 +18,21 @@ from pytest_arbiter.settings import OPTIONS
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = ROOT / "ci" / "workflow.yml"
+WORKFLOW = ROOT / "docs" / "ci" / "workflow.yml"
+GPU_CHECK = ROOT / "ci" / "gpu-check.yml"
+SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
 
-def _workflow() -> dict[str, Any]:
-    data = yaml.safe_load(WORKFLOW.read_text())
+def _workflow(path: Path = WORKFLOW) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
     assert isinstance(data, dict)
     return data
 
 
-def _scripts() -> list[tuple[str, str]]:
+def _scripts(path: Path = WORKFLOW) -> list[tuple[str, str]]:
     """(job, run script) for every step that runs a command."""
     out = []
-    for name, job in _workflow()["jobs"].items():
+    for name, job in _workflow(path)["jobs"].items():
         for step in job["steps"]:
             if "run" in step:
                 out.append((name, step["run"]))
@@ -52,9 +56,40 @@ def test_workflow_has_the_three_kinds_of_job() -> None:
     labels = [m["labels"] for m in jobs["gpu"]["strategy"]["matrix"]["include"]]
     assert all("self-hosted" in ls for ls in labels)
     assert {ls[-1] for ls in labels} == {"sm_120", "sm_90", "gfx1151"}
-    assert set(jobs["fleet"]["needs"]) == {"cpu", "gpu"}
+    assert jobs["merge"]["needs"] == "gpu"
+    assert set(jobs["gate"]["needs"]) == {"cpu", "gpu"}
     uploads = [s for s in jobs["gpu"]["steps"] if "upload-artifact" in s.get("uses", "")]
     assert {u["with"]["name"].split("-")[0] for u in uploads} == {"shard", "reports"}
+
+
+def test_gpu_jobs_never_run_a_fork_pull_request() -> None:
+    for path in (WORKFLOW, GPU_CHECK):
+        for name, job in _workflow(path)["jobs"].items():
+            if "matrix.labels" not in str(job["runs-on"]):
+                continue
+            condition = " ".join(str(job.get("if", "")).split())
+            assert ("github.event.pull_request.head.repo.full_name == github.repository"
+                    in condition), f"{path.name}: job {name} runs fork pull requests"
+
+
+def test_actions_are_pinned_by_commit() -> None:
+    for path in (WORKFLOW, GPU_CHECK):
+        text = path.read_text()
+        for job in _workflow(path)["jobs"].values():
+            for step in job["steps"]:
+                if "uses" in step:
+                    assert SHA_PIN.match(step["uses"]), f"{path.name}: {step['uses']}"
+                    # the tag rides along in a comment
+                    line = next(ln for ln in text.splitlines() if step["uses"] in ln)
+                    assert re.search(r"# v\d+\.\d+\.\d+$", line), line
+
+
+def test_the_user_workflow_installs_the_users_project() -> None:
+    scripts = "\n".join(script for _, script in _scripts())
+    assert "-e ." not in scripts and "[test" not in scripts
+    assert 'python -m pip install . "${ARBITER}[${{ matrix.extra }}]"' in scripts
+    assert "ci/gpu-check.sh" not in scripts
+    assert "bash ci/gpu-check.sh" in GPU_CHECK.read_text()
 
 
 def test_every_arbiter_option_used_exists() -> None:
@@ -82,7 +117,7 @@ def test_every_cli_command_used_parses() -> None:
     assert seen == {"show", "merge", "diff", "gate"}
 
 
-def test_scripts_the_workflow_calls_are_in_the_repository() -> None:
-    for _, script in _scripts():
+def test_scripts_the_workflows_call_are_in_the_repository() -> None:
+    for _, script in _scripts(GPU_CHECK):
         for path in re.findall(r"bash (\S+\.sh)", script):
             assert (ROOT / path).is_file(), f"{path} is missing"

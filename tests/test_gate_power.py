@@ -14,7 +14,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gate_power.py"
 
-# the CPU CI job runs the host-free tests (ci/workflow.yml): the reduced benchmark is one
+# the project's CI runs the host-free tests (.ci/run): the reduced benchmark is one
 pytestmark = pytest.mark.host_free
 
 

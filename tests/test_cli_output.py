@@ -1,0 +1,100 @@
+"""What the CLI prints for a person: percentages with one sign, and a quiet exit when
+the reader of its output goes away (``pytest-arbiter show ... | head``)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_arbiter import artifacts
+from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.cli import main
+from pytest_arbiter.measure import LatencyStats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stats(median: float) -> LatencyStats:
+    return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2, 25)
+
+
+def entry(bucket: str, medians: tuple[float, float], *, tie: bool = False) -> CacheEntry:
+    ranking = (RankedCandidate("wmma", stats(medians[0])),
+               RankedCandidate("cublas", stats(medians[1])))
+    return CacheEntry("sm_90", "nvidia", "matmul", bucket, "float16", ranking, 0.5 if tie
+                      else 0.999, tie, {}, {"host": "h1"})
+
+
+def show(path: Path) -> str:
+    out = io.StringIO()
+    assert main(["show", str(path)], out=out) == 0
+    return out.getvalue()
+
+
+def test_runner_up_percentages_have_one_sign(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([
+        entry("m1", (1000.0, 1500.0)),
+        # a tie broken by tier: the runner-up's median is 1.1% below the winner's
+        entry("m2", (1000.0, 989.0), tie=True),
+        entry("m3", (1000.0, 989.0))]))
+    text = show(path)
+    assert "+-" not in text
+    rows = {line.split()[3]: line for line in text.splitlines()[1:-1]}
+    assert "cublas +50.0%" in rows["m1"]
+    assert "cublas \u00b11.1%" in rows["m2"]
+    assert "cublas -1.1%" in rows["m3"]
+
+
+def _big_cache(path: Path, n: int = 3000) -> None:
+    artifacts.write_cache(path, MeasureCache(
+        [entry(f"m{i}", (1000.0, 1500.0)) for i in range(n)]))
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_show_into_head_exits_quietly(tmp_path: Path) -> None:
+    """A real pipe: head reads two lines and exits while show still writes (far more
+    than a pipe's buffer)."""
+    path = tmp_path / "big.json"
+    _big_cache(path)
+    script = (f"set -o pipefail; {sys.executable} -m pytest_arbiter.cli show {path} "
+              "| head -n 2")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert len(done.stdout.splitlines()) == 2
+
+
+def test_closed_pipe_from_python(tmp_path: Path) -> None:
+    """The reader closes the pipe after one line: no traceback, exit 0."""
+    path = tmp_path / "big.json"
+    _big_cache(path)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_arbiter.cli", "show", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0
+    assert err == b""
+
+
+class _GoneReader(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_cut_off_gate_never_passes(tmp_path: Path) -> None:
+    report = tmp_path / "h.json"
+    artifacts.write_histogram(report, {("cpu", "matmul", "blas_matmul", "won"): 1})
+    code = main(["gate", "--baseline", str(tmp_path / "none.json"), str(report)],
+                out=_GoneReader())
+    assert code == 2

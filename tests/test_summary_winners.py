@@ -1,0 +1,60 @@
+"""The summary's ``winners:`` line names each key's winner as cached, not the candidate
+the last dispatch of the key happened to run."""
+
+from __future__ import annotations
+
+import pytest
+
+# imported before pytester's in-process runs, which drop modules they imported
+from pytest_arbiter import artifacts  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("clean_registry")
+
+CONFTEST = """
+import time
+
+import pytest_arbiter
+
+pytest_arbiter.op("summary_scale", reference=lambda x: x * 2)
+
+
+# the fast one runs only inputs whose first value is not negative
+@pytest_arbiter.candidate("summary_scale", target="cpu", name="summary_fast", tier=1,
+                          accepts=lambda x: x[0] >= 0)
+def fast(x):
+    return x * 2
+
+
+@pytest_arbiter.candidate("summary_scale", target="cpu", name="summary_slow")
+def slow(x):
+    time.sleep(0.002)
+    return x * 2
+"""
+
+TUNE_TEST = """
+import numpy as np
+import pytest_arbiter
+
+
+def test_tune():
+    pytest_arbiter.dispatch("summary_scale", np.ones(8))
+"""
+
+# the same key, but the cached winner declines these inputs: the other candidate runs
+DECLINED_TEST = TUNE_TEST.replace("np.ones(8)", "-np.ones(8)")
+
+
+def test_winner_line_shows_the_cached_winner(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_one=TUNE_TEST)
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["winners:", "  cpu/summary_scale/*: summary_fast (measured)"])
+
+    pytester.makepyfile(test_one=DECLINED_TEST)
+    result = pytester.runpytest("--arbiter-cache=c.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "winners:",
+        "  cpu/summary_scale/*: summary_fast (reused from cache; last dispatch ran "
+        "summary_slow)"])
