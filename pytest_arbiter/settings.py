@@ -17,7 +17,9 @@ HELP_HISTOGRAM = "write this run's dispatch histogram as JSON to PATH"
 HELP_BASELINE = ("histogram baseline: a 'degraded' entry not in it fails the run "
                  "(a missing file counts as empty)")
 HELP_WRITE_BASELINE = "write this run's histogram as the new baseline (does not fail on it)"
-HELP_STRICT = "a dispatch with no cached winner is an error (arbiter mode 'strict')"
+HELP_STRICT = ("a dispatch with no cached winner, or a stale one (its code changed, or a "
+               "candidate was never measured for the key), is an error (arbiter mode "
+               "'strict')")
 HELP_EXPLAIN = "say in the summary, per dispatch key, why each other candidate was passed over"
 HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of being skipped"
 HELP_CALL_TIMEOUT = ("seconds a single candidate call may take in the F4 gate or the timing "
@@ -28,8 +30,9 @@ HELP_RECHECK = ("re-time each key dispatched from the cache: its winner against 
                 "'report' (the default when given bare) lists stale keys, 'fail' gates them "
                 "like 'degraded', 'off' turns it off")
 HELP_RECHECK_KEY_BUDGET = ("seconds of timing one key's recheck may take (default 0.01)")
-HELP_RECHECK_BUDGET = ("seconds of recheck timing the whole run may take (default 30); the "
-                       "keys after it are not rechecked, and the summary says how many")
+HELP_RECHECK_BUDGET = ("seconds of recheck timing one process may take in all (default 30; "
+                       "0: no limit); the keys after it are not rechecked, and the summary "
+                       "says how many")
 HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
                        "worker gwN sees only device N mod their number")
 
