@@ -20,6 +20,7 @@ _HOME = {
     "ConfigurationError": "process", "configure": "process", "default_arbiter": "process",
     "dispatch": "process", "dispatch_histogram": "process", "run_arbitrated": "process",
     "run_measured_arbitrated": "process",
+    "Backend": "backends", "hookimpl": "hookspecs",
     "CacheEntry": "cache", "MeasureCache": "cache",
     "REGISTRY": "candidates", "Candidate": "candidates", "CandidateRegistry": "candidates",
     "Decline": "candidates", "FunctionCandidate": "candidates", "candidate": "candidates",
@@ -41,6 +42,7 @@ __all__ = [
     "REGISTRY",
     "Arbiter",
     "ArbiterFixture",
+    "Backend",
     "CacheEntry",
     "CacheMiss",
     "Candidate",
@@ -73,6 +75,7 @@ __all__ = [
     "dispatch_histogram",
     "f4_gate",
     "gate_matrix",
+    "hookimpl",
     "measure_latency",
     "measured_arbitrate",
     "op",
@@ -106,6 +109,7 @@ if TYPE_CHECKING:
         measured_arbitrate,
         register_timer,
     )
+    from pytest_arbiter.backends import Backend
     from pytest_arbiter.cache import CacheEntry, MeasureCache
     from pytest_arbiter.candidates import (
         REGISTRY,
@@ -120,6 +124,7 @@ if TYPE_CHECKING:
     from pytest_arbiter.fixture import ArbiterFixture, GateCase, gate_matrix
     from pytest_arbiter.gate import GateReport, f4_gate
     from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram
+    from pytest_arbiter.hookspecs import hookimpl
     from pytest_arbiter.measure import (
         ComparePolicy,
         CpuTimer,

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from pytest_arbiter import hooks
+from pytest_arbiter.backends import BACKENDS
 from pytest_arbiter.cache import (
     CacheEntry,
     CacheKey,
@@ -57,20 +59,24 @@ are kept, so up to twice this many signatures dispatch without re-planning."""
 DEFAULT_CALL_TIMEOUT_S = 60.0
 """The per-call watchdog's default: a gate or timing call this long is a hang."""
 
-_TIMERS: dict[str, Callable[[], Timer]] = {"cpu": lambda: CPU_TIMER}
-
 DispatchKey = tuple[str, str, str, str]
 """(target, op, bucket, dtype): what one memoised pick serves."""
 
 
 def register_timer(target: str, make_timer: Callable[[], Timer]) -> None:
-    """Set the timer used to measure ``target``'s candidates (the CUDA lane adds events)."""
-    _TIMERS[target] = make_timer
+    """Set the timer used to measure ``target``'s candidates, over its backend's (the
+    older way; :meth:`pytest_arbiter.Backend.timer` is the current one)."""
+    BACKENDS.timer_overrides[target] = make_timer
 
 
 def timer_for(target: str) -> Timer:
-    make = _TIMERS.get(target)
-    return make() if make is not None else CPU_TIMER
+    """``target``'s timer: its backend's (CUDA events on the GPU lanes), else the CPU clock."""
+    make = BACKENDS.timer_overrides.get(target)
+    if make is not None:
+        return make()
+    hooks.load_backends()
+    backend = BACKENDS.for_target(target)
+    return (backend.timer(target) if backend is not None else None) or CPU_TIMER
 
 
 class CacheMiss(LookupError):
@@ -383,6 +389,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                            environment, False,
                            since_for(entry, considered, environment, utc_now()))
     cache.put(new_entry)
+    hooks.call("pytest_arbiter_candidate_measured", entry=new_entry)
     can_run = {c.name: c for c in usable}
     order = [can_run[r.name] for r in ranking if r.name in can_run and r.name not in failed
              and (can_run[r.name] in survivors or r.name not in by_name)]

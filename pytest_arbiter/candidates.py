@@ -179,8 +179,9 @@ class FunctionCandidate(Candidate):
 class CandidateRegistry:
     """Candidates by unique name, thread-safe to register into.
 
-    ``bundled``: the registry imports the bundled runtime (which registers its kernels
-    into :data:`REGISTRY`) the first time it is read, not when the package is imported.
+    ``bundled``: the first time it is read, the registry has the backends loaded
+    (:func:`pytest_arbiter.hooks.load_candidates`), which register the bundled kernels and
+    every plugin's into :data:`REGISTRY`; importing a module registers nothing.
     """
 
     def __init__(self, *, bundled: bool = False) -> None:
@@ -197,7 +198,7 @@ class CandidateRegistry:
                 if self._bundled_pending and not self._bundled_loading:
                     self._bundled_loading = True
                     try:
-                        importlib.import_module("pytest_arbiter.runtime")
+                        importlib.import_module("pytest_arbiter.hooks").load_candidates()
                     finally:
                         self._bundled_loading = False
                     self._bundled_pending = False

@@ -2,7 +2,7 @@
 
 Timings are only comparable on the same device, so the tag carries what changes them:
 for the CPU the architecture and CPU model; for GPUs the architecture (``sm_90``,
-``gfx1151``), supplied by the GPU lanes through :func:`register_device_probe`.
+``gfx1151``). Each target's device comes from its backend (:mod:`pytest_arbiter.backends`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from pytest_arbiter.backends import BACKENDS
+from pytest_arbiter.hooks import load_backends
 
 _UNSAFE = re.compile(r"[^a-z0-9]+")
 
@@ -53,15 +56,19 @@ def cpu_device() -> DeviceInfo:
     return DeviceInfo(f"cpu-{machine.lower()}-{_slug(model)}", model)
 
 
-_PROBES: dict[str, DeviceProbe] = {"cpu": cpu_device}
 _RESOLVED: dict[str, DeviceInfo | str] = {}
 _LOCK = threading.Lock()
 
 
 def register_device_probe(target: str, probe: DeviceProbe) -> None:
-    """Set how ``target``'s device is found; the result is cached until :func:`forget`."""
+    """Set how ``target``'s device is found, over its backend's probe (the older way to
+    add a device lane; a :class:`~pytest_arbiter.Backend` is the current one). The result
+    is cached until :func:`forget`."""
+    from pytest_arbiter.candidates import register_target
+
+    register_target(target)
     with _LOCK:
-        _PROBES[target] = probe
+        BACKENDS.probe_overrides[target] = probe
         _RESOLVED.pop(target, None)
 
 
@@ -74,24 +81,26 @@ def forget(target: str | None = None) -> None:
             _RESOLVED.pop(target, None)
 
 
+def _probe(target: str) -> DeviceInfo | str:
+    probe = BACKENDS.probe_overrides.get(target)
+    if probe is not None:
+        return probe()
+    load_backends()
+    backend = BACKENDS.for_target(target)
+    if backend is None:
+        return f"no backend serves target {target!r}"
+    return backend.probe(target)
+
+
 def probe_device(target: str) -> DeviceInfo | str:
     """The device for ``target``, or a string saying why there is none."""
     found = _RESOLVED.get(target)
     if found is not None:
         return found
-    probe = _PROBES.get(target)
-    if probe is None:
-        # the GPU lanes register their probes when the bundled runtime is imported
-        import pytest_arbiter.runtime  # noqa: F401
-
-        probe = _PROBES.get(target)
-    if probe is None:
-        found = f"no device probe is registered for target {target!r}"
-    else:
-        try:
-            found = probe()
-        except Exception as exc:  # a broken driver must not take the dispatch down
-            found = f"device probe for {target!r} failed: {type(exc).__name__}: {exc}"
+    try:
+        found = _probe(target)
+    except Exception as exc:  # a broken driver must not take the dispatch down
+        found = f"device probe for {target!r} failed: {type(exc).__name__}: {exc}"
     with _LOCK:
         _RESOLVED[target] = found
     return found
@@ -103,23 +112,27 @@ def device_tag(target: str) -> str | None:
     return found.tag if isinstance(found, DeviceInfo) else None
 
 
-_ARRAY_TARGETS: dict[str, Callable[[object], str]] = {"numpy": lambda _x: "cpu"}
-
-
 def register_array_target(module: str, target_of: Callable[[object], str]) -> None:
-    """Say which target arrays from ``module`` (the top-level package name) live on."""
-    _ARRAY_TARGETS[module] = target_of
+    """Say which target arrays from ``module`` (the top-level package name) live on, over
+    its backend's answer (the older way; a backend's ``array_modules`` is the current)."""
+    BACKENDS.array_overrides[module] = target_of
 
 
 def target_of_array(x: object) -> str:
-    """The target an input array lives on: ``cpu`` for NumPy, the GPU lanes add theirs."""
+    """The target an input array lives on: ``cpu`` for NumPy; the backends add theirs."""
     module = type(x).__module__.partition(".")[0]
-    resolve = _ARRAY_TARGETS.get(module)
-    if resolve is None:
-        known = ", ".join(sorted(_ARRAY_TARGETS))
+    resolve = BACKENDS.array_overrides.get(module)
+    if resolve is not None:
+        return resolve(x)
+    backend = BACKENDS.for_array_module(module)
+    if backend is None:
+        load_backends()
+        backend = BACKENDS.for_array_module(module)
+    if backend is None:
+        known = ", ".join(BACKENDS.array_modules())
         raise ValueError(f"cannot tell which target a {type(x).__module__}.{type(x).__name__} "
                          f"lives on (known array packages: {known}); pass target=")
-    return resolve(x)
+    return backend.array_target(x)
 
 
 VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")

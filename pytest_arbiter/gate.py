@@ -14,6 +14,7 @@ import numpy as np
 
 from pytest_arbiter.candidates import Candidate, Decline
 from pytest_arbiter.dtypes import dtype_name, precision, round_to, spacing
+from pytest_arbiter.hooks import call as call_hook
 from pytest_arbiter.ops import ERROR_LAMBDA, ErrorModel, Op, error_model, result_dtype, to_host
 from pytest_arbiter.regions import Region
 from pytest_arbiter.watchdog import CallTimeout
@@ -477,10 +478,13 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
         reason = "the candidate declined every gate input, so nothing was checked"
     else:
         reason = ""
-    return GateReport(
+    report = GateReport(
         candidate=cand.name, op=op.name, region=region.describe(), dtype=region.dtype,
         passed=failing is None and bool(checked), reason=reason,
         worst_abs=max((r.worst_abs for r in checked), default=0.0),
         worst_rel=max((r.worst_rel for r in checked), default=0.0),
         worst_ratio=worst.worst_ratio if worst else 0.0,
         budget=_budget_text(op, region.dtype), failing=failing, trials=tuple(results))
+    if failing is not None:  # wrong or raising; declining every input is not a failure
+        call_hook("pytest_arbiter_gate_failed", report=report)
+    return report

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_arbiter import process
+from pytest_arbiter import hooks, process
+from pytest_arbiter.backends import BACKENDS
 from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.histogram import (
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
     from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.fixture import ArbiterFixture
 
-DEVICE_TARGETS = ("cpu", "nvidia", "amd")
-
 MARKERS = (
     "host_free: runs with no accelerator at all; every CPU CI runner runs it",
     "sm120: needs an NVIDIA sm_120 device (skipped elsewhere with the reason)",
@@ -58,6 +57,14 @@ MARKERS = (
     "arbiter_expect_degrade: the test provokes a degrade on purpose; its dispatch "
     "histogram entries do not count against the gate",
 )
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """The arbiter's hooks (:mod:`pytest_arbiter.hookspecs`), so conftest files and
+    plugins may implement them; :func:`pytest_arbiter.hooks.relay_to` forwards to them."""
+    from pytest_arbiter import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,8 +88,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "arbiter-session")
     process.bind(session.factory)
+    hooks.relay_to(config.hook)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    hooks.stop_relay(config.hook)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    s = config.stash[SESSION_KEY].settings
+    tags = ", ".join(sorted(present_device_tags() - set(BACKENDS.targets()))) or "none"
+    return (f"arbiter: devices {tags}; mode {s.mode}; cache {s.cache or 'none'}; "
+            f"baseline {s.baseline or 'none'}")
 
 
 def _check_writable(settings: ArbiterSettings) -> None:
@@ -160,10 +179,9 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
 
 def present_device_tags() -> set[str]:
     """The device tags of this machine, plus the plain target name of each present one."""
-    import pytest_arbiter.runtime  # noqa: F401  the GPU lanes register their device probes
-
+    hooks.load_backends()
     tags: set[str] = set()
-    for target in DEVICE_TARGETS:
+    for target in BACKENDS.targets():
         tag = device_tag(target)
         if tag is not None:
             tags.update((tag, target))
@@ -518,6 +536,7 @@ class ArbiterSession:
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(self.gated_counts(), self.baseline, failing=self.failing)
         self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
+        hooks.call("pytest_arbiter_verdict", verdict=self.verdict, counts=counts)
         if self.errors or self.crashed_nodes:
             self._fail_run(session)
         elif not self.verdict.passed and s.write_baseline is None:

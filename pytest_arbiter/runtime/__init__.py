@@ -1,22 +1,34 @@
-"""The bundled runtime: CPU candidates always, GPU candidates behind lazy CuPy imports.
+"""The bundled runtime: the CPU lane always, the CUDA/ROCm lane behind lazy CuPy imports.
 
-Importing this package registers the bundled candidates; it never imports pytest or CuPy.
+This module is the bundled lanes' plugin: :func:`pytest_arbiter.hooks.load_backends`
+registers it with the arbiter's plugin manager on first need. Importing it registers
+nothing; it never imports pytest or CuPy.
 """
 
 from __future__ import annotations
 
-from pytest_arbiter.candidates import REGISTRY, CandidateRegistry
-from pytest_arbiter.runtime import cpu
+from typing import TYPE_CHECKING
+
+from pytest_arbiter.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from pytest_arbiter.backends import Backend
+    from pytest_arbiter.candidates import CandidateRegistry
 
 
-def register_bundled(registry: CandidateRegistry = REGISTRY) -> None:
-    """Add the bundled candidates to ``registry``."""
-    registry.extend(cpu.candidates())
-    try:
-        from pytest_arbiter.runtime import cuda
-    except ImportError:  # the CUDA lane is optional
-        return
-    registry.extend(cuda.candidates())
+def bundled_backends() -> list[Backend]:
+    """Fresh instances of the bundled lanes: the CPU, and CUDA/ROCm."""
+    from pytest_arbiter.runtime.backends import CpuBackend, CudaBackend
+
+    return [CpuBackend(), CudaBackend()]
 
 
-register_bundled()
+@hookimpl(trylast=True)
+def pytest_arbiter_add_backends() -> list[Backend]:
+    return bundled_backends()
+
+
+def register_bundled(registry: CandidateRegistry) -> None:
+    """Add the bundled candidates to ``registry`` (a fresh one, in tests and benchmarks)."""
+    for backend in bundled_backends():
+        registry.extend(backend.candidates())

@@ -86,3 +86,4 @@ def candidates() -> list[Candidate]:
         FunctionCandidate(stable_softmax, "stable_softmax", "softmax", "cpu", 0, one, None),
         FunctionCandidate(inplace_softmax, "inplace_softmax", "softmax", "cpu", 1, one, None),
     ]
+

@@ -2,23 +2,25 @@
 
 * shipped: the library calls (cuBLAS / hipBLAS GEMM, CuPy softmax), ``shipped.py``;
 * emitted: the bundled kernels in ``kernels/*.cu`` compiled with ``RawModule``,
-  ``emitted.py`` (NVIDIA sm_80+ only).
+  ``emitted.py`` (NVIDIA sm_80+ only);
+* the device probe (``device.py``) and the CUDA-event timer (``timer.py``), which
+  ``pytest_arbiter/runtime/backends.py`` serves as the lane's backend.
 
-Importing this package registers the device probes, CuPy's array target and the
-CUDA-event timer; it never imports CuPy (the first device probe does).
+Importing this package registers nothing and imports neither NumPy nor CuPy.
 """
 
 from __future__ import annotations
 
-from pytest_arbiter.candidates import Candidate
-from pytest_arbiter.runtime.cuda import device, emitted, shipped, timer
+from typing import TYPE_CHECKING
 
-device.install()
-timer.install()
+if TYPE_CHECKING:
+    from pytest_arbiter.candidates import Candidate
 
 
 def candidates() -> list[Candidate]:
     """Fresh instances of every GPU candidate, shipped lane first."""
+    from pytest_arbiter.runtime.cuda import emitted, shipped
+
     return [*shipped.candidates(), *emitted.candidates()]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pytest_arbiter.device import DeviceInfo, register_array_target, register_device_probe
+from pytest_arbiter.device import DeviceInfo
 
 EXTRAS_HINT = "install pytest-arbiter[cuda12], [cuda13] or [rocm]"
 
@@ -116,15 +116,3 @@ def compute_capability(tag: str) -> int | None:
     if not tag.startswith("sm_") or not tag[3:].isdigit():
         return None
     return int(tag[3:])
-
-
-def _array_target(_x: object) -> str:
-    # an array from CuPy exists, so CuPy has been imported already
-    return "amd" if is_hip(load_cupy()) else "nvidia"
-
-
-def install() -> None:
-    """Register the ``nvidia`` and ``amd`` device probes and CuPy's array target."""
-    register_device_probe("nvidia", lambda: probe("nvidia"))
-    register_device_probe("amd", lambda: probe("amd"))
-    register_array_target("cupy", _array_target)

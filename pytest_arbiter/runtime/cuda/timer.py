@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytest_arbiter.arbiter import register_timer
 from pytest_arbiter.runtime.cuda.device import load_cupy
 
 DEFAULT_L2_BYTES = 64 << 20  # when the driver does not say
@@ -72,9 +71,3 @@ def shared_timer() -> CudaEventTimer:
     if found is None:
         found = _SHARED.setdefault("timer", CudaEventTimer(flush_l2=True))
     return found
-
-
-def install() -> None:
-    """Make the arbiter time the ``nvidia`` and ``amd`` targets with CUDA events."""
-    register_timer("nvidia", shared_timer)
-    register_timer("amd", shared_timer)
