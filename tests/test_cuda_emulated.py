@@ -2,8 +2,10 @@
 
 The kernels run through the runtime's own launch code (``EmittedCandidate.run``: the
 checks, the grid, the block, the dynamic shared memory and its opt-in, the argument order)
-with CuPy replaced by :mod:`cuda_emulation.emulated_cupy`, which compiles the bundled
-``.cu`` text and options with the host C++ compiler against ``cuda_emulation/emulator.h``.
+with CuPy replaced by :mod:`cuda_emulation.emulated_cupy` (``tools/cuda_emulation/``, on
+the path through pytest's ``pythonpath``), which compiles the bundled ``.cu`` text and
+options with the host C++ compiler against ``emulator.h``: the kernels' ``ptx_shim.cuh``
+then takes each PTX instruction's CPU twin from ``ptx_emulated.cuh``.
 What this proves: the index arithmetic, tiling, predication, ``cp.async`` pipeline order,
 barriers and fragment layouts agree with the PTX ISA's description of the instructions,
 the F4 gate passes, no access leaves its buffer, and (under ThreadSanitizer) no plain load
@@ -231,7 +233,7 @@ MUTANT_CASES = {"mma_gemm.cu": ("mma_matmul", "float16", (272, 136, 96)),
 @pytest.fixture
 def mutate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str, str], None]:
     def apply(file: str, old: str, new: str) -> None:
-        for src in sources.KERNEL_DIR.glob("*.cu"):
+        for src in sources.KERNEL_DIR.glob("*.cu*"):  # the kernels and ptx_shim.cuh
             shutil.copy(src, tmp_path / src.name)
         text = (tmp_path / file).read_text(encoding="utf-8")
         assert text.count(old) == 1, f"the mutant's anchor is not unique in {file}: {old!r}"

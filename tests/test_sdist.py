@@ -15,8 +15,8 @@ pytest.importorskip("build", reason="the sdist test needs the `build` package")
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/conftest.py",
-          "tests/gpu_gates.py", "tests/cuda_emulation/emulator.h",
-          "tests/cuda_emulation/emulated_cupy.py", "tests/data/cache_v1.json",
+          "tests/gpu_gates.py", "tools/cuda_emulation/emulator.h",
+          "tools/cuda_emulation/emulated_cupy.py", "tools/cuda_emulation/ptx_emulated.cuh", "tests/data/cache_v1.json",
           "bench/run_all.py", "docs/ci.md", "docs/ci/workflow.yml", "ci/gpu-check.sh",
           "pytest_arbiter/py.typed", "pytest_arbiter/report.py"]
 

@@ -8,6 +8,7 @@ for every declared architecture, so what is proven to compile is what runs.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,9 @@ class KernelSource:
         return KERNEL_DIR / self.file
 
     def text(self) -> str:
-        return _read(self.path)
+        """The source with the kernels' local headers (``ptx_shim.cuh``) inlined, so NVRTC
+        needs no include path and its cache key covers the headers."""
+        return _expand(self.path)
 
     def options(self) -> tuple[str, ...]:
         """Compiler options shared by NVRTC and nvcc."""
@@ -52,9 +55,25 @@ class KernelSource:
                 str(self.path)]
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.MULTILINE)
+
+
 @functools.cache
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
+def _expand(path: Path) -> str:
+    """``path``'s text with each ``#include "name"`` of a file beside it inlined (once)."""
+    seen: set[str] = set()
+
+    def inline(found: re.Match[str]) -> str:
+        name = found.group(1)
+        header = path.parent / name
+        if not header.is_file():
+            return found.group(0)  # left to the compiler's include path
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _LOCAL_INCLUDE.sub(inline, header.read_text(encoding="utf-8"))
+
+    return _LOCAL_INCLUDE.sub(inline, path.read_text(encoding="utf-8"))
 
 
 SGEMM = KernelSource("sgemm.cu", ("tiled_sgemm",),

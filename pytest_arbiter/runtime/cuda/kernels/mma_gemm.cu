@@ -9,9 +9,8 @@
 // __launch_bounds__(256, 2) caps registers at 128, so two blocks share an SM.
 // Needs sm_80+. The host wrapper accepts only M % 16 == 0, N % 8 == 0, K % 32 == 0 and
 // 16-byte aligned, contiguous operands; partial tiles along M and N are predicated.
-// No CUDA headers are included, so NVRTC needs no include path. Under
-// ARBITER_HOST_EMULATION (the host-free tests, tests/cuda_emulation/) each PTX wrapper calls
-// its CPU emulation instead, with the operands in the asm's order.
+// The PTX instructions come from ptx_shim.cuh (no CUDA header); built for the host
+// emulator, the shim takes their CPU emulation from tools/cuda_emulation/.
 
 #ifndef GEMM_BM
 #define GEMM_BM 128
@@ -48,118 +47,13 @@ typedef unsigned short elem_t;  // raw 16-bit storage of half or bfloat16
 
 typedef unsigned long long u64;
 
-struct Half {};
-struct BFloat16 {};
-
-#ifdef ARBITER_HOST_EMULATION
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return emu::ptx::cvta_to_shared(p);
-}
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
-    emu::ptx::cp_async_cg_16(dst, src, valid ? 16 : 0);
-}
-__device__ __forceinline__ void cp_async_commit() { emu::ptx::cp_async_commit_group(); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { emu::ptx::cp_async_wait_group(N); }
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    emu::ptx::ldmatrix_x4<false>(r, addr);
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-    emu::ptx::ldmatrix_x4<true>(r, addr);
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
-                                         unsigned b0, unsigned b1, Half) {
-    emu::ptx::mma_m16n8k16<emu::Elem::f16>(d, a, b0, b1, d);
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
-                                         unsigned b0, unsigned b1, BFloat16) {
-    emu::ptx::mma_m16n8k16<emu::Elem::bf16>(d, a, b0, b1, d);
-}
-__device__ __forceinline__ unsigned pack2(float lo, float hi, Half) {
-    return emu::ptx::cvt_rn_f16x2_f32(hi, lo);
-}
-__device__ __forceinline__ unsigned pack2(float lo, float hi, BFloat16) {
-    return emu::ptx::cvt_rn_bf16x2_f32(hi, lo);
-}
-
-#else
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned addr;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n"
-        : "=r"(addr) : "l"(p));
-    return addr;
-}
-
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
-    // src-size 0 writes sixteen zero bytes and reads nothing
-    int bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
-                                         unsigned b0, unsigned b1, Half) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4],
-                                         unsigned b0, unsigned b1, BFloat16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Pack two floats, rounded to nearest even; lo lands at the lower address.
-__device__ __forceinline__ unsigned pack2(float lo, float hi, Half) {
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ unsigned pack2(float lo, float hi, BFloat16) {
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-#endif  // ARBITER_HOST_EMULATION
+#include "ptx_shim.cuh"
 
 template <typename Kind>
 __device__ __forceinline__ void mma_gemm(const elem_t* __restrict__ A,
                                          const elem_t* __restrict__ B,
                                          elem_t* __restrict__ C, int M, int N, int K) {
-#ifdef ARBITER_HOST_EMULATION
-    unsigned char* smem_raw = emu::g.smem;
-#else
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-#endif
+    ARBITER_DYNAMIC_SHARED(smem_raw);
     elem_t* As = reinterpret_cast<elem_t*>(smem_raw);
     elem_t* Bs = As + GEMM_STAGES * A_TILE;
 

@@ -3,51 +3,13 @@
 // Three sweeps over the row inside one launch: the maximum, the sum of exp(x - max),
 // then exp(x - max) / sum written in the input's dtype (round to nearest even).
 // Reductions go through warp shuffles, then one float per warp in shared memory.
-// 16-bit values are converted with PTX cvt, so no CUDA header is needed (sm_80+). Under
-// ARBITER_HOST_EMULATION (the host-free tests, tests/cuda_emulation/) each cvt / mov calls
-// its CPU emulation instead.
+// 16-bit values are converted with PTX cvt from ptx_shim.cuh, so no CUDA header is needed
+// (sm_80+); built for the host emulator, the shim takes their CPU emulation from
+// tools/cuda_emulation/.
 
 typedef unsigned long long u64;
 
-#ifdef ARBITER_HOST_EMULATION
-
-__device__ __forceinline__ float bits_to_float(unsigned bits) {
-    return emu::ptx::mov_b32_f32(bits);
-}
-__device__ __forceinline__ float half_to_float(unsigned short h) {
-    return emu::ptx::cvt_f32_f16(h);
-}
-__device__ __forceinline__ unsigned short float_to_half(float v) {
-    return emu::ptx::cvt_rn_f16_f32(v);
-}
-__device__ __forceinline__ unsigned short float_to_bfloat16(float v) {
-    return emu::ptx::cvt_rn_bf16_f32(v);
-}
-
-#else
-
-__device__ __forceinline__ float bits_to_float(unsigned bits) {
-    float f;
-    asm("mov.b32 %0, %1;\n" : "=f"(f) : "r"(bits));
-    return f;
-}
-__device__ __forceinline__ float half_to_float(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ unsigned short float_to_half(float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    return h;
-}
-__device__ __forceinline__ unsigned short float_to_bfloat16(float v) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    return h;
-}
-
-#endif  // ARBITER_HOST_EMULATION
+#include "ptx_shim.cuh"
 
 struct F32 {
     typedef float T;

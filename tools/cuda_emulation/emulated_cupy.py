@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 EMULATOR = Path(__file__).with_name("emulator.h")
+PTX_EMULATED = EMULATOR.with_name("ptx_emulated.cuh")
+"""The CPU twin of the kernels' ``ptx_shim.cuh``, found through ``-I`` this folder."""
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
 TSAN_EXIT = 66
 TSAN_OPTIONS = f"halt_on_error=1 exitcode={TSAN_EXIT}"
@@ -119,7 +121,8 @@ class Builder:
             if not option.startswith(("-std=", "-D")):
                 raise EmulatedKernelError(f"option {option!r} has no host equivalent")
             flags.append(option)
-        emulator = EMULATOR.read_text(encoding="utf-8")
+        emulator = EMULATOR.read_text(encoding="utf-8") + PTX_EMULATED.read_text(
+            encoding="utf-8")
         if racecheck:
             flags += ["-fsanitize=thread", "-DEMU_TSAN", "-g"]
         key = hashlib.sha256("\0".join([emulator, code, *flags, function]).encode()).hexdigest()
@@ -137,7 +140,8 @@ class Builder:
             + f'    return emu::launch_main(argc, argv, &{function}, "{function}");\n}}\n',
             encoding="utf-8")
         done = subprocess.run(
-            [self.compiler, "-O2", "-DARBITER_HOST_EMULATION", *flags, "-o", str(exe),
+            [self.compiler, "-O2", "-DARBITER_HOST_EMULATION", f"-I{EMULATOR.parent}",
+             *flags, "-o", str(exe),
              str(source)], capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise EmulatedKernelError(f"{function} does not compile for the emulator:\n"
