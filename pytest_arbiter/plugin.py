@@ -247,15 +247,14 @@ class ArbiterSession:
         self._deselected = 0
         self.notes: list[str] = []
         """What the session end did with the artifacts, for the summary."""
-        self.factory: Callable[[], Arbiter] = self._get_arbiter
+        self.factory: Callable[[], Arbiter] = self.get_arbiter
         """What the process arbiter is bound to (one object, so unbind finds it)."""
 
-    def _get_arbiter(self) -> Arbiter:
-        return self.arbiter
+    def get_arbiter(self) -> Arbiter:
+        """The run's arbiter, built (and the kernels imported) on first use.
 
-    @property
-    def arbiter(self) -> Arbiter:
-        """The run's arbiter, built (and the kernels imported) on first use."""
+        A method, not a property: pytest 7.4 to 8.2 read every attribute of a registered
+        plugin looking for fixtures, which would build it at configure time."""
         if self._ended:
             raise RuntimeError("the pytest-arbiter session has ended (pytest_unconfigure): "
                                "its arbiter and cache are gone")
@@ -293,7 +292,7 @@ class ArbiterSession:
         workers' entries for one key resolve by the merge rule, not by who came last."""
         from pytest_arbiter.corpus import prefer
 
-        cache = self.arbiter.cache
+        cache = self.get_arbiter().cache
         read = self._read_entries
         for entry in entries:
             held = cache.get(entry.key)
@@ -336,7 +335,7 @@ class ArbiterSession:
         from pytest_arbiter.fixture import ArbiterFixture
 
         nodeid = item.nodeid
-        return ArbiterFixture(self.arbiter, fail=pytest.fail, skip=pytest.skip,
+        return ArbiterFixture(self.get_arbiter(), fail=pytest.fail, skip=pytest.skip,
                               expect_degrade=lambda: self._expect.add(nodeid))
 
     # Every dispatch while a test runs (setup, call or teardown; the fixture, library

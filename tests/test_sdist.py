@@ -16,7 +16,8 @@ pytest.importorskip("build", reason="the sdist test needs the `build` package")
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/conftest.py",
           "tests/gpu_gates.py", "tools/cuda_emulation/emulator.h",
-          "tools/cuda_emulation/emulated_cupy.py", "tools/cuda_emulation/ptx_emulated.cuh", "tests/data/cache_v1.json",
+          "tools/cuda_emulation/emulated_cupy.py", "tools/cuda_emulation/ptx_emulated.cuh",
+          "pytest_arbiter/runtime/cuda/kernels/ptx_shim.cuh", "tests/data/cache_v1.json",
           "bench/run_all.py", "docs/ci.md", "docs/ci/workflow.yml", "ci/gpu-check.sh",
           "pytest_arbiter/py.typed", "pytest_arbiter/report.py"]
 
