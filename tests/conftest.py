@@ -15,6 +15,16 @@ from pytest_arbiter.runtime.cuda import device as cuda_device
 from pytest_arbiter.runtime.cuda import lane
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts xdist workers or runs the CUDA emulator is slow too, so the
+    quick tier is ``-m "not slow"`` (or, saying it all, ``-m "not slow and not
+    emulated"``)."""
+    for item in items:
+        if any(item.get_closest_marker(name) is not None for name in ("xdist", "emulated")):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def registry() -> CandidateRegistry:
     """A fresh registry holding only the bundled candidates."""

@@ -185,6 +185,7 @@ def reports(built_reports: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(built_reports, tmp_path / "reports"))
 
 
+@pytest.mark.xdist
 def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(reports: Path) -> None:
     code, text = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
     assert code == 1, text
@@ -196,6 +197,7 @@ def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(reports: Path) -> N
     assert "softmax" not in text.split("NEW")[1]  # won dispatches are not gated
 
 
+@pytest.mark.xdist
 def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
     for report in ("plain.xml", "xdist.xml", "hist.json"):
         code, text = run("gate", "--baseline", reports / "base.json", reports / report)
@@ -204,6 +206,7 @@ def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
         assert "degrade gate passed (1 known gated entries)" in text
 
 
+@pytest.mark.xdist
 def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:
     plain = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
     xdist = run("gate", "--baseline", reports / "none.json", reports / "xdist.xml")
@@ -223,6 +226,7 @@ def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:
     assert again[0] == 1 and again[1].splitlines()[1:] == plain[1].splitlines()[1:]
 
 
+@pytest.mark.xdist
 def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> None:
     baseline = reports / "base.json"
     counts = artifacts.read_histogram(baseline)
@@ -257,6 +261,7 @@ def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> N
      "test t::x: property 'arbiter:cpu/matmul/k/degraded' has the value 'lots', not a "
      "positive count"),
 ])
+@pytest.mark.xdist
 def test_gate_exits_2_on_an_unreadable_input(reports: Path, name: str, content: str,
                                             message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,6 +272,7 @@ def test_gate_exits_2_on_an_unreadable_input(reports: Path, name: str, content: 
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.xdist
 def test_gate_exits_2_on_a_missing_input_or_bad_baseline(reports: Path,
                                                          capsys: pytest.CaptureFixture[str]
                                                          ) -> None:

@@ -465,6 +465,7 @@ def test_an_old_file_is_read_by_every_strict_rule(tmp_path: Path) -> None:
 # -- what the loaded cache costs ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_loaded_cache_leaves_the_garbage_collector_almost_nothing(tmp_path: Path) -> None:
     """The structs are untracked (gc=False) and the tables shared: 20,000 entries add
     a few hundred tracked objects (the format before added 10 per entry)."""
@@ -670,6 +671,7 @@ def _same(x: dict[tuple[str, ...], CacheEntry], y: dict[tuple[str, ...], CacheEn
 
 @settings(max_examples=150, deadline=None)
 @given(caches_st, caches_st, caches_st)
+@pytest.mark.slow
 def test_merge_is_commutative_associative_idempotent(a: dict, b: dict, c: dict) -> None:  # type: ignore[type-arg]
     """With entries measured against different fingerprints, environments and since."""
     ab = merge(a, b)
@@ -717,6 +719,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_eight_processes_adding_entries_concurrently_lose_none(tmp_path: Path) -> None:
     path, go = tmp_path / "cache.json", tmp_path / "go"
     workers, rounds = 8, 25

@@ -126,6 +126,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Com
 
 
 @no_nvcc
+@pytest.mark.slow  # nvcc compiles every source for every declared arch
 @pytest.mark.parametrize("src", sources.SOURCES, ids=lambda s: s.file)
 def test_compiles_for_every_declared_arch(compiled: dict[str, Compiled],
                                           src: KernelSource) -> None:
@@ -145,6 +146,7 @@ def test_every_declared_arch_is_covered() -> None:
 
 
 @no_nvcc
+@pytest.mark.slow  # nvcc compiles every source for every declared arch
 @pytest.mark.parametrize("src", sources.SOURCES, ids=lambda s: s.file)
 def test_no_spills_and_no_stack(compiled: dict[str, Compiled], src: KernelSource) -> None:
     stats = compiled[src.file].stats
@@ -155,6 +157,7 @@ def test_no_spills_and_no_stack(compiled: dict[str, Compiled], src: KernelSource
 
 
 @no_nvcc
+@pytest.mark.slow  # nvcc compiles every source for every declared arch
 def test_gemm_register_budgets(compiled: dict[str, Compiled]) -> None:
     """256-thread GEMM blocks: at most 128 registers keeps two blocks per SM resident."""
     for src in sources.GEMM_SOURCES:

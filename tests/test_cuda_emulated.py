@@ -54,8 +54,8 @@ def _compiler() -> tuple[str | None, str]:
 
 
 COMPILER, NO_COMPILER = _compiler()
-pytestmark = pytest.mark.skipif(
-    COMPILER is None, reason=f"the CUDA emulator needs a host C++ compiler: {NO_COMPILER}")
+pytestmark = [pytest.mark.emulated, pytest.mark.skipif(
+    COMPILER is None, reason=f"the CUDA emulator needs a host C++ compiler: {NO_COMPILER}")]
 
 SCHEDULES = [Schedule("forward", "lazy"), Schedule("reverse", "eager"),
              Schedule("shuffled:1", "lazy"), Schedule("shuffled:2", "eager")]

@@ -295,6 +295,7 @@ def layout_inputs(m: int, fortran: bool) -> tuple[np.ndarray, np.ndarray]:
 
 @given(order=st.permutations(range(len(LAYOUTS))))
 @settings(max_examples=15, deadline=None)
+@pytest.mark.slow
 def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
         order: list[int]) -> None:
     """A fast row-major-only kernel that declines by raising (the layout is not part of

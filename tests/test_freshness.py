@@ -254,6 +254,7 @@ def test_product():
 '''
 
 
+@pytest.mark.slow
 def test_the_summary_lists_stale_keys_strict_fails_on_them_and_tune_clears_them(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeconftest(CONFTEST)

@@ -43,6 +43,7 @@ def test_the_catalogue_has_what_the_issue_asks(bench: ModuleType) -> None:
                for k in (s[2] for s in shapes))  # a ragged K
 
 
+@pytest.mark.slow
 def test_reduced_benchmark_catches_mutants_and_rejects_no_correct_kernel(
         bench: ModuleType) -> None:
     tally = bench.run_power(bench.QUICK_SHAPES)
@@ -57,6 +58,7 @@ def test_reduced_benchmark_catches_mutants_and_rejects_no_correct_kernel(
     assert "F4" in text and "np.allclose" in text and "torch" in text
 
 
+@pytest.mark.slow
 def test_reduced_false_alarm_sweep_is_clean(bench: ModuleType) -> None:
     sweep = bench.run_sweep(bench.QUICK_SHAPES, 3)
     assert sweep.calls >= 300

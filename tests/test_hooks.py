@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from pytest_arbiter import backends
 from pytest_arbiter.backends import Backend, BackendTable
 from pytest_arbiter.device import DeviceInfo
 
@@ -109,7 +110,8 @@ class _Bundled(_Lane):
 
 
 def test_a_target_served_twice_is_refused_and_an_installed_backend_replaces_a_bundled_one(
-        ) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "register_target", lambda name: None)  # keep it local
     table = BackendTable()
     assert table.add(_Bundled())
     installed = _Lane()

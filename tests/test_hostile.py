@@ -398,6 +398,7 @@ def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.usefixtures("clean_registry")
+@pytest.mark.xdist
 def test_an_incomplete_run_says_so_in_its_report(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_one="""
@@ -493,6 +494,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.xdist
 def test_the_plugin_writes_the_run_totals_into_the_junit_report(fleet: Path) -> None:
     counts = artifacts.read_histogram(fleet / "histogram.json")
     for report in ("xunit2.xml", "xunit1-xdist.xml"):
@@ -552,12 +554,14 @@ def _edit(report: Path, old: str, new: str, count: int = 1) -> Path:
      '<property name="arbiter:cpu/fz_mm/fz_declining/degraded" value=" 1"',
      "not a positive count"),
 ])
+@pytest.mark.xdist
 def test_a_damaged_report_is_refused(fleet: Path, old: str, new: str, needle: str) -> None:
     edited = _edit(fleet / "xunit2.xml", old, new)
     assert_clear_error(gate("gate", "--baseline", fleet / "baseline.json", edited), edited,
                        needle)
 
 
+@pytest.mark.xdist
 def test_a_report_of_an_older_plugin_is_refused(fleet: Path) -> None:
     tree = ET.parse(fleet / "xunit2.xml")
     suite = tree.getroot().find("testsuite")
@@ -585,6 +589,7 @@ def mutants(data: bytes, flips: int, seed: int = 1) -> Iterator[tuple[str, bytes
 
 @pytest.mark.parametrize("artifact", ["xunit2.xml", "xunit1-xdist.xml", "histogram.json",
                                       "baseline.json"])
+@pytest.mark.xdist
 def test_no_damaged_artifact_removes_a_degrade(fleet: Path, tmp_path: Path,
                                                artifact: str) -> None:
     """Each mutant exits 2 naming the file with no traceback, or exits 1 still reporting

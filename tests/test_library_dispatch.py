@@ -343,6 +343,7 @@ def test_mm():
     assert sum(_histogram(pytester.path / "h.json").values()) == 3
 
 
+@pytest.mark.xdist
 def test_xdist_workers_gate_library_dispatches_and_name_the_tests(
         pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")

@@ -423,6 +423,7 @@ def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> Non
                                  "*budget:*"])
 
 
+@pytest.mark.xdist
 def test_xdist_controller_merges_workers_and_names_a_crashed_one(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("xdist")
@@ -506,6 +507,7 @@ def _totals(path: Path) -> dict[tuple[str, str, str], int]:
     return totals
 
 
+@pytest.mark.xdist
 def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
         pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
@@ -571,6 +573,7 @@ def test_worker_device_environment_round_robins_workers() -> None:
         worker_device_environment("gw0", [])
 
 
+@pytest.mark.xdist
 def test_each_xdist_worker_sees_only_its_own_device(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_env="""

@@ -78,6 +78,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 RUN = ("-p", "no:cacheprovider", "--arbiter-cache=corpus.json")
 
 
+@pytest.mark.slow
 def test_an_unchanged_corpus_is_never_flagged(project: pytest.Pytester) -> None:
     for _ in range(3):
         result = project.runpytest_subprocess(*RUN, "--arbiter-recheck=fail")
@@ -85,6 +86,7 @@ def test_an_unchanged_corpus_is_never_flagged(project: pytest.Pytester) -> None:
         result.stdout.fnmatch_lines(["*recheck: 1 cached keys re-timed: 0 stale, 1 current*"])
 
 
+@pytest.mark.slow
 def test_a_slower_winner_is_stale_and_fails_the_run_with_fail(
         project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOW_ALPHA", "1")
@@ -122,6 +124,7 @@ def test_a_slower_winner_is_stale_and_fails_the_run_with_fail(
                                  "stale*"])
 
 
+@pytest.mark.slow
 def test_under_tune_the_recheck_replaces_the_stale_entry(
         project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLOW_ALPHA", "1")

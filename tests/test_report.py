@@ -132,6 +132,7 @@ def console_messages(stderr: str) -> list[str]:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs it: "
                     "apt-get install chromium)")
+@pytest.mark.slow
 def test_the_page_in_a_headless_browser(tmp_path: Path) -> None:
     # the check itself: a page that logs an error is caught
     bad = tmp_path / "bad.html"

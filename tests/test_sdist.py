@@ -22,6 +22,7 @@ NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/conftest
           "pytest_arbiter/py.typed", "pytest_arbiter/report.py"]
 
 
+@pytest.mark.slow
 def test_the_sdist_holds_its_tests_and_they_run(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}

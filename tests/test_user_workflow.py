@@ -254,6 +254,7 @@ SHAPES = {"gpu-sm_120": {"SAMPLE_N": "16"}, "gpu-sm_90": {"SAMPLE_N": "32"},
           "gpu-gfx1151": {"SAMPLE_N": "64"}}
 
 
+@pytest.mark.slow
 def test_a_clean_fleet_merges_every_shard_and_passes(tmp_path: Path) -> None:
     fleet = run_workflow(tmp_path, SHAPES)
     log = _say(fleet)
@@ -276,6 +277,7 @@ def test_a_clean_fleet_merges_every_shard_and_passes(tmp_path: Path) -> None:
     assert "read 4 report(s)" in gate and "degrade gate passed" in gate, gate
 
 
+@pytest.mark.slow
 def test_a_new_degrade_on_one_runner_fails_the_fleet_gate(tmp_path: Path) -> None:
     runners = {**SHAPES, "gpu-sm_90": {"SAMPLE_N": "32", "SAMPLE_DEGRADE": "1"}}
     fleet = run_workflow(tmp_path, runners)

@@ -97,6 +97,7 @@ def test_collect_only_writes_nothing(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*collect-only run: no artifact written*"])
 
 
+@pytest.mark.slow
 def test_an_interrupted_session_writes_no_histogram_or_baseline(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TWO_OPS)
