@@ -113,6 +113,9 @@ def decode(data: bytes, source: str, schema: type[T] | Any = Any) -> T:
         raise ValueError(f"{escape(source)}: {escape(exc)}") from None
     except msgspec.DecodeError as exc:
         raise syntax_error(exc, data, source) from None
+    except UnicodeDecodeError:  # what msgspec 0.18 raises for a string's bad UTF-8
+        raise ValueError(f"{escape(source)} is not valid JSON: Invalid UTF-8 encoded "
+                         "string") from None
     except RecursionError:
         raise ValueError(f"{escape(source)} is nested too deeply") from None
     check_unique_keys(data, source)
