@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
                            config.invocation_params.dir)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_strict(settings)
     _check_writable(settings)
     if settings.worker_devices:
         _pin_worker_device(config, settings.worker_devices)
@@ -83,6 +84,22 @@ def pytest_configure(config: pytest.Config) -> None:
     process.bind(session.factory)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
+
+
+def _check_strict(settings: ArbiterSettings) -> None:
+    """``--arbiter-strict`` replays a committed corpus: it needs one, and cannot tune."""
+    if not settings.strict:
+        return
+    if settings.tune:
+        raise pytest.UsageError("--arbiter-strict and --arbiter-tune cannot be combined: "
+                                "strict replays the committed corpus and fails on a miss, "
+                                "tune measures the misses")
+    if settings.cache is None:
+        raise pytest.UsageError("--arbiter-strict needs the corpus to replay: give "
+                                "--arbiter-cache=PATH (or the ini key arbiter_cache)")
+    if not settings.cache.is_file():
+        raise pytest.UsageError(f"--arbiter-strict: the corpus {settings.cache} does not "
+                                "exist (a typo in the path? create it with --arbiter-tune)")
 
 
 def _check_writable(settings: ArbiterSettings) -> None:
@@ -652,6 +669,9 @@ class ArbiterSession:
                     lines.append(f"degrade gate FAILED: new {_either(self.failing)} "
                                  "dispatch entries (fix the kernel, mark the test "
                                  "arbiter_expect_degrade, or add them to the baseline)")
+                    if any(key[3] == STALE for key in verdict.new):
+                        lines.append("stale cached winners: re-tune those keys "
+                                     "(pytest --arbiter-tune --arbiter-recheck)")
             else:
                 lines.append("degrade gate passed")
         # names come from registrations, worker payloads and artifacts: printed escaped

@@ -283,10 +283,30 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
 
 
 def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
+    from pytest_arbiter import artifacts
+    from pytest_arbiter.cache import MeasureCache
+
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest("--arbiter-strict")
+    artifacts.write_cache(pytester.path / "corpus.json", MeasureCache())
+    result = pytester.runpytest("--arbiter-strict", "--arbiter-cache=corpus.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*CacheMiss*strict mode: no cached winner*"])
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--arbiter-strict",), "*--arbiter-strict needs the corpus to replay*"),
+    (("--arbiter-strict", "--arbiter-cache=typo.json"),
+     "*--arbiter-strict: the corpus *typo.json does not exist*"),
+    (("--arbiter-strict", "--arbiter-tune", "--arbiter-cache=c.json"),
+     "*--arbiter-strict and --arbiter-tune cannot be combined*"),
+])
+def test_strict_without_a_corpus_or_with_tune_is_one_usage_error(
+        pytester: pytest.Pytester, args: tuple[str, ...], needle: str) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([needle])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 
 def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pytester) -> None:
