@@ -219,8 +219,10 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
 class RunBudget:
     """The run-wide cap on re-check timing, shared by threads.
 
-    Reserve a key's budget with :meth:`take` before re-timing it, and hand back what it
-    did not use with :meth:`refund`, so the run never times past ``total_s``.
+    Reserve a key's budget with :meth:`take` before re-timing it, then :meth:`settle`
+    the reservation with what the re-check spent (``RecheckResult.spent_ns``): the
+    unused part comes back, an overrun (a preempted last round) is charged. No re-check
+    starts once less than its budget is left.
     """
 
     def __init__(self, total_s: float) -> None:
@@ -239,11 +241,11 @@ class RunBudget:
             self._left -= seconds
             return True
 
-    def refund(self, seconds: float) -> None:
-        """Give back the unused part of a reservation."""
-        if seconds > 0:
-            with self._lock:
-                self._left += seconds
+    def settle(self, reserved_s: float, spent_s: float) -> None:
+        """Replace a reservation of ``reserved_s`` by the ``spent_s`` it cost (never
+        leaving less than nothing)."""
+        with self._lock:
+            self._left = max(0.0, self._left + reserved_s - max(0.0, spent_s))
 
     @property
     def left_s(self) -> float:
