@@ -1,7 +1,7 @@
 """False alarms and catches of the re-check, on real CPU kernels under the machine's noise.
 
 Run: python bench/bench_recheck.py [--keys 200] [--trials 20] [--budget-ms 10]
-     [--family 1] [--json PATH]
+     [--family 1] [--alpha 0.001] [--json PATH]
 
 Builds a corpus of ``--keys`` keys, each a cached winner and its runner-up: the same
 real kernel (``np.sin`` over a slice, or a small matmul whose inner dimension is the
@@ -122,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-ms", type=float, default=10.0)
     parser.add_argument("--family", type=int, default=1,
                         help="Bonferroni family size (1: per-key alpha)")
+    parser.add_argument("--alpha", type=float, default=RecheckPolicy.alpha,
+                        help="the sign test's level (a loose one checks the bound holds)")
     parser.add_argument("--calibration-rounds", type=int, default=600)
     parser.add_argument("--json", default=None, help="write the raw figures here")
     args = parser.parse_args(argv)
 
     load_before = os.getloadavg()
-    policy = RecheckPolicy(key_budget_s=args.budget_ms / 1000, family=args.family)
+    policy = RecheckPolicy(key_budget_s=args.budget_ms / 1000, family=args.family,
+                           alpha=args.alpha)
     margin = policy.margin
     unchanged, stale = corpora(args.keys)
     started = time.perf_counter()
@@ -170,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                   for k in below if flags[f"unchanged/{k.name}"]]
 
     print(f"command: python bench/bench_recheck.py --keys {args.keys} --trials {args.trials} "
-          f"--budget-ms {args.budget_ms:g} --family {args.family}")
+          f"--budget-ms {args.budget_ms:g} --family {args.family} --alpha {args.alpha:g}")
     print(f"policy: {policy}")
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} "
           f"{load_before[2]:.2f}; after: {load_after[0]:.2f} {load_after[1]:.2f} "
