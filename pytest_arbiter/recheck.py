@@ -41,8 +41,8 @@ class RecheckPolicy:
     margin) in a one-sided sign test at ``alpha / (family * challengers)``: set
     ``family`` to the number of keys a run re-checks to bound the chance of any false
     alarm in the run (Bonferroni), not only the share of keys. No verdict is taken on
-    fewer than ``min_rounds`` paired rounds. The rounds stop early once every challenger
-    is settled slower than the winner times ``1 + margin`` at ``settle_alpha``.
+    fewer than ``min_rounds`` paired rounds. The rounds stop early once the winner is
+    shown, at ``settle_alpha``, to be within the margin of every challenger (or faster).
     """
 
     key_budget_s: float = 0.010
