@@ -15,7 +15,6 @@ them), not when pytest loads the plugin.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import socket
 import sys
@@ -103,27 +102,16 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-FREEZE_ENTRIES = 10_000
-"""A cache read with at least this many entries is moved out of the garbage collector's
-sight for the session (:func:`gc.freeze`): it lives as long as the session, and every
-full collection would otherwise walk all of its objects (~0.3 s each at 100k entries)."""
-
-
-def _read_cache(path: Path | None) -> tuple[MeasureCache | None, bool]:
-    """The cache at ``path`` (None if there is none), and whether it was frozen."""
+def _read_cache(path: Path | None) -> MeasureCache | None:
+    """The cache at ``path`` (None if there is none)."""
     if path is None or not path.exists():
-        return None, False
+        return None
     from pytest_arbiter import artifacts
 
     try:
-        cache = artifacts.read_cache(path)
+        return artifacts.read_cache(path)
     except artifacts.ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
-    # only where nobody else uses freezing: unfreezing at the end would undo theirs
-    freeze = len(cache) >= FREEZE_ENTRIES and gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    return cache, freeze
 
 
 def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
@@ -195,9 +183,9 @@ class ArbiterSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        # the baseline first: once the cache is read (and maybe frozen), nothing here raises
+        # the baseline first: once the cache is read, nothing here raises
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.loaded_cache, self._froze = _read_cache(settings.cache)
+        self.loaded_cache = _read_cache(settings.cache)
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self._ended = False
         self.histogram = DispatchHistogram()
@@ -560,9 +548,6 @@ class ArbiterSession:
         self.loaded_cache = None
         self._arbiter = None
         self._read_entries = {}
-        if self._froze:
-            gc.unfreeze()  # what the freeze kept from the collector, the cache gone
-            self._froze = False
 
     # -- reporting --------------------------------------------------------------------
 
