@@ -901,3 +901,14 @@ def test_tune_with_a_truncated_cache_is_a_usage_error_and_writes_nothing(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*cache.json*not valid JSON*line*column*"])
     assert path.read_bytes() == full[:-30]
+
+
+def test_a_whole_latency_past_an_int64_is_written_as_the_float_it_is(tmp_path: Path) -> None:
+    """A whole latency is written as an integer, except past 2**63 - 1, where the reader
+    would refuse the integer: an entry that was accepted when built must read back."""
+    big = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1e19, 5)
+    built = CacheEntry("d", "cpu", "matmul", "b", "float32", (RankedCandidate("k", big),))
+    assert built.ranking[0].stats.max_ns == 1e19 and built.ranking[0].stats.min_ns == 900
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([built]))
+    assert artifacts.read_cache(path).entries() == [built]
