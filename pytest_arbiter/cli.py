@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import traceback
 from collections.abc import Sequence
@@ -92,9 +91,15 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
                if (args.device is None or e.device == args.device)
                and (args.op is None or e.op == args.op)]
     if args.json:
-        json.dump([e.to_dict() for e in entries], out, indent=2, sort_keys=True,
-                  allow_nan=False)
-        out.write("\n")
+        from pytest_arbiter.cache_json import json_chunks
+
+        binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
+        if binary is not None:
+            out.flush()
+            binary.writelines(json_chunks(entries))
+            binary.flush()
+        else:
+            out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
         return EXIT_OK
     if not entries:
         _say(out, f"{args.cache}: no entries")

@@ -93,6 +93,48 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     assert data[1]["ranking"][1] == {"name": "cublas", **stats(1500.0).to_dict()}
 
 
+def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
+    """``show --json`` is made by msgspec, chunk by chunk; its text is still exactly what
+    ``json.dump(indent=2, sort_keys=True)`` of :meth:`CacheEntry.to_dict` gives: numbers
+    Python writes otherwise (``1e-05``, ``1e+16``), names past ASCII, DEL and control
+    characters escaped, ``since`` only when known. Through a real stdout too."""
+    import datetime
+
+    from pytest_arbiter import cache_json
+
+    odd = CacheEntry(
+        "dev\x1b[31m\u2028\u00e9\U0001f600\x7f", "cpu", "op\n::error::x", 'b"\\', "float32",
+        (RankedCandidate("k\u202e", LatencyStats(1e-5, 1.5e16, 0.5, 2.5e-7, 1e300, 3)),
+         RankedCandidate("z", LatencyStats(3, 3, 3, 3, 3, 1))),
+        0.5, True, {"x\u00ff": "why\n::warning"},
+        {"host": "h\t", "p_value": 1.2e-05, "shapes": [[], [1, 2]],
+         "measured_at": "2026-12-03T06:00:00Z", "versions": {"numpy": "2.1"}, "rounds": 7},
+        {"k\u202e": {"fingerprint": "f" * 16, "outcome": "timed"},
+         "q": {"fingerprint": "0e12", "outcome": "rejected", "reason": "err 1e-3"}},
+        {"device_name": "\u00dc"}, True,
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    plain = [entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * i))
+             for i in range(30)]
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([odd, *plain]))
+    entries = artifacts.read_cache(path).entries()
+    expected = json.dumps([e.to_dict() for e in entries], indent=2, sort_keys=True,
+                          allow_nan=False) + "\n"
+    assert expected.isascii() and "1e-05" in expected and "1e+300" in expected
+    code, text = run("show", "--json", path)
+    assert code == 0 and text == expected
+    assert run("show", "--json", "--op", "none", path) == (0, "[]\n")
+    for per_chunk in (1, 7):  # the joints between chunks
+        cache_json.ENTRIES_PER_CHUNK, was = per_chunk, cache_json.ENTRIES_PER_CHUNK
+        try:
+            assert run("show", "--json", path)[1] == expected
+        finally:
+            cache_json.ENTRIES_PER_CHUNK = was
+    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "show", "--json",
+                           str(path)], capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.decode("ascii") == expected
+
+
 def test_merge_into_a_corpus_that_is_also_an_input(tmp_path: Path) -> None:
     corpus, a, b = tmp_path / "corpus.json", tmp_path / "a.json", tmp_path / "b.json"
     artifacts.write_cache(corpus, MeasureCache([entry("old", "x")]))
