@@ -14,7 +14,7 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -241,6 +241,34 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
         del current
         _write_entries(path, result.entries.values())
     return result
+
+
+def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], bool], *,
+                   dry_run: bool = False, timeout: float = LOCK_TIMEOUT_S
+                   ) -> tuple[list[CacheEntry], int]:
+    """Remove the entries of the cache at ``path`` that ``picks``; returns them (sorted
+    by key) and how many remain.
+
+    Read, filtered and written under the cache's lock, so an entry another process adds
+    meanwhile is kept; nothing is written when nothing goes. ``dry_run`` only reads (no
+    lock: readers see whole files). A missing or unreadable file is an
+    ``ArtifactError``, and is left untouched.
+    """
+
+    def work() -> tuple[list[CacheEntry], int]:
+        entries = read_cache(path).entries()
+        gone = [e for e in entries if picks(e)]
+        if gone and not dry_run:
+            chosen = set(map(id, gone))
+            _write_entries(path, [e for e in entries if id(e) not in chosen])
+        return gone, len(entries) - len(gone)
+
+    if not os.path.exists(path):
+        raise ArtifactError(f"cannot read {escape(path)}: no such file")
+    if dry_run:
+        return work()
+    with cache_lock(path, timeout):
+        return work()
 
 
 def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
