@@ -233,7 +233,8 @@ def small(args: argparse.Namespace, tmp: Path, v2_root: Path, v2: dict[str, Modu
                                      paths[fmt, "a"], v2_root)
         rows[fmt] = {
             "file": f"{paths[fmt, 'a'].stat().st_size / 1e6:.0f} MB",
-            "load": f"{statistics.median(loads[fmt]):.3f} s", "write (read cache)": f"{write:.3f} s",
+            "load": f"{statistics.median(loads[fmt]):.3f} s",
+            "write (read cache)": f"{write:.3f} s",
             "write (built entries)": f"{write_built[fmt]:.3f} s",
             "tracked after load": f"{tracked:,}", "full collection": f"{full * 1e3:.0f} ms",
             "merge": f"{merge:.3f} s", "load peak RSS": f"+{peak:.0f} MB",
