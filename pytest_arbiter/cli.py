@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import itertools
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -61,30 +62,39 @@ def _say(out: TextIO, text: str) -> None:
 # -- show ------------------------------------------------------------------------------
 
 
-def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
-    rows = [["device", "target", "op", "bucket", "dtype", "winner", "median", "runner-up",
-             "samples", "spread", "confidence", "host", "measured"]]
-    for e in entries:
-        best = e.ranking[0].stats
-        if len(e.ranking) > 1 and best.median_ns > 0:
-            second = e.ranking[1]
-            runner = f"{second.name} +{(second.stats.median_ns / best.median_ns - 1) * 100:.1f}%"
-        else:
-            runner = "-"
-        conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
-        rows.append([e.device, e.target, e.op, e.bucket, e.dtype, e.winner,
-                     format_ns(best.median_ns), runner, str(best.samples),
-                     f"{e.spread * 100:.1f}%", conf, str(e.provenance.get("host", "-")),
-                     str(e.provenance.get("measured_at", "-"))])
-    return rows
+SHOW_COLUMNS = ("device", "target", "op", "bucket", "dtype", "winner", "median",
+                "runner-up", "samples", "spread", "confidence", "host", "measured")
 
 
-def _print_table(rows: list[list[str]], out: TextIO) -> None:
-    rows = [[escape(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+def _show_row(e: CacheEntry) -> tuple[str, ...]:
+    best = e.ranking[0].stats
+    if len(e.ranking) > 1 and best.median_ns > 0:
+        second = e.ranking[1]
+        runner = f"{second.name} +{(second.stats.median_ns / best.median_ns - 1) * 100:.1f}%"
+    else:
+        runner = "-"
+    conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+    return (e.device, e.target, e.op, e.bucket, e.dtype, e.winner, format_ns(best.median_ns),
+            runner, str(best.samples), f"{e.spread * 100:.1f}%", conf,
+            str(e.provenance.get("host", "-")), str(e.provenance.get("measured_at", "-")))
+
+
+_CELLS = "\x00"  # never in an escaped cell
+
+
+def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
+    """Columns padded to their widest cell. Each row is kept as one string until every
+    width is known (a million rows as lists of cells would double ``show``'s memory)."""
+    widths: list[int] = []
+    lines: list[str] = []
     for row in rows:
-        _say(out, "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-             .rstrip())
+        cells = list(map(escape, row))
+        lengths = list(map(len, cells))
+        widths = list(map(max, widths, lengths)) if widths else lengths
+        lines.append(_CELLS.join(cells))
+    for text in lines:
+        cells = text.split(_CELLS)
+        _say(out, "  ".join(map(str.ljust, cells, widths)).rstrip())
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -106,7 +116,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     if not entries:
         _say(out, f"{args.cache}: no entries")
         return EXIT_OK
-    _print_table(_show_rows(entries), out)
+    _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
     devices = sorted({e.device for e in entries})
     _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})")
     return EXIT_OK
