@@ -363,30 +363,37 @@ def tune(corpus_entries: int, keys: int, repeat: int, tmp: Path, artifacts: Any,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     times: dict[str, list[float]] = {"empty": [], "corpus": []}
+    cpus: dict[str, list[float]] = {"empty": [], "corpus": []}
     for _ in range(repeat):
         for kind in ("empty", "corpus"):
             cache = project / "cache.json"
             cache.unlink(missing_ok=True)
             if kind == "corpus":
                 cache.write_bytes(pristine)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), children_cpu()
             done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
                                    "no:cacheprovider", "--arbiter-tune",
                                    f"--arbiter-cache={cache}"], cwd=project, env=env,
                                   capture_output=True, text=True)
             times[kind].append(time.perf_counter() - start)
+            cpus[kind].append(children_cpu() - cpu)
             if done.returncode != 0:
                 raise RuntimeError(f"tune run ({kind}): {done.stdout[-3000:]}")
             added = len(artifacts.read_cache(cache))
             expected = keys + (corpus_entries if kind == "corpus" else 0)
             if added != expected:
                 raise RuntimeError(f"tune run ({kind}): {added} entries, not {expected}")
-    empty, full = statistics.median(times["empty"]), statistics.median(times["corpus"])
-    print(f"  no cache: {empty:.2f} s ({', '.join(f'{t:.2f}' for t in times['empty'])})")
-    print(f"  {corpus_entries:,}-entry corpus: {full:.2f} s "
-          f"({', '.join(f'{t:.2f}' for t in times['corpus'])})")
-    print(f"  ratio {full / empty:.2f}x; load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for kind, label in (("empty", "no cache"), ("corpus", f"{corpus_entries:,}-entry corpus")):
+        print(f"  {label}: wall {statistics.median(times[kind]):.2f} s "
+              f"({', '.join(f'{t:.2f}' for t in times[kind])}), CPU "
+              f"{statistics.median(cpus[kind]):.2f} s "
+              f"({', '.join(f'{t:.2f}' for t in cpus[kind])})")
+    wall = statistics.median(times["corpus"]) / statistics.median(times["empty"])
+    cpu = statistics.median(cpus["corpus"]) / statistics.median(cpus["empty"])
+    paired = statistics.median(c / e for c, e in zip(cpus["corpus"], cpus["empty"],
+                                                      strict=True))
+    print(f"  ratio: wall {wall:.2f}x, CPU {cpu:.2f}x (paired median {paired:.2f}x); load "
+          f"average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":
