@@ -35,6 +35,7 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
+    from pytest_arbiter.artifacts import Stamp
     from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
     from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.fixture import ArbiterFixture
@@ -102,14 +103,14 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-def _read_cache(path: Path | None) -> MeasureCache | None:
-    """The cache at ``path`` (None if there is none)."""
+def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
+    """The cache at ``path`` (None if there is none), and its file's stamp."""
     if path is None or not path.exists():
-        return None
+        return None, None
     from pytest_arbiter import artifacts
 
     try:
-        return artifacts.read_cache(path)
+        return artifacts.read_cache_stamped(path)
     except artifacts.ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
 
@@ -185,7 +186,13 @@ class ArbiterSession:
         self.is_worker = hasattr(config, "workerinput")
         # the baseline first: once the cache is read, nothing here raises
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.loaded_cache = _read_cache(settings.cache)
+        self.loaded_cache, stamp = _read_cache(settings.cache)
+        # the entries as read, for the tuning run's write to stand for the file while it
+        # is unchanged (the arbiter adds to loaded_cache as it measures)
+        self._as_read: tuple[Stamp, MeasureCache] | None = None
+        read = self.loaded_cache
+        if settings.tune and not self.is_worker and stamp is not None and read is not None:
+            self._as_read = (stamp, type(read).of_keyed(read.by_key()))
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self._ended = False
         self.histogram = DispatchHistogram()
@@ -426,7 +433,8 @@ class ArbiterSession:
         from pytest_arbiter.cache import MeasureCache
 
         try:
-            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S)
+            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S,
+                                   known=self._as_read)
             return
         except artifacts.ArtifactError as exc:
             failure = str(exc)
@@ -545,7 +553,7 @@ class ArbiterSession:
         for cache in (self.loaded_cache, self._arbiter.cache if self._arbiter else None):
             if cache is not None:
                 cache.clear()
-        self.loaded_cache = None
+        self.loaded_cache = self._as_read = None
         self._arbiter = None
         self._read_entries = {}
 
