@@ -88,7 +88,8 @@ def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
     widths: list[int] = []
     lines: list[str] = []
     for row in rows:
-        cells = list(map(escape, row))
+        # one C call checks the whole row: most rows have nothing to escape
+        cells = list(row) if "".join(row).isprintable() else list(map(escape, row))
         lengths = list(map(len, cells))
         widths = list(map(max, widths, lengths)) if widths else lengths
         lines.append(_CELLS.join(cells))
