@@ -1,7 +1,8 @@
 """The cache file, version 3 (msgspec structs) side by side with version 2 (the
 hand-built format), in one run on the same entries.
 
-Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M] [--shards]
+Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M [--data DIR]]
+                                 [--shards] [--tune N] [--skip-small]
 
 The version 2 code is taken from git (``--v2 COMMIT``, the last commit before the
 msgspec schema) into a temporary package, ``arbiter_v2``, so both run in one process.
@@ -9,8 +10,8 @@ Both get the same realistic entries (bench/bench_merge.py: one to four ranked
 candidates, the tuner's provenance); version 3's also carry what version 2 cannot hold
 (the candidates considered with their fingerprints, the environment, ``since``).
 
-Measured, the median of R, interleaved, with the garbage collector on (as in a pytest run;
-the version 2 reader pauses it itself):
+Measured, the median of R, interleaved, with the garbage collector on (as in a pytest
+run; the version 2 reader pauses it itself):
 
 - load: ``artifacts.read_cache`` (read, decode, validate every entry, build the dict);
 - write: ``artifacts.write_cache`` (encode, lock, fsync, replace) of the cache just read,
@@ -21,9 +22,14 @@ the version 2 reader pauses it itself):
 - memory: the peak RSS a load adds, in a fresh process.
 
 ``--scale M`` (e.g. 1000000) also times, in fresh processes, a load of M entries and the
-``pytest-arbiter`` commands ``show`` (table to /dev/null), ``diff`` and ``merge`` of two
-M-entry corpora (three quarters of the keys in both), reporting wall time and peak RSS.
+``pytest-arbiter`` commands ``show`` (table to /dev/null), ``show --json``, ``diff`` and
+``merge`` of two M-entry corpora (three quarters of the keys in both), reporting wall
+time, CPU time and peak RSS; ``--data DIR`` keeps those corpora for the next run.
 ``--shards`` times ``pytest-arbiter merge`` of 2, 8 and 32 shards of 10,000 entries.
+``--tune N`` times ``pytest --arbiter-tune`` measuring 10 new keys beside an N-entry
+corpus against the same run with no cache file (R runs each, alternating).
+``--skip-small`` leaves out the 100k comparison. docs/performance.md ("The store") has
+the figures.
 """
 
 from __future__ import annotations
