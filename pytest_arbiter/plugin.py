@@ -15,7 +15,6 @@ them), not when pytest loads the plugin.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import socket
 import sys
@@ -43,6 +42,7 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
+    from pytest_arbiter.artifacts import Stamp
     from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
     from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.fixture import ArbiterFixture
@@ -127,27 +127,16 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-FREEZE_ENTRIES = 10_000
-"""A cache read with at least this many entries is moved out of the garbage collector's
-sight for the session (:func:`gc.freeze`): it lives as long as the session, and every
-full collection would otherwise walk all of its objects (~0.3 s each at 100k entries)."""
-
-
-def _read_cache(path: Path | None) -> tuple[MeasureCache | None, bool]:
-    """The cache at ``path`` (None if there is none), and whether it was frozen."""
+def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
+    """The cache at ``path`` (None if there is none), and its file's stamp."""
     if path is None or not path.exists():
-        return None, False
+        return None, None
     from pytest_arbiter import artifacts
 
     try:
-        cache = artifacts.read_cache(path)
+        return artifacts.read_cache_stamped(path)
     except artifacts.ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
-    # only where nobody else uses freezing: unfreezing at the end would undo theirs
-    freeze = len(cache) >= FREEZE_ENTRIES and gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    return cache, freeze
 
 
 def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
@@ -219,9 +208,15 @@ class ArbiterSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        # the baseline first: once the cache is read (and maybe frozen), nothing here raises
+        # the baseline first: once the cache is read, nothing here raises
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.loaded_cache, self._froze = _read_cache(settings.cache)
+        self.loaded_cache, stamp = _read_cache(settings.cache)
+        # the entries as read, for the tuning run's write to stand for the file while it
+        # is unchanged (the arbiter adds to loaded_cache as it measures)
+        self._as_read: tuple[Stamp, MeasureCache] | None = None
+        read = self.loaded_cache
+        if settings.tune and not self.is_worker and stamp is not None and read is not None:
+            self._as_read = (stamp, type(read).of_keyed(read.by_key()))
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self._ended = False
         self.histogram = DispatchHistogram()
@@ -477,7 +472,8 @@ class ArbiterSession:
         from pytest_arbiter.cache import MeasureCache
 
         try:
-            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S)
+            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S,
+                                   known=self._as_read)
             return
         except artifacts.ArtifactError as exc:
             failure = str(exc)
@@ -597,12 +593,9 @@ class ArbiterSession:
         for cache in (self.loaded_cache, self._arbiter.cache if self._arbiter else None):
             if cache is not None:
                 cache.clear()
-        self.loaded_cache = None
+        self.loaded_cache = self._as_read = None
         self._arbiter = None
         self._read_entries = {}
-        if self._froze:
-            gc.unfreeze()  # what the freeze kept from the collector, the cache gone
-            self._froze = False
 
     # -- reporting --------------------------------------------------------------------
 

@@ -733,66 +733,6 @@ def test_fixed_entries_only_for_what_the_run_dispatched(pytester: pytest.Pyteste
     assert "candidate=wmma" not in result.stdout.str()
 
 
-def test_a_large_cache_is_kept_from_the_collector_for_the_session(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read at configure, frozen (gc.freeze) while the session runs, let go and unfrozen
-    at unconfigure, before pytest's own end-of-run collections."""
-    import gc
-
-    import pytest_arbiter.plugin as plugin_module
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
-
-    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
-    entries = [CacheEntry("other-device", "cpu", "matmul", f"b{i}", "float32",
-                          (RankedCandidate("k", stats),)) for i in range(3)]
-    artifacts.write_cache(pytester.path / "cache.json", MeasureCache(entries))
-    pytester.makepyfile(test_frozen="""
-        import gc
-
-        def test_frozen():
-            assert gc.get_freeze_count() > 0
-    """)
-    assert gc.get_freeze_count() == 0
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    result = pytester.runpytest("--arbiter-cache=cache.json")
-    assert result.ret == 0, result.stdout.str()
-    assert gc.get_freeze_count() == 0
-    # below the threshold, or where something else froze objects already: no freeze
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 4)
-    result = pytester.runpytest("--arbiter-cache=cache.json")
-    result.assert_outcomes(failed=1)
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        assert pytester.runpytest("--arbiter-cache=cache.json").ret == 0
-        # theirs stay frozen: not unfrozen, none added (some died meanwhile)
-        assert 0 < gc.get_freeze_count() <= frozen
-    finally:
-        gc.unfreeze()
-
-
-def test_a_failed_configure_leaves_nothing_frozen(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gc
-
-    import pytest_arbiter.plugin as plugin_module
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
-
-    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
-    artifacts.write_cache(pytester.path / "cache.json", MeasureCache(
-        [CacheEntry("d", "cpu", "matmul", f"b{i}", "float32", (RankedCandidate("k", stats),))
-         for i in range(3)]))
-    (pytester.path / "base.json").write_text("{not json")
-    pytester.makepyfile(test_one="def test_ok():\n    pass\n")
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    result = pytester.runpytest("--arbiter-cache=cache.json", "--arbiter-baseline=base.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert gc.get_freeze_count() == 0
-
-
 def test_the_session_end_empties_the_cache_and_ends_the_arbiter(tmp_path: Path) -> None:
     """A failed last test's traceback can keep the arbiter, and so the cache, alive past
     pytest_unconfigure: the session empties the cache itself."""
