@@ -657,13 +657,15 @@ def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
     artifacts.write_cache(corpus, MeasureCache([entry("old", 0.9999, "committed")]))
     session = ArbiterSession(SimpleNamespace(), ArbiterSettings(cache=corpus))  # type: ignore[arg-type]
     key = entry("x", 1.0, "x").key
+    ledger = session.ledger
+    session.arbiter  # noqa: B018  the run's arbiter, on the cache it read
     # what a worker measured this run replaces what the run read, even a surer entry
-    session.take_measured([entry("first", 0.95, "gw0")])
+    ledger.take_measured([entry("first", 0.95, "gw0")])
     assert session.arbiter.cache.get(key).winner == "first"  # type: ignore[union-attr]
     # between two workers' entries the merge rule decides, whichever arrives last
-    session.take_measured([entry("weaker", 0.90, "gw1")])
+    ledger.take_measured([entry("weaker", 0.90, "gw1")])
     assert session.arbiter.cache.get(key).winner == "first"  # type: ignore[union-attr]
-    session.take_measured([entry("surer", 0.99, "gw2")])
+    ledger.take_measured([entry("surer", 0.99, "gw2")])
     assert session.arbiter.cache.get(key).winner == "surer"  # type: ignore[union-attr]
 
 
