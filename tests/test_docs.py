@@ -274,3 +274,30 @@ def test_the_parser() -> None:
     assert second.skip is None
     assert script_of(second) == ("\n".join([
         ": # docs test, already installed: pip install -e '.[test]'", "echo ok"]) + "\n")
+
+
+INTERNAL = re.compile(
+    r"\bSPEC\b|design (?:notes?|card)|\bcommits? [0-9a-f]{7,40}\b|\bgit archive [0-9a-f]{7,40}\b"
+    r"|\b(?:until|at|since) [0-9a-f]{7,40}\b|\bissue #?\d+\b|\bitem \d+\b")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_no_internal_references(doc: Path) -> None:
+    """A user's docs cite no design notes, commits or internal issue numbers."""
+    found = [f"{doc_id(doc)}:{n}: {m.group(0)!r}"
+             for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+             for m in INTERNAL.finditer(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_relative_links_resolve(doc: Path) -> None:
+    """Every relative link of a doc names a file of the repository (anchors not checked)."""
+    text = doc.read_text(encoding="utf-8")
+    missing = []
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        if not (doc.parent / target).exists():
+            missing.append(target)
+    assert missing == []
