@@ -11,9 +11,10 @@ Then it runs ``pytest --arbiter-tune`` on it ``--repeat`` times each way: ``-n 0
 (twice, for the baseline's own agreement), ``-n 2`` with the per-device measurement
 lock, and ``-n 2`` without it (each worker gets its own lock folder, so neither waits).
 Prints, per run, how many of the keys' winners agree with the first ``-n 0`` run and
-with the truth (the lean candidate), how many picks were not ties (the tuner was sure)
-and how many of those are wrong, how many entries say ``timed_alone``, and the load
-average before and after each run.
+with the truth (the lean candidate), how many picks were not ties and how many were
+significant (the entry's p-value below ``ComparePolicy().alpha``), and how many of each
+are wrong, how many entries say ``timed_alone``, and the load average before and after
+each run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from pytest_arbiter.cache_file import decode_document
+from pytest_arbiter.measure import ComparePolicy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -120,7 +122,9 @@ def tune(folder: Path, label: str, workers: int, lock: bool, run: int) -> dict[s
                  f"{proc.stderr[-3000:]}")
     entries = decode_document(cache.read_bytes(), source=str(cache))
     return {"winners": {e.op: e.ranking[0].name for e in entries},
-            "confident": {e.op for e in entries if not e.tie},
+            "not_tie": {e.op for e in entries if not e.tie},
+            "significant": {e.op for e in entries
+                            if e.provenance.get("p_value", 1.0) < ComparePolicy().alpha},
             "alone": sum(1 for e in entries if e.provenance.get("timed_alone") is True),
             "load": load, "load_after": os.getloadavg(), "seconds": took}
 
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"command: python bench/bench_contention.py --keys {args.keys} "
               f"--repeat {args.repeat} --size {args.size} --gap-min {args.gap_min:g} "
               f"--gap-max {args.gap_max:g}; cpus: {os.cpu_count()}")
-        totals: dict[str, list[int]] = {label: [0, 0, 0, 0, 0] for label, _, _ in plan}
+        totals: dict[str, list[int]] = {label: [0] * 7 for label, _, _ in plan}
         for run in range(args.repeat):
             results = {label: tune(folder, label, workers, lock, run)
                        for label, workers, lock in plan}
@@ -153,23 +157,28 @@ def main(argv: list[str] | None = None) -> int:
                 assert isinstance(winners, dict)
                 same = sum(1 for op, w in winners.items() if base.get(op) == w)
                 right = sum(1 for op, w in winners.items() if truth[op] == w)
-                confident = res["confident"]
-                assert isinstance(confident, set)
-                sure_wrong = sum(1 for op in confident if truth[op] != winners[op])
+                not_tie, significant = res["not_tie"], res["significant"]
+                assert isinstance(not_tie, set) and isinstance(significant, set)
+                not_tie_wrong = sum(1 for op in not_tie if truth[op] != winners[op])
+                sure_wrong = sum(1 for op in significant if truth[op] != winners[op])
                 totals[label][0] += same
                 totals[label][1] += right
                 totals[label][2] += len(winners)
-                totals[label][3] += len(confident)
-                totals[label][4] += sure_wrong
+                totals[label][3] += len(not_tie)
+                totals[label][4] += not_tie_wrong
+                totals[label][5] += len(significant)
+                totals[label][6] += sure_wrong
                 load, after = res["load"], res["load_after"]
                 assert isinstance(load, tuple) and isinstance(after, tuple)
                 print(f"run {run} {label:10s}: {same:2d}/{len(winners)} agree with n0, "
-                      f"{right:2d}/{len(winners)} lean, {len(confident):2d} not ties of "
-                      f"which {sure_wrong} wrong, timed_alone {res['alone']:2d}, "
+                      f"{right:2d}/{len(winners)} lean, {len(not_tie):2d} not ties "
+                      f"({not_tie_wrong} wrong), {len(significant):2d} significant "
+                      f"({sure_wrong} wrong), timed_alone {res['alone']:2d}, "
                       f"{res['seconds']:.1f} s, load {load[0]:.2f} -> {after[0]:.2f}")
-        for label, (same, right, total, sure, wrong) in totals.items():
+        for label, (same, right, total, nt, nt_wrong, sig, sig_wrong) in totals.items():
             print(f"total {label:10s}: {same}/{total} agree with n0, {right}/{total} lean; "
-                  f"{sure} not ties, {wrong} of them wrong")
+                  f"{nt} not ties ({nt_wrong} wrong), {sig} significant at the "
+                  f"comparison's alpha ({sig_wrong} wrong)")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The cache file, version 3 (msgspec structs) side by side with version 2 (the
 hand-built format), in one run on the same entries.
 
-Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M] [--shards]
+Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M [--data DIR]]
+                                 [--shards] [--tune N] [--skip-small]
 
 The version 2 code is taken from git (``--v2 COMMIT``, the last commit before the
 msgspec schema) into a temporary package, ``arbiter_v2``, so both run in one process.
@@ -9,8 +10,8 @@ Both get the same realistic entries (bench/bench_merge.py: one to four ranked
 candidates, the tuner's provenance); version 3's also carry what version 2 cannot hold
 (the candidates considered with their fingerprints, the environment, ``since``).
 
-Measured, best of R, interleaved, with the garbage collector on (as in a pytest run;
-the version 2 reader pauses it itself):
+Measured, the median of R, interleaved, with the garbage collector on (as in a pytest
+run; the version 2 reader pauses it itself):
 
 - load: ``artifacts.read_cache`` (read, decode, validate every entry, build the dict);
 - write: ``artifacts.write_cache`` (encode, lock, fsync, replace) of the cache just read,
@@ -21,9 +22,14 @@ the version 2 reader pauses it itself):
 - memory: the peak RSS a load adds, in a fresh process.
 
 ``--scale M`` (e.g. 1000000) also times, in fresh processes, a load of M entries and the
-``pytest-arbiter`` commands ``show`` (table to /dev/null), ``diff`` and ``merge`` of two
-M-entry corpora (three quarters of the keys in both), reporting wall time and peak RSS.
+``pytest-arbiter`` commands ``show`` (table to /dev/null), ``show --json``, ``diff`` and
+``merge`` of two M-entry corpora (three quarters of the keys in both), reporting wall
+time, CPU time and peak RSS; ``--data DIR`` keeps those corpora for the next run.
 ``--shards`` times ``pytest-arbiter merge`` of 2, 8 and 32 shards of 10,000 entries.
+``--tune N`` times ``pytest --arbiter-tune`` measuring 10 new keys beside an N-entry
+corpus against the same run with no cache file (R runs each, alternating).
+``--skip-small`` leaves out the 100k comparison. docs/performance.md ("The store") has
+the figures.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import argparse
 import gc
 import io
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -73,13 +81,14 @@ def v2_entries(v2: dict[str, ModuleType], n: int, *, seed: int, host: str,
 
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
+    """The median wall time of ``repeat`` calls (the machine may be shared)."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
         del result
-    return min(times)
+    return statistics.median(times)
 
 
 def tracked_after(load: Callable[[], Any]) -> tuple[int, float]:
@@ -109,14 +118,15 @@ PEAK = (HWM + "import sys; sys.path[:0] = sys.argv[1:3]\n"
         "print(len(cache), hwm() - base, base)\n")
 
 
-def load_peak(package: str, path: Path, v2_root: Path) -> tuple[float, float, float]:
-    """(wall s of the load, peak RSS the load added, RSS after imports), both MB, in a
-    fresh process."""
-    code = ("import time\nt = time.perf_counter()\n" + PEAK.format(package=package)
-            + "print(time.perf_counter() - t)\n")
+def load_peak(package: str, path: Path, v2_root: Path) -> tuple[float, float, float, float]:
+    """(wall s of the load, its CPU s, peak RSS the load added, RSS after imports; both
+    MB) in a fresh process."""
+    code = ("import time\n" + PEAK.format(package=package).replace(
+        "cache = ", "t, c = time.perf_counter(), time.process_time()\ncache = ")
+        + "print(time.perf_counter() - t, time.process_time() - c)\n")
     out = subprocess.run([sys.executable, "-c", code, str(v2_root), str(REPO), str(path)],
                          capture_output=True, text=True, check=True).stdout.split()
-    return float(out[3]), int(out[1]) / 1024, int(out[2]) / 1024
+    return float(out[3]), float(out[4]), int(out[1]) / 1024, int(out[2]) / 1024
 
 
 CLI = (HWM + "import atexit, os, sys; sys.path[:0] = sys.argv[1:3]\n"
@@ -125,8 +135,16 @@ CLI = (HWM + "import atexit, os, sys; sys.path[:0] = sys.argv[1:3]\n"
        "sys.exit(main(sys.argv[3:], out=open(os.devnull, 'w')))\n")
 
 
-def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float]:
-    """(wall s, peak RSS MB) of ``pytest-arbiter ARGV`` in a fresh process."""
+def children_cpu() -> float:
+    """CPU seconds (user and system) of the finished child processes so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of ``pytest-arbiter ARGV`` in a fresh process. The CPU
+    time is what a loaded machine changes least."""
+    cpu = children_cpu()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CLI.format(package=package), str(v2_root),
                            str(REPO), *map(str, argv)], capture_output=True, text=True)
@@ -134,7 +152,7 @@ def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float]:
     if done.returncode != 0:
         raise RuntimeError(f"{package} {argv}: {done.stderr[-2000:]}")
     peak = int(done.stderr.rsplit("PEAK ", 1)[1].split()[0]) / 1024
-    return wall, peak
+    return wall, children_cpu() - cpu, peak
 
 
 def main() -> int:
@@ -147,6 +165,11 @@ def main() -> int:
                         help="also time load/show/diff/merge of this many entries")
     parser.add_argument("--shards", action="store_true",
                         help="also time pytest-arbiter merge of 2, 8, 32 shards of 10k")
+    parser.add_argument("--tune", type=int, default=0, metavar="N",
+                        help="also time pytest --arbiter-tune measuring 10 new keys beside an "
+                        "N-entry corpus against an empty cache")
+    parser.add_argument("--data", metavar="DIR",
+                        help="keep the --scale corpora (v3) in DIR and reuse them")
     parser.add_argument("--skip-small", action="store_true",
                         help="only the --scale and --shards parts")
     parser.add_argument("--scale-formats", default="v2,v3",
@@ -168,10 +191,13 @@ def main() -> int:
         if not args.skip_small:
             small(args, tmp, v2_root, v2, artifacts, corpus, MeasureCache)
         if args.scale:
-            scale(args.scale, tmp, v2_root, v2, artifacts, MeasureCache,
+            scale(args.scale, tmp, Path(args.data) if args.data else tmp, v2_root, v2,
+                  artifacts, MeasureCache,
                   args.scale_formats.split(","))
         if args.shards:
             shards(tmp, v2_root, artifacts, MeasureCache)
+        if args.tune:
+            tune(args.tune, 10, args.repeat, tmp, artifacts, MeasureCache)
     return 0
 
 
@@ -209,16 +235,18 @@ def small(args: argparse.Namespace, tmp: Path, v2_root: Path, v2: dict[str, Modu
         merge = best(lambda f=fmt, a=loaded, b=other: mergers[f](a, b), repeat)
         del loaded, other
         tracked, full = tracked_after(lambda f=fmt: readers[f](paths[f, "a"]))
-        _, peak, _ = load_peak(f"{'arbiter_v2' if fmt == 'v2' else 'pytest_arbiter'}",
+        _, _, peak, _ = load_peak(f"{'arbiter_v2' if fmt == 'v2' else 'pytest_arbiter'}",
                                      paths[fmt, "a"], v2_root)
         rows[fmt] = {
             "file": f"{paths[fmt, 'a'].stat().st_size / 1e6:.0f} MB",
-            "load": f"{min(loads[fmt]):.3f} s", "write (read cache)": f"{write:.3f} s",
+            "load": f"{statistics.median(loads[fmt]):.3f} s",
+            "write (read cache)": f"{write:.3f} s",
             "write (built entries)": f"{write_built[fmt]:.3f} s",
             "tracked after load": f"{tracked:,}", "full collection": f"{full * 1e3:.0f} ms",
             "merge": f"{merge:.3f} s", "load peak RSS": f"+{peak:.0f} MB",
         }
-    print(f"\n{n:,} entries, best of {repeat}, GC on:")
+    print(f"\n{n:,} entries, median of {repeat}, GC on; load average "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}:")
     print(f"{'':24}{'version 2':>14}{'version 3':>14}  ratio")
     for key in rows["v2"]:
         a, b = rows["v2"][key], rows["v3"][key]
@@ -233,17 +261,18 @@ def small(args: argparse.Namespace, tmp: Path, v2_root: Path, v2: dict[str, Modu
           f"v3: {', '.join(f'{t:.3f}' for t in loads['v3'])}", flush=True)
 
 
-def scale(m: int, tmp: Path, v2_root: Path, v2: dict[str, ModuleType], artifacts: Any,
-          measure_cache: Any, formats: list[str]) -> None:
+def scale(m: int, tmp: Path, data: Path, v2_root: Path, v2: dict[str, ModuleType],
+          artifacts: Any, measure_cache: Any, formats: list[str]) -> None:
     """Load, show, diff and merge of M-entry corpora, each in a fresh process."""
     print(f"\n{m:,} entries (fresh processes; wall time includes start-up and imports):",
           flush=True)
     files: dict[tuple[str, str], Path] = {}
     for shard, seed, host, start in (("a", 1, "runner-a", 0), ("b", 2, "runner-b", m // 4)):
         t = time.perf_counter()
-        path = files["v3", shard] = tmp / f"big-v3-{shard}.json"
-        artifacts.write_cache(path, measure_cache(make_entries(m, seed=seed, host=host,
-                                                               start=start)))
+        path = files["v3", shard] = data / f"big-{m}-v3-{shard}.json"
+        if not path.exists():  # kept in --data DIR between runs
+            artifacts.write_cache(path, measure_cache(make_entries(m, seed=seed, host=host,
+                                                                   start=start)))
         gc.collect()
         if "v2" in formats:
             path = files["v2", shard] = tmp / f"big-v2-{shard}.json"
@@ -256,18 +285,18 @@ def scale(m: int, tmp: Path, v2_root: Path, v2: dict[str, ModuleType], artifacts
     for fmt, package in (("v2", "arbiter_v2"), ("v3", "pytest_arbiter")):
         if fmt not in formats:
             continue
-        wall, peak, base = load_peak(package, files[fmt, "a"], v2_root)
-        print(f"  {fmt} load: {wall:.2f} s, peak RSS +{peak:.0f} MB over {base:.0f} MB after "
-              "imports", flush=True)
+        wall, cpu, peak, base = load_peak(package, files[fmt, "a"], v2_root)
+        print(f"  {fmt} load: {wall:.2f} s (CPU {cpu:.2f} s), peak RSS +{peak:.0f} MB over "
+              f"{base:.0f} MB after imports", flush=True)
         for name, argv in (("show", ["show", files[fmt, "a"]]),
                            ("show --json", ["show", "--json", files[fmt, "a"]]),
                            ("diff", ["diff", files[fmt, "a"], files[fmt, "b"]]),
                            ("merge", ["merge", "-o", tmp / f"merged-{fmt}.json",
                                       files[fmt, "a"], files[fmt, "b"]])):
             try:
-                wall, peak = cli(package, v2_root, *argv)
-                print(f"  {fmt} pytest-arbiter {name}: {wall:.2f} s, peak RSS {peak:.0f} MB",
-                      flush=True)
+                wall, cpu, peak = cli(package, v2_root, *argv)
+                print(f"  {fmt} pytest-arbiter {name}: {wall:.2f} s (CPU {cpu:.2f} s), peak "
+                      f"RSS {peak:.0f} MB", flush=True)
             except RuntimeError as exc:
                 print(f"  {fmt} pytest-arbiter {name}: failed: {exc}", flush=True)
             (tmp / f"merged-{fmt}.json").unlink(missing_ok=True)
@@ -285,10 +314,92 @@ def shards(tmp: Path, v2_root: Path, artifacts: Any, measure_cache: Any) -> None
         paths.append(path)
     for count in (2, 8, 32):
         out = tmp / f"corpus-{count}.json"
-        wall, peak = cli("pytest_arbiter", v2_root, "merge", "-o", out, *paths[:count])
+        wall, cpu, peak = cli("pytest_arbiter", v2_root, "merge", "-o", out, *paths[:count])
         merged = len(artifacts.read_cache(out))
-        print(f"  {count:2d} shards: {wall:.2f} s, peak RSS {peak:.0f} MB, {merged:,} entries",
-              flush=True)
+        print(f"  {count:2d} shards ({count * 10_000:,} entries in): {wall:.2f} s (CPU "
+              f"{cpu:.2f} s), peak RSS {peak:.0f} MB, {merged:,} entries out", flush=True)
+
+
+TUNE_CONFTEST = """
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("bench_scale", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("bench_scale", target="cpu", name="bench_add", tier=1)
+def add(x):
+    return x + x
+
+
+@pytest_arbiter.candidate("bench_scale", target="cpu", name="bench_mul", tier=0)
+def mul(x):
+    return x * 2
+"""
+
+TUNE_TESTS = """
+import numpy as np
+import pytest
+import pytest_arbiter
+
+
+@pytest.mark.parametrize("n", [2 ** i for i in range(1, {keys} + 1)])
+def test_scale(n):
+    pytest_arbiter.dispatch("bench_scale", np.ones(n, np.float32))
+"""
+
+
+def tune(corpus_entries: int, keys: int, repeat: int, tmp: Path, artifacts: Any,
+         measure_cache: Any) -> None:
+    """``pytest --arbiter-tune`` in a fresh process on a small project whose tests
+    measure ``keys`` new keys (an op with two cheap candidates, ``keys`` sizes), with a
+    corpus of ``corpus_entries`` other entries beside them against an empty cache (no
+    file). Wall time of the whole run, median of ``repeat``, interleaved; every run
+    starts from the same corpus file."""
+    print(f"\npytest --arbiter-tune measuring {keys} new keys, a {corpus_entries:,}-entry "
+          f"corpus vs no cache (fresh processes, median of {repeat}):", flush=True)
+    project = tmp / "tune-project"
+    project.mkdir()
+    (project / "conftest.py").write_text(TUNE_CONFTEST)
+    (project / "test_tune.py").write_text(TUNE_TESTS.format(keys=keys))
+    corpus = tmp / "tune-corpus.json"
+    artifacts.write_cache(corpus, measure_cache(make_entries(corpus_entries, seed=7,
+                                                             host="runner-t")))
+    pristine = corpus.read_bytes()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    times: dict[str, list[float]] = {"empty": [], "corpus": []}
+    cpus: dict[str, list[float]] = {"empty": [], "corpus": []}
+    for _ in range(repeat):
+        for kind in ("empty", "corpus"):
+            cache = project / "cache.json"
+            cache.unlink(missing_ok=True)
+            if kind == "corpus":
+                cache.write_bytes(pristine)
+            start, cpu = time.perf_counter(), children_cpu()
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
+                                   "no:cacheprovider", "--arbiter-tune",
+                                   f"--arbiter-cache={cache}"], cwd=project, env=env,
+                                  capture_output=True, text=True)
+            times[kind].append(time.perf_counter() - start)
+            cpus[kind].append(children_cpu() - cpu)
+            if done.returncode != 0:
+                raise RuntimeError(f"tune run ({kind}): {done.stdout[-3000:]}")
+            added = len(artifacts.read_cache(cache))
+            expected = keys + (corpus_entries if kind == "corpus" else 0)
+            if added != expected:
+                raise RuntimeError(f"tune run ({kind}): {added} entries, not {expected}")
+    for kind, label in (("empty", "no cache"), ("corpus", f"{corpus_entries:,}-entry corpus")):
+        print(f"  {label}: wall {statistics.median(times[kind]):.2f} s "
+              f"({', '.join(f'{t:.2f}' for t in times[kind])}), CPU "
+              f"{statistics.median(cpus[kind]):.2f} s "
+              f"({', '.join(f'{t:.2f}' for t in cpus[kind])})")
+    wall = statistics.median(times["corpus"]) / statistics.median(times["empty"])
+    cpu = statistics.median(cpus["corpus"]) / statistics.median(cpus["empty"])
+    paired = statistics.median(c / e for c, e in zip(cpus["corpus"], cpus["empty"],
+                                                      strict=True))
+    print(f"  ratio: wall {wall:.2f}x, CPU {cpu:.2f}x (paired median {paired:.2f}x); load "
+          f"average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ __version__ = "0.1.0"
 
 _HOME = {
     "Arbiter": "arbiter", "CacheMiss": "arbiter", "Selection": "arbiter",
+    "StaleEntry": "arbiter", "Considered": "cache",
+    "current_environment": "fingerprint", "fingerprint_of": "fingerprint",
+    "allow_tf32": "ops", "RecheckPolicy": "recheck", "RecheckResult": "recheck",
     "arbitrate": "arbiter", "measured_arbitrate": "arbiter", "register_timer": "arbiter",
     "ConfigurationError": "process", "configure": "process", "default_arbiter": "process",
     "dispatch": "process", "dispatch_histogram": "process", "run_arbitrated": "process",
@@ -49,6 +52,7 @@ __all__ = [
     "CandidateRegistry",
     "ComparePolicy",
     "ConfigurationError",
+    "Considered",
     "CpuTimer",
     "Decline",
     "DeviceInfo",
@@ -60,20 +64,26 @@ __all__ = [
     "MatmulRegion",
     "MeasureCache",
     "Op",
+    "RecheckPolicy",
+    "RecheckResult",
     "Region",
     "Selection",
     "SoftmaxRegion",
+    "StaleEntry",
     "Timer",
     "__version__",
+    "allow_tf32",
     "arbitrate",
     "candidate",
     "configure",
     "cpu_device",
+    "current_environment",
     "default_arbiter",
     "device_tag",
     "dispatch",
     "dispatch_histogram",
     "f4_gate",
+    "fingerprint_of",
     "gate_matrix",
     "hookimpl",
     "measure_latency",
@@ -105,12 +115,13 @@ if TYPE_CHECKING:
         Arbiter,
         CacheMiss,
         Selection,
+        StaleEntry,
         arbitrate,
         measured_arbitrate,
         register_timer,
     )
     from pytest_arbiter.backends import Backend
-    from pytest_arbiter.cache import CacheEntry, MeasureCache
+    from pytest_arbiter.cache import CacheEntry, Considered, MeasureCache
     from pytest_arbiter.candidates import (
         REGISTRY,
         Candidate,
@@ -121,6 +132,7 @@ if TYPE_CHECKING:
         register_target,
     )
     from pytest_arbiter.device import DeviceInfo, cpu_device, device_tag, register_device_probe
+    from pytest_arbiter.fingerprint import current_environment, fingerprint_of
     from pytest_arbiter.fixture import ArbiterFixture, GateCase, gate_matrix
     from pytest_arbiter.gate import GateReport, f4_gate
     from pytest_arbiter.histogram import OUTCOMES, DispatchHistogram
@@ -132,7 +144,7 @@ if TYPE_CHECKING:
         Timer,
         measure_latency,
     )
-    from pytest_arbiter.ops import OPS, Op, op
+    from pytest_arbiter.ops import OPS, Op, allow_tf32, op
     from pytest_arbiter.process import (
         ConfigurationError,
         configure,
@@ -142,4 +154,5 @@ if TYPE_CHECKING:
         run_arbitrated,
         run_measured_arbitrated,
     )
+    from pytest_arbiter.recheck import RecheckPolicy, RecheckResult
     from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion

@@ -1082,7 +1082,7 @@ class Arbiter:
             result = recheck(pair[0].name, fns, policy=self.recheck,
                              timer=timer_for(ckey[1]))
         if budget is not None:
-            budget.refund(self.recheck.key_budget_s - result.spent_ns / 1e9)
+            budget.settle(self.recheck.key_budget_s, result.spent_ns / 1e9)
         self.rechecks[ckey] = result
         if not result.stale:
             return False

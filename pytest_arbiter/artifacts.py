@@ -14,7 +14,7 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,30 @@ def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
         raise ArtifactError(str(exc)) from None
 
 
+Stamp = tuple[int, int, int, int, int]
+"""What tells one version of a file from another: device, inode, size, modification and
+change times (an atomic replace makes a new inode)."""
+
+
+def stamp_of(path: str | os.PathLike[str]) -> Stamp | None:
+    """The stamp of the file at ``path`` (through symbolic links); ``None`` if there is
+    none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_cache_stamped(path: str | os.PathLike[str]) -> tuple[MeasureCache, Stamp | None]:
+    """:func:`read_cache`, and the stamp of the file it read (``None`` if the file changed
+    while it was read): given back to :func:`update_cache`, it spares the read under the
+    lock when the file is still the one read."""
+    before = stamp_of(path)
+    cache = read_cache(path)
+    return cache, before if before is not None and stamp_of(path) == before else None
+
+
 def cache_bytes(entries: Iterable[CacheEntry]) -> bytes:
     """The file of ``entries`` (schema version 3)."""
     return encode_document(entries)
@@ -229,18 +253,53 @@ def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
 
 
 def update_cache(path: str | os.PathLike[str], *parts: Part,
-                 timeout: float = LOCK_TIMEOUT_S) -> MergeResult:
+                 timeout: float = LOCK_TIMEOUT_S,
+                 known: tuple[Stamp, MeasureCache] | None = None) -> MergeResult:
     """Merge ``parts`` into the cache at ``path`` (created if missing), under its lock.
 
     The current file is read under the lock, so entries another process added since
     are kept. An unreadable current file is an ``ArtifactError`` and is left untouched.
+    ``known``, a stamp (:func:`read_cache_stamped`) and the entries read with it, stands
+    for the file while its stamp is the file's under the lock: a run that read the
+    corpus at its start does not read it again to add what it measured.
     """
     with cache_lock(path, timeout):
-        current = read_cache(path) if os.path.exists(path) else MeasureCache()
+        if known is not None and stamp_of(path) == known[0]:
+            current = known[1]
+        else:
+            current = read_cache(path) if os.path.exists(path) else MeasureCache()
         result = merge(current, *parts)
         del current
         _write_entries(path, result.entries.values())
     return result
+
+
+def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], bool], *,
+                   dry_run: bool = False, timeout: float = LOCK_TIMEOUT_S
+                   ) -> tuple[list[CacheEntry], int]:
+    """Remove the entries of the cache at ``path`` that ``picks``; returns them (sorted
+    by key) and how many remain.
+
+    Read, filtered and written under the cache's lock, so an entry another process adds
+    meanwhile is kept; nothing is written when nothing goes. ``dry_run`` only reads (no
+    lock: readers see whole files). A missing or unreadable file is an
+    ``ArtifactError``, and is left untouched.
+    """
+
+    def work() -> tuple[list[CacheEntry], int]:
+        entries = read_cache(path).entries()
+        gone = [e for e in entries if picks(e)]
+        if gone and not dry_run:
+            chosen = set(map(id, gone))
+            _write_entries(path, [e for e in entries if id(e) not in chosen])
+        return gone, len(entries) - len(gone)
+
+    if not os.path.exists(path):
+        raise ArtifactError(f"cannot read {escape(path)}: no such file")
+    if dry_run:
+        return work()
+    with cache_lock(path, timeout):
+        return work()
 
 
 def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:

@@ -274,7 +274,8 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """The sign test's p-value of the pick against the closest other candidate."""
     timed_alone: bool | UnsetType = UNSET
     """Whether the timing held the device's measurement lock (no other worker timed on
-    the device meanwhile); False when it timed anyway after waiting too long."""
+    the device meanwhile); False when it timed anyway, after waiting too long or
+    without a lock file."""
 
     @classmethod
     def of(cls, data: Provenance | Mapping[str, Any]) -> Provenance:

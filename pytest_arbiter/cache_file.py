@@ -296,13 +296,7 @@ def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
 def _not_utf8(data: bytes, source: str) -> ValueError:
     from pytest_arbiter import strictjson
 
-    try:
-        data.decode("utf-8")
-        where = ""
-    except UnicodeDecodeError as exc:
-        where = " at " + strictjson.position(data, exc.start)
-    return ValueError(f"{_escape(source)} is not valid JSON: Invalid UTF-8 encoded "
-                      f"string{where}")
+    return strictjson.not_utf8(data, source)
 
 
 def _escape(text: object) -> str:

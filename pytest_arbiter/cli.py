@@ -10,12 +10,15 @@ names in it come from runners' files.
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
+import itertools
 import json
 import os
+import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -61,22 +64,21 @@ def _say(out: TextIO, text: str) -> None:
 # -- show ------------------------------------------------------------------------------
 
 
-def _show_rows(entries: list[CacheEntry]) -> list[list[str]]:
-    rows = [["device", "target", "op", "bucket", "dtype", "winner", "median", "runner-up",
-             "samples", "spread", "confidence", "host", "measured"]]
-    for e in entries:
-        best = e.ranking[0].stats
-        if len(e.ranking) > 1 and best.median_ns > 0:
-            second = e.ranking[1]
-            runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
-        else:
-            runner = "-"
-        conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
-        rows.append([e.device, e.target, e.op, e.bucket, e.dtype, e.winner,
-                     format_ns(best.median_ns), runner, str(best.samples),
-                     f"{e.spread * 100:.1f}%", conf, str(e.provenance.get("host", "-")),
-                     str(e.provenance.get("measured_at", "-"))])
-    return rows
+SHOW_COLUMNS = ("device", "target", "op", "bucket", "dtype", "winner", "median",
+                "runner-up", "samples", "spread", "confidence", "host", "measured")
+
+
+def _show_row(e: CacheEntry) -> tuple[str, ...]:
+    best = e.ranking[0].stats
+    if len(e.ranking) > 1 and best.median_ns > 0:
+        second = e.ranking[1]
+        runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
+    else:
+        runner = "-"
+    conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+    return (e.device, e.target, e.op, e.bucket, e.dtype, e.winner, format_ns(best.median_ns),
+            runner, str(best.samples), f"{e.spread * 100:.1f}%", conf,
+            str(e.provenance.get("host", "-")), str(e.provenance.get("measured_at", "-")))
 
 
 def _slower(ratio: float, tie: bool) -> str:
@@ -88,12 +90,23 @@ def _slower(ratio: float, tie: bool) -> str:
     return f"{pct:+.1f}%"
 
 
-def _print_table(rows: list[list[str]], out: TextIO) -> None:
-    rows = [[escape(cell) for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+_CELLS = "\x00"  # never in an escaped cell
+
+
+def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
+    """Columns padded to their widest cell. Each row is kept as one string until every
+    width is known (a million rows as lists of cells would double ``show``'s memory)."""
+    widths: list[int] = []
+    lines: list[str] = []
     for row in rows:
-        _say(out, "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-             .rstrip())
+        # one C call checks the whole row: most rows have nothing to escape
+        cells = list(row) if "".join(row).isprintable() else list(map(escape, row))
+        lengths = list(map(len, cells))
+        widths = list(map(max, widths, lengths)) if widths else lengths
+        lines.append(_CELLS.join(cells))
+    for text in lines:
+        cells = text.split(_CELLS)
+        _say(out, "  ".join(map(str.ljust, cells, widths)).rstrip())
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -102,14 +115,20 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
                if (args.device is None or e.device == args.device)
                and (args.op is None or e.op == args.op)]
     if args.json:
-        json.dump([e.to_dict() for e in entries], out, indent=2, sort_keys=True,
-                  allow_nan=False)
-        out.write("\n")
+        from pytest_arbiter.cache_json import json_chunks
+
+        binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
+        if binary is not None:
+            out.flush()
+            binary.writelines(json_chunks(entries))
+            binary.flush()
+        else:
+            out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
         return EXIT_OK
     if not entries:
         _say(out, f"{args.cache}: no entries")
         return EXIT_OK
-    _print_table(_show_rows(entries), out)
+    _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
     devices = sorted({e.device for e in entries})
     _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})")
     return EXIT_OK
@@ -156,6 +175,108 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, f"removed {_key_text(entry.key)}: {entry.winner}")
     _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
          f"{len(d.removed)} removed, {d.same} unchanged")
+    return EXIT_OK
+
+
+# -- forget ----------------------------------------------------------------------------
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> datetime.timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: an age (argparse's ``type``)."""
+    found = _AGE.fullmatch(text.strip())
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"{escape(repr(text))} is not an age: a number and a unit, s, m, h, d or w "
+            "(30d, 12h)")
+    try:
+        return datetime.timedelta(seconds=float(found.group(1)) * _UNIT_S[found.group(2)])
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is too long ago") from None
+
+
+def _date(text: str) -> datetime.datetime:
+    """``2026-11-01`` (midnight UTC) or an RFC 3339 time (``2026-11-01T06:00:00Z``; UTC
+    when it has no offset): a moment (argparse's ``type``)."""
+    import msgspec
+
+    try:
+        day = msgspec.convert(text.strip(), datetime.date)
+        return datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc)
+    except msgspec.ValidationError:
+        pass
+    try:
+        when = msgspec.convert(text.strip(), datetime.datetime)
+    except msgspec.ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"{escape(repr(text))} is not a date (2026-11-01) or a time "
+            "(2026-11-01T06:00:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def _name(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty name matches no entry")
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is not a number of seconds")
+    return value
+
+
+def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.corpus import Selection
+
+    cutoffs = [c for c in (args.before, None if args.older_than is None
+                           else datetime.datetime.now(datetime.timezone.utc) - args.older_than)
+               if c is not None]
+    selection = Selection(args.device, args.op, args.candidate,
+                          min(cutoffs) if cutoffs else None)
+    if selection.empty and not args.all:
+        sys.stderr.write("pytest-arbiter forget: error: name what to forget (--device, --op, "
+                         "--candidate, --older-than, --before), or --all for every entry\n")
+        return EXIT_USAGE
+    if args.all and not selection.empty:
+        sys.stderr.write("pytest-arbiter forget: error: --all forgets every entry: it "
+                         "takes no other filter\n")
+        return EXIT_USAGE
+    # with a time filter, the entries the other filters pick whose age is unknown: kept
+    untimed = Selection(args.device, args.op, args.candidate)
+    undated = 0
+
+    def picks(entry: CacheEntry) -> bool:
+        nonlocal undated
+        if selection.measured_before is not None and selection.measured_at(entry) is None:
+            undated += untimed.picks(entry)
+            return False
+        return selection.picks(entry)
+
+    gone, remain = artifacts.forget_entries(args.cache, picks, dry_run=args.dry_run,
+                                            timeout=args.lock_timeout)
+    verb = "would forget" if args.dry_run else "forgot"
+    for entry in gone:
+        _say(out, f"{verb} {_key_text(entry.key)}: winner {entry.winner}, measured "
+             f"{entry.provenance.get('measured_at', 'at an unknown time')}")
+    if undated:
+        _say(out, f"kept {undated} entries that match but do not say when they were "
+             "measured (no provenance.measured_at): their age is unknown")
+    if args.dry_run:
+        _say(out, f"{args.cache}: {len(gone)} entries would be removed, {remain} would "
+             "remain (dry run: nothing written)")
+    elif gone:
+        _say(out, f"{args.cache}: removed {len(gone)} entries, {remain} remain")
+    else:
+        _say(out, f"{args.cache}: no entry matches; nothing removed, {remain} remain")
     return EXIT_OK
 
 
@@ -298,6 +419,33 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("old", metavar="OLD")
     dif.add_argument("new", metavar="NEW")
     dif.set_defaults(run=cmd_diff)
+
+    fgt = sub.add_parser(
+        "forget", help="remove entries from a cache",
+        description="Remove the entries of CACHE that every given filter picks, under "
+        "CACHE's lock (CACHE.lock), and rewrite it atomically (through a symbolic link, "
+        "at its target). Refuses to run without a filter unless --all is given. Says how "
+        "many entries were removed and how many remain. A version 1 or 2 file is "
+        "rewritten as version 3.")
+    fgt.add_argument("cache", metavar="CACHE", help="the cache artifact to remove entries from")
+    fgt.add_argument("--device", type=_name, help="entries of this device tag")
+    fgt.add_argument("--op", type=_name, help="entries of this op")
+    fgt.add_argument("--candidate", type=_name, metavar="NAME",
+                     help="entries whose ranking, rejected or considered candidates name "
+                     "NAME")
+    fgt.add_argument("--older-than", type=_age, metavar="AGE",
+                     help="entries measured (provenance.measured_at) more than AGE ago: "
+                     "30d, 12h, 90m, 2w; an entry without measured_at is kept")
+    fgt.add_argument("--before", type=_date, metavar="DATE",
+                     help="entries measured before DATE (2026-11-01 is midnight UTC, or "
+                     "2026-11-01T06:00:00Z)")
+    fgt.add_argument("--all", action="store_true", help="every entry (and no other filter)")
+    fgt.add_argument("--dry-run", action="store_true",
+                     help="list what would be removed; write nothing")
+    fgt.add_argument("--lock-timeout", type=_seconds, default=artifacts.LOCK_TIMEOUT_S,
+                     metavar="SECONDS", help="how long to wait for another writer's lock "
+                     "(default %(default)g)")
+    fgt.set_defaults(run=cmd_forget)
 
     gate = sub.add_parser(
         "gate", help="fail on new degraded dispatches across the fleet's reports",

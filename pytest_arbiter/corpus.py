@@ -183,10 +183,19 @@ class CacheDiff:
     same: int
 
 
+def _keyed(part: Part) -> Mapping[CacheKey, CacheEntry]:
+    """The entries of ``part`` by key; a cache's own keys (no new key tuple per entry: a
+    million of them are a tenth of a loaded corpus's memory)."""
+    if isinstance(part, MeasureCache):
+        return part.by_key()
+    if isinstance(part, Mapping):
+        return part
+    return {e.key: e for e in part}
+
+
 def diff(old: Part, new: Part) -> CacheDiff:
     """Winners that changed between ``old`` and ``new``, plus keys only one of them has."""
-    before = {e.key: e for e in _entries_of(old)}
-    after = {e.key: e for e in _entries_of(new)}
+    before, after = _keyed(old), _keyed(new)
     changed, added, same = [], [], 0
     for key in sorted(after):
         entry = after[key]
@@ -199,3 +208,63 @@ def diff(old: Part, new: Part) -> CacheDiff:
             same += 1
     removed = [before[k] for k in sorted(before) if k not in after]
     return CacheDiff(changed, added, removed, same)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The entries ``pytest-arbiter forget`` removes: those that every filter given
+    (not ``None``) picks.
+
+    ``candidate`` picks an entry whose ranking, rejected or considered candidates name
+    it; ``measured_before`` one whose ``provenance.measured_at`` is earlier (an entry
+    without a readable ``measured_at`` is of unknown age, and never picked by it).
+    """
+
+    device: str | None = None
+    op: str | None = None
+    candidate: str | None = None
+    measured_before: datetime.datetime | None = None
+    _times: dict[str, datetime.datetime | None] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    @property
+    def empty(self) -> bool:
+        """No filter given: it would pick every entry."""
+        return (self.device is None and self.op is None and self.candidate is None
+                and self.measured_before is None)
+
+    def measured_at(self, entry: CacheEntry) -> datetime.datetime | None:
+        """When the entry was measured, in UTC; ``None`` if it does not say (readably)."""
+        text = entry.provenance.get("measured_at")
+        if not isinstance(text, str):
+            return None
+        if text not in self._times:  # a tuning run's entries share a few
+            self._times[text] = _utc_time(text)
+        return self._times[text]
+
+    def picks(self, entry: CacheEntry) -> bool:
+        if self.device is not None and entry.device != self.device:
+            return False
+        if self.op is not None and entry.op != self.op:
+            return False
+        name = self.candidate
+        if name is not None and not (name in entry.considered or name in entry.rejected
+                                     or any(r.name == name for r in entry.ranking)):
+            return False
+        if self.measured_before is not None:
+            when = self.measured_at(entry)
+            return when is not None and when < self.measured_before
+        return True
+
+
+def _utc_time(text: str) -> datetime.datetime | None:
+    """An RFC 3339 time (``2026-12-03T06:23:11Z``) in UTC; ``None`` if it is not one
+    (a naive time counts as UTC)."""
+    import msgspec
+
+    try:
+        when = msgspec.convert(text, datetime.datetime)
+    except msgspec.ValidationError:
+        return None
+    return (when.replace(tzinfo=datetime.timezone.utc) if when.tzinfo is None
+            else when.astimezone(datetime.timezone.utc))

@@ -160,7 +160,7 @@ def _header_problem(data: bytes, source: str) -> str | None:
     """A clearer message for another schema or a newer version than the field path."""
     try:
         head = _HEADER_DECODER.decode(data)
-    except (msgspec.MsgspecError, RecursionError):
+    except (msgspec.MsgspecError, RecursionError, UnicodeDecodeError):
         return None
     if head.schema != HISTOGRAM_SCHEMA:
         found = "missing" if head.schema is None else escape(repr(head.schema))

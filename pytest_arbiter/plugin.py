@@ -1,8 +1,13 @@
-"""The pytest plugin: options, markers, the ``arbiter`` fixture and the degrade gate.
+"""The pytest plugin: options, markers, the ``arbiter`` fixture and the hooks.
 
-This module only wires pytest to plain objects. ``pytest_configure`` resolves the
-settings, builds an :class:`ArbiterSession` and registers it as a plugin; its methods
-are the hook implementations. State lives in ``config.stash`` under :data:`SESSION_KEY`.
+This module only wires pytest to plain objects: ``pytest_configure`` resolves the
+settings (:mod:`~pytest_arbiter.settings`), builds an :class:`ArbiterSession` (what
+every process of a run has: the arbiter, per-test attribution, device skips) and
+registers it with :class:`ControllerHooks` (the end of the run: the workers' data, the
+artifacts through :class:`~pytest_arbiter.controller.Controller`, the verdict and the
+summary of :mod:`~pytest_arbiter.summary`) or, in a pytest-xdist worker,
+:class:`WorkerHooks` (its :class:`~pytest_arbiter.ledger.RunLedger` sent to the
+controller). State lives in ``config.stash`` under :data:`SESSION_KEY`.
 
 Every dispatch of the process goes through the run's arbiter: the plugin binds
 ``pytest_arbiter.dispatch`` (and ``run_arbitrated``, ``default_arbiter()``) to it from
@@ -14,37 +19,27 @@ them), not when pytest loads the plugin.
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import os
-import socket
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_arbiter import hooks, process
 from pytest_arbiter.backends import BACKENDS
-from pytest_arbiter.baseline import BaselineVerdict, gate_fleet
+from pytest_arbiter.controller import Controller
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
-from pytest_arbiter.histogram import (
-    GATED_OUTCOMES,
-    OUTCOMES,
-    STALE,
-    DispatchHistogram,
-    HistogramKey,
-    merge_counts,
-)
-from pytest_arbiter.safetext import line as safe_line
+from pytest_arbiter.histogram import DispatchHistogram, HistogramKey
+from pytest_arbiter.ledger import RunLedger
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
+from pytest_arbiter.summary import RunVerdict, render
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Arbiter, DispatchEvent
-    from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+    from pytest_arbiter.arbiter import Arbiter
+    from pytest_arbiter.artifacts import Stamp
+    from pytest_arbiter.cache import CacheEntry, MeasureCache
     from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.fixture import ArbiterFixture
 
@@ -81,16 +76,17 @@ def pytest_configure(config: pytest.Config) -> None:
                            config.invocation_params.dir)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_strict(settings)
     _check_writable(settings)
     if settings.worker_devices:
         _pin_worker_device(config, settings.worker_devices)
     session = ArbiterSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "arbiter-session")
+    ending = WorkerHooks(session) if session.is_worker else ControllerHooks(session)
+    config.pluginmanager.register(ending, "arbiter-end")
     process.bind(session.factory)
     hooks.relay_to(config.hook)
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(session), "arbiter-xdist")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -102,6 +98,22 @@ def pytest_report_header(config: pytest.Config) -> str:
     tags = ", ".join(sorted(present_device_tags() - set(BACKENDS.targets()))) or "none"
     return (f"arbiter: devices {tags}; mode {s.mode}; cache {s.cache or 'none'}; "
             f"baseline {s.baseline or 'none'}")
+
+
+def _check_strict(settings: ArbiterSettings) -> None:
+    """``--arbiter-strict`` replays a committed corpus: it needs one, and cannot tune."""
+    if not settings.strict:
+        return
+    if settings.tune:
+        raise pytest.UsageError("--arbiter-strict and --arbiter-tune cannot be combined: "
+                                "strict replays the committed corpus and fails on a miss, "
+                                "tune measures the misses")
+    if settings.cache is None:
+        raise pytest.UsageError("--arbiter-strict needs the corpus to replay: give "
+                                "--arbiter-cache=PATH (or the ini key arbiter_cache)")
+    if not settings.cache.is_file():
+        raise pytest.UsageError(f"--arbiter-strict: the corpus {settings.cache} does not "
+                                "exist (a typo in the path? create it with --arbiter-tune)")
 
 
 def _check_writable(settings: ArbiterSettings) -> None:
@@ -129,27 +141,16 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-FREEZE_ENTRIES = 10_000
-"""A cache read with at least this many entries is moved out of the garbage collector's
-sight for the session (:func:`gc.freeze`): it lives as long as the session, and every
-full collection would otherwise walk all of its objects (~0.3 s each at 100k entries)."""
-
-
-def _read_cache(path: Path | None) -> tuple[MeasureCache | None, bool]:
-    """The cache at ``path`` (None if there is none), and whether it was frozen."""
+def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
+    """The cache at ``path`` (None if there is none), and its file's stamp."""
     if path is None or not path.exists():
-        return None, False
+        return None, None
     from pytest_arbiter import artifacts
 
     try:
-        cache = artifacts.read_cache(path)
+        return artifacts.read_cache_stamped(path)
     except artifacts.ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
-    # only where nobody else uses freezing: unfreezing at the end would undo theirs
-    freeze = len(cache) >= FREEZE_ENTRIES and gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    return cache, freeze
 
 
 def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
@@ -209,44 +210,33 @@ def _key_text(key: HistogramKey) -> str:
     return "/".join(key)
 
 
-MAX_TESTS_SHOWN = 5
-
-
 class ArbiterSession:
-    """One run's arbiter, per-test attribution, expected-degrade log and gate; its
-    methods are pytest hooks."""
+    """What every pytest process of a run has: the run's arbiter (built at the first
+    dispatch), its ledger, per-test attribution and device skips. Its methods are pytest
+    hooks; the end of the run is :class:`ControllerHooks`' or :class:`WorkerHooks`'."""
 
     def __init__(self, config: pytest.Config, settings: ArbiterSettings) -> None:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        # the baseline first: once the cache is read (and maybe frozen), nothing here raises
+        # the baseline first: once the cache is read, nothing here raises
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.loaded_cache, self._froze = _read_cache(settings.cache)
+        self.loaded_cache, stamp = _read_cache(settings.cache)
+        # the entries as read, for the tuning run's write to stand for the file while it
+        # is unchanged (the arbiter adds to loaded_cache as it measures)
+        self.as_read: tuple[Stamp, MeasureCache] | None = None
+        read = self.loaded_cache
+        if settings.tune and not self.is_worker and stamp is not None and read is not None:
+            self.as_read = (stamp, type(read).of_keyed(read.by_key()))
         self.cache_note = _cache_note(settings, self.loaded_cache)
+        self.ledger = RunLedger()
+        self.end = RunVerdict()
         self._ended = False
-        self.histogram = DispatchHistogram()
         self._arbiter: Arbiter | None = None
-        self._read_entries: dict[CacheKey, CacheEntry] = {}
-        self.expected = DispatchHistogram()
-        self.tests: dict[HistogramKey, list[str]] = {}
-        """The tests behind each entry (in the order they ran)."""
-        self.worker_counts: list[dict[HistogramKey, int]] = []
-        self.worker_expected: list[dict[HistogramKey, int]] = []
-        self.worker_events: list[DispatchEvent] = []
-        self.worker_reasons: dict[HistogramKey, str] = {}
-        self.crashed_nodes: list[str] = []
-        self.errors: list[str] = []
-        self.verdict: BaselineVerdict | None = None
-        self.unchecked: list[HistogramKey] = []
         self._before: dict[HistogramKey, int] | None = None
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
-        self.junit_recorded: dict[HistogramKey, int] = {}
-        """The ``arbiter:`` counts the JUnit report's testcases hold (controller only)."""
         self._deselected = 0
-        self.notes: list[str] = []
-        """What the session end did with the artifacts, for the summary."""
         self.factory: Callable[[], Arbiter] = self.get_arbiter
         """What the process arbiter is bound to (one object, so unbind finds it)."""
 
@@ -259,77 +249,10 @@ class ArbiterSession:
             raise RuntimeError("the pytest-arbiter session has ended (pytest_unconfigure): "
                                "its arbiter and cache are gone")
         if self._arbiter is None:
-            from pytest_arbiter.arbiter import Arbiter
-            from pytest_arbiter.cache import MeasureCache
-            from pytest_arbiter.candidates import REGISTRY
-
-            cache = self.loaded_cache if self.loaded_cache is not None else MeasureCache()
-            self._read_entries = cache.by_key()
-            s = self.settings
-            recheck, budget = None, None
-            if s.recheck != "off":
-                from pytest_arbiter.recheck import RecheckPolicy, RunBudget
-
-                recheck = RecheckPolicy(
-                    key_budget_s=s.recheck_key_budget or RecheckPolicy.key_budget_s,
-                    call_timeout_s=s.call_timeout)
-                budget = RunBudget(s.recheck_budget) if s.recheck_budget else None
-            self._arbiter = Arbiter(registry=REGISTRY, cache=cache, mode=s.mode,
-                                    histogram=self.histogram, gate=True,
-                                    call_timeout_s=s.call_timeout, recheck=recheck,
-                                    recheck_budget=budget)
+            self._arbiter = _build_arbiter(self.settings, self.loaded_cache,
+                                           self.ledger.histogram)
+            self.ledger.use(self._arbiter)
         return self._arbiter
-
-    def measured_entries(self) -> list[CacheEntry]:
-        """The entries this run (and its workers) measured, not those it read."""
-        if self._arbiter is None:
-            return []
-        read = self._read_entries
-        return [e for key, e in self._arbiter.cache.by_key().items() if read.get(key) is not e]
-
-    def take_measured(self, entries: Iterable[CacheEntry]) -> None:
-        """Add a worker's measured entries: they replace what the run read, and two
-        workers' entries for one key resolve by the merge rule, not by who came last."""
-        from pytest_arbiter.corpus import prefer
-
-        cache = self.get_arbiter().cache
-        read = self._read_entries
-        for entry in entries:
-            held = cache.get(entry.key)
-            if held is not None and read.get(entry.key) is not held:
-                entry = prefer(held, entry)
-            cache.put(entry)
-
-    # -- counts -----------------------------------------------------------------------
-
-    def counts(self) -> dict[HistogramKey, int]:
-        """All dispatch counts of the run (this process plus the workers')."""
-        return merge_counts([self.histogram.counts(), *self.worker_counts])
-
-    def expected_counts(self) -> dict[HistogramKey, int]:
-        return merge_counts([self.expected.counts(), *self.worker_expected])
-
-    def gated_counts(self) -> dict[HistogramKey, int]:
-        """Counts minus the entries of tests that degrade on purpose."""
-        expected = self.expected_counts()
-        out = {}
-        for key, count in self.counts().items():
-            left = count - expected.get(key, 0)
-            if left > 0:
-                out[key] = left
-        return out
-
-    @property
-    def failing(self) -> tuple[str, ...]:
-        """The outcomes that fail the run unless the baseline lists them."""
-        return GATED_OUTCOMES + ((STALE,) if self.settings.recheck == "fail" else ())
-
-    def reasons(self) -> dict[HistogramKey, str]:
-        """Why each failing entry happened: this process's first reason, else a worker's."""
-        own = self._arbiter.reasons if self._arbiter is not None else {}
-        return {**self.worker_reasons, **own}
-
-    # -- per test ---------------------------------------------------------------------
 
     def fixture_for(self, item: pytest.Item) -> ArbiterFixture:
         from pytest_arbiter.fixture import ArbiterFixture
@@ -344,7 +267,7 @@ class ArbiterSession:
     # there is no arbiter and both hooks return at once.
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
-        self._before = self.histogram.counts() if self._arbiter is not None else None
+        self._before = self.ledger.histogram.counts() if self._arbiter is not None else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
@@ -361,12 +284,10 @@ class ArbiterSession:
         self._expect.discard(nodeid)
         before = self._before or {}
         self._before = None
-        delta = self.histogram.minus(before)
-        for key, count in sorted(delta.items()):
+        delta = self.ledger.record_test(nodeid, before, expected)
+        for key, count in delta:
             item.user_properties.append((_property_name(key), count))
-            self.tests.setdefault(key, []).append(nodeid)
         if expected and delta:
-            self.expected.merge(delta)
             # so that `pytest-arbiter gate` on the JUnit file leaves them out too
             from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
 
@@ -392,7 +313,7 @@ class ArbiterSession:
             partial.append("--lf")
         if session.shouldstop or session.shouldfail:
             partial.append("stopped early")
-        incomplete = [f"worker {name} crashed" for name in self.crashed_nodes]
+        incomplete = [f"worker {name} crashed" for name in self.ledger.crashed]
         status = exitstatus if exitstatus is not None else getattr(session, "exitstatus", None)
         if status == pytest.ExitCode.INTERRUPTED:
             incomplete.append("the session was interrupted")
@@ -438,157 +359,6 @@ class ArbiterSession:
             return str(val.id)
         return None
 
-    # -- session end ------------------------------------------------------------------
-
-    def _write(self, what: str, path: Path, write: Callable[[ModuleType, Path], None]
-               ) -> None:
-        """``write(artifacts, path)``, an error naming ``what`` and ``path`` on failure."""
-        from pytest_arbiter import artifacts  # only when an artifact is to be written
-
-        try:
-            write(artifacts, path)
-        except artifacts.ArtifactError as exc:
-            self.errors.append(f"{what}: {exc}")
-
-    def _write_baseline(self, path: Path, counts: dict[HistogramKey, int],
-                        scope: RunScope) -> None:
-        """Write the baseline, keeping the old entries this run could not check."""
-        from pytest_arbiter import artifacts
-        from pytest_arbiter.completeness import baseline_to_write
-
-        try:
-            old = artifacts.read_histogram(path) if path.exists() else {}
-        except artifacts.ArtifactError as exc:
-            self.errors.append(f"--arbiter-write-baseline: not written, the current file "
-                               f"is unreadable: {exc}")
-            return
-        new, kept = baseline_to_write(counts, old, scope)
-        self._write("--arbiter-write-baseline", path, lambda a, p: a.write_histogram(p, new))
-        if kept:
-            why = "; ".join(scope.partial) if scope.partial else "their target and op " \
-                "were not dispatched"
-            self.notes.append(f"--arbiter-write-baseline {path}: kept {len(kept)} entries "
-                              f"this run could not check ({why})")
-
-    def _write_measured(self, path: Path, measured: list[CacheEntry]) -> None:
-        """Merge the measured entries into the cache; if that fails, into a side shard
-        beside it, with the command that folds it in: a measurement is never lost."""
-        from pytest_arbiter import artifacts
-        from pytest_arbiter.cache import MeasureCache
-
-        try:
-            artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S)
-            return
-        except artifacts.ArtifactError as exc:
-            failure = str(exc)
-        shard = path.with_name(f"{path.stem}.shard-{socket.gethostname()}-{os.getpid()}-"
-                               f"{int(time.time())}{path.suffix or '.json'}")
-        try:
-            artifacts.write_cache(shard, MeasureCache(measured))
-        except artifacts.ArtifactError as exc:
-            self.errors.append(f"--arbiter-cache: {failure}; the {len(measured)} measured "
-                               f"entries could not be saved either: {exc}")
-            return
-        self.errors.append(
-            f"--arbiter-cache: {failure}; the {len(measured)} measured entries were saved "
-            f"to {shard}: fold them in with: pytest-arbiter merge -o {path} {shard}")
-
-    def _fail_run(self, session: pytest.Session) -> None:
-        if getattr(session, "exitstatus", None) in (pytest.ExitCode.OK,
-                                                    pytest.ExitCode.NO_TESTS_COLLECTED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        process.finished(self.factory)
-        if self.is_worker:
-            self._fill_workeroutput()
-            return
-        s = self.settings
-        counts = self.counts()
-        scope = self.scope(session, exitstatus)
-        if scope.collect_only:
-            if any(p is not None for p in (s.histogram, s.write_baseline)) or s.tune:
-                self.notes.append("collect-only run: no artifact written")
-        elif scope.incomplete:
-            why = "; ".join(scope.incomplete)
-            for flag, path in (("--arbiter-histogram", s.histogram),
-                               ("--arbiter-write-baseline", s.write_baseline)):
-                if path is not None:
-                    self.notes.append(f"{flag} {path} not written: the run's counts are "
-                                      f"incomplete ({why})")
-        else:
-            if s.histogram is not None:
-                expected = self.expected_counts()
-                self._write("--arbiter-histogram", s.histogram,
-                            lambda a, p: a.write_histogram(p, counts, expected))
-            if s.write_baseline is not None:
-                self._write_baseline(s.write_baseline, counts, scope)
-        if s.tune and s.cache is not None and not scope.collect_only:
-            # only what this run measured goes into the file, merged with what it holds
-            # now: nothing measured leaves the file alone (a re-read copy of the old
-            # entries would bring back ones deleted in the meantime, and the write of a
-            # large corpus costs seconds)
-            measured = self.measured_entries()
-            if measured:
-                self._write_measured(s.cache, measured)
-        # a baseline entry counts as fixed only if this run dispatched its target and op
-        fleet = gate_fleet(self.gated_counts(), self.baseline, failing=self.failing)
-        self.verdict, self.unchecked = fleet.verdict, fleet.unchecked
-        hooks.call("pytest_arbiter_verdict", verdict=self.verdict, counts=counts)
-        if self.errors or self.crashed_nodes:
-            self._fail_run(session)
-        elif not self.verdict.passed and s.write_baseline is None:
-            self._fail_run(session)
-
-    def _fill_workeroutput(self) -> None:
-        output = getattr(self.config, "workeroutput", None)
-        if output is None:
-            return
-        used = self._arbiter
-        measured = None
-        if used is not None:
-            from pytest_arbiter.cache import MeasureCache
-
-            # only what this worker measured: the controller read the same cache file
-            measured = MeasureCache(self.measured_entries()).to_dict()
-        output["arbiter"] = {
-            "histogram": self.histogram.to_dict(),
-            "expected": self.expected.to_dict(),
-            # None: this worker never dispatched, so it has nothing to add to the cache
-            "cache": measured,
-            "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
-            "reasons": [[*key, why] for key, why in sorted(self.reasons().items())],
-            "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
-        }
-
-    # -- the JUnit report's suite totals ------------------------------------------------
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # pytest's junitxml writes a testcase's properties from its teardown report; on
-        # the controller this sees every worker's reports too
-        if (report.when == "teardown" and report.user_properties and not self.is_worker
-                and _junit_log(self.config) is not None):
-            from pytest_arbiter.junit import add_recorded
-
-            add_recorded(self.junit_recorded, report.user_properties)
-
-    @pytest.hookimpl(tryfirst=True, specname="pytest_sessionfinish")
-    def pytest_sessionfinish_junit_totals(self, session: pytest.Session,
-                                          exitstatus: int) -> None:
-        """Before pytest's junitxml writes the report (its own session-finish hook): the
-        run's dispatch totals as suite properties, so that ``pytest-arbiter gate`` can
-        tell a complete report from a damaged one (docs/artifacts.md)."""
-        log = None if self.is_worker else _junit_log(self.config)
-        if log is None:
-            return
-        from pytest_arbiter.junit import suite_properties
-
-        for name, value in suite_properties(self.counts(), self.junit_recorded,
-                                            self.scope(session, exitstatus).incomplete,
-                                            self.stale_keys()):
-            log.add_global_property(name, value)
-
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         process.unbind(self.factory)
         # let the cache go before pytest's end-of-run garbage collections (five full
@@ -598,258 +368,125 @@ class ArbiterSession:
         for cache in (self.loaded_cache, self._arbiter.cache if self._arbiter else None):
             if cache is not None:
                 cache.clear()
-        self.loaded_cache = None
-        self._arbiter = None
-        self._read_entries = {}
-        if self._froze:
-            gc.unfreeze()  # what the freeze kept from the collector, the cache gone
-            self._froze = False
-
-    # -- reporting --------------------------------------------------------------------
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker:
-            return
-        lines = self.summary_lines()
-        if not lines:
-            return
-        terminalreporter.write_sep("=", "arbiter")
-        for line in lines:
-            terminalreporter.write_line(line)
-
-    def summary_lines(self) -> list[str]:
-        lines: list[str] = []
-        counts = self.counts()
-        per: dict[tuple[str, str], dict[str, int]] = {}
-        for (target, op, _sel, outcome), count in counts.items():
-            row = per.setdefault((target, op), dict.fromkeys(OUTCOMES, 0))
-            row[outcome] += count
-        if per:
-            lines.append("dispatch histogram (target/op: " + ", ".join(OUTCOMES) + "):")
-            for (target, op), row in sorted(per.items()):
-                lines.append(f"  {target}/{op}: " + ", ".join(
-                    f"{name}={row[name]}" for name in OUTCOMES))
-            for key, count in sorted(counts.items()):
-                lines.append(f"    {_key_text(key)}: {count}")
-        expected = self.expected_counts()
-        if expected:
-            lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
-                f"{_key_text(k)}={v}" for k, v in sorted(expected.items())))
-        if self.cache_note is not None:
-            lines.append(self.cache_note)
-        sources = self._sources()
-        if sources:
-            lines.append("keys: " + ", ".join(
-                f"{sum(1 for v in sources.values() if v == src)} {label}"
-                for src, label in (("measured", "measured"), ("cached", "reused from cache"),
-                                   ("static", "static tier order on a miss"))))
-        lines.extend(self._stale_lines())
-        lines.extend(self._recheck_lines())
-        if self.settings.explain:
-            lines.extend(self._explain_lines())
-        else:
-            lines.extend(self._winner_lines())
-        for name in self.crashed_nodes:
-            lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
-        lines.extend(self.notes)
-        for error in self.errors:
-            lines.append(f"artifact error: {error}")
-        verdict = self.verdict
-        if verdict is not None and (counts or verdict.fixed or self.settings.baseline):
-            lines.append(self.baseline_note)
-            lines.extend(self._new_entry_lines(verdict))
-            lines.extend(verdict.describe_fixed())
-            if self.unchecked:
-                lines.append(f"{len(self.unchecked)} baseline entries not checked: this run "
-                             "did not dispatch their target and op")
-            if not verdict.passed:
-                if self.settings.write_baseline is not None:
-                    lines.append("new gated entries recorded by --arbiter-write-baseline "
-                                 f"{self.settings.write_baseline}")
-                else:
-                    lines.append(f"degrade gate FAILED: new {_either(self.failing)} "
-                                 "dispatch entries (fix the kernel, mark the test "
-                                 "arbiter_expect_degrade, or add them to the baseline)")
-            else:
-                lines.append("degrade gate passed")
-        # names come from registrations, worker payloads and artifacts: printed escaped
-        return [safe_line(text) for text in lines]
-
-    def _new_entry_lines(self, verdict: BaselineVerdict) -> list[str]:
-        """Each new failing entry, its reason, and the tests behind it."""
-        reasons = self.reasons()
-        lines = []
-        for line, key in zip(verdict.describe_new(), sorted(verdict.new), strict=True):
-            lines.append(line)
-            why = reasons.get(key)
-            if why:
-                lines.append(f"    reason: {why}")
-            tests = self.tests.get(key, [])
-            shown = ", ".join(dict.fromkeys(tests[:MAX_TESTS_SHOWN]))
-            more = len(set(tests)) - len(set(tests[:MAX_TESTS_SHOWN]))
-            lines.append("    tests: " + (shown or "none (dispatched outside any test)")
-                         + (f" (+{more} more)" if more > 0 else ""))
-        return lines
-
-    def events(self) -> dict[tuple[str, ...], DispatchEvent]:
-        """Dispatch events of this process and the workers; a measured one wins a key."""
-        merged: dict[tuple[str, ...], DispatchEvent] = {}
-        own = self._arbiter.events.values() if self._arbiter is not None else ()
-        for event in [*self.worker_events, *own]:
-            key = (event.target, event.op, event.bucket, event.dtype)
-            previous = merged.get(key)
-            if previous is None or previous.source != "measured":
-                merged[key] = event
-        return merged
-
-    def _sources(self) -> dict[str, str]:
-        return {"/".join(k): e.source for k, e in self.events().items()}
-
-    def _winner_lines(self, most: int = 20) -> list[str]:
-        picked = [(key, event) for key, event in sorted(self.events().items())
-                  if event.order and event.source in ("measured", "cached")]
-        if not picked:
-            return []
-        cached = self._cached_winners({key for key, _ in picked[:most]})
-        lines = ["winners:"]
-        for key, event in picked[:most]:
-            how = "measured" if event.source == "measured" else "reused from cache"
-            # the key's winner as cached; the last dispatch may have run another
-            # candidate (the winner declined those inputs)
-            winner = cached.get(key, event.order[0])
-            ran = "" if winner == event.order[0] else f"; last dispatch ran {event.order[0]}"
-            lines.append(f"  {'/'.join(key)}: {winner} ({how}{ran})")
-        if len(picked) > most:
-            lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
-        return lines
-
-    def _stale_lines(self, most: int = 20) -> list[str]:
-        """The keys whose cache entries are out of date, by kind (docs/artifacts.md)."""
-        by_kind: dict[str, list[tuple[str, str]]] = {}
-        for key, event in sorted(self.events().items()):
-            for kind, why in event.stale.items():
-                by_kind.setdefault(kind, []).append(("/".join(key), why))
-        lines: list[str] = []
-        for kind, head in STALE_HEADS:
-            found = by_kind.get(kind, [])
-            if not found:
-                continue
-            lines.append(head.format(n=len(found), s="" if len(found) == 1 else "s"))
-            lines.extend(f"  {key}: {why}" for key, why in found[:most])
-            if len(found) > most:
-                lines.append(f"  ... and {len(found) - most} more")
-        return lines
-
-    def stale_keys(self) -> list[str]:
-        """One line per key a recheck found stale: the key and what was found."""
-        return [f"{'/'.join(key)}: {event.recheck}"
-                for key, event in sorted(self.events().items())
-                if event.recheck.startswith("stale:")]
-
-    def _recheck_lines(self) -> list[str]:
-        if self.settings.recheck == "off":
-            return []
-        found = [e.recheck.split(":", 1)[0].split(" ", 1)[0]
-                 for e in self.events().values() if e.recheck]
-        kinds = {kind: found.count(kind) for kind in ("current", "stale", "no", "not")}
-        lines = [f"recheck: {len(found) - kinds['not']} cached keys re-timed: "
-                 f"{kinds['stale']} stale, {kinds['current']} current, "
-                 f"{kinds['no']} without a verdict"
-                 + (f"; {kinds['not']} not re-timed (the run's recheck budget was spent)"
-                    if kinds["not"] else "")]
-        lines.extend(f"  {line}" for line in self.stale_keys())
-        if kinds["stale"] and self.settings.recheck != "fail":
-            lines.append("  (report only: --arbiter-recheck=fail gates stale keys)")
-        return lines
-
-    def _cached_winners(self, keys: set[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
-        """The cache's winner for each of ``keys`` (target, op, bucket, dtype), ``a@dev,
-        b@dev`` when several devices hold the key."""
-        if self._arbiter is None:
-            return {}
-        found: dict[tuple[str, ...], dict[str, str]] = {}
-        for cache_key, entry in self._arbiter.cache.by_key().items():
-            if cache_key[1:] in keys:
-                found.setdefault(cache_key[1:], {})[entry.device] = entry.winner
-        return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
-                      else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
-                for key, by_device in found.items()}
-
-    def _explain_lines(self) -> list[str]:
-        lines = []
-        for key, event in sorted(self.events().items()):
-            picked = event.order[0] if event.order else "nothing (the reference ran)"
-            lines.append(f"{'/'.join(key)} [{event.source}]: picked {picked}")
-            for name in event.order[1:]:
-                ratio = event.ratios.get(name)
-                why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
-                       else "lower in the order")
-                lines.append(f"  passed over {name}: {why}")
-            for name, why in sorted(event.passed_over.items()):
-                lines.append(f"  passed over {name}: {why}")
-        return lines
+        self.loaded_cache = self.as_read = None
+        self._arbiter = self.ledger.arbiter = None
+        self.ledger.read_entries = {}
 
 
-def _either(names: Sequence[str]) -> str:
-    """``a, b or c``."""
-    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
+                   histogram: DispatchHistogram) -> Arbiter:
+    from pytest_arbiter.arbiter import Arbiter
+    from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.candidates import REGISTRY
+
+    recheck, budget = None, None
+    if settings.recheck != "off":
+        from pytest_arbiter.recheck import RecheckPolicy, RunBudget
+
+        recheck = RecheckPolicy(
+            key_budget_s=settings.recheck_key_budget or RecheckPolicy.key_budget_s,
+            call_timeout_s=settings.call_timeout)
+        budget = RunBudget(settings.recheck_budget) if settings.recheck_budget else None
+    return Arbiter(registry=REGISTRY, cache=cache if cache is not None else MeasureCache(),
+                   mode=settings.mode, histogram=histogram, gate=True,
+                   call_timeout_s=settings.call_timeout, recheck=recheck,
+                   recheck_budget=budget)
 
 
-STALE_HEADS = (
-    ("winner-changed", "{n} key{s} whose cached winner changed code since it was measured: "
-                       "the tier order ran (--arbiter-tune measures them again)"),
-    ("unmeasured", "{n} key{s} with candidates that were never measured, or whose code "
-                   "changed since (--arbiter-tune measures them; --arbiter-strict fails)"),
-    ("reverify", "{n} key{s} measured under another environment: the next --arbiter-tune "
-                 "re-times winner against runner-up"),
-)
+def _fail_run(session: pytest.Session) -> None:
+    if getattr(session, "exitstatus", None) in (pytest.ExitCode.OK,
+                                                pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:
-    """``[[target, op, selected, outcome, value], ...]`` from a worker, checked."""
-    out = []
-    for row in rows:
-        if (not isinstance(row, list) or len(row) != 5
-                or not all(isinstance(part, str) for part in row[:4])):
-            raise ValueError(f"bad {what} row {row!r}")
-        out.append(((row[0], row[1], row[2], row[3]), row[4]))
-    return out
+class WorkerHooks:
+    """A pytest-xdist worker's end of the run: its ledger goes to the controller."""
+
+    def __init__(self, session: ArbiterSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        s = self.session
+        process.finished(s.factory)
+        output = getattr(s.config, "workeroutput", None)
+        if output is not None:
+            output["arbiter"] = s.ledger.payload()
 
 
-class XdistHooks:
-    """Controller-side xdist hooks: merge each worker's plain-dict payload."""
+class ControllerHooks:
+    """The controlling process's end of the run (the only process without xdist): the
+    workers' ledgers absorbed, the JUnit suite totals, the artifacts, the verdict and the
+    summary."""
 
     def __init__(self, session: ArbiterSession) -> None:
         self.session = session
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        s = self.session
         output = getattr(node, "workeroutput", None)
         payload = output.get("arbiter") if isinstance(output, dict) else None
         gateway = getattr(node, "gateway", None)
         name = str(gateway.id if gateway is not None else node)
-        if not isinstance(payload, dict):
-            s.crashed_nodes.append(name)
-            return
-        try:
-            s.worker_counts.append(DispatchHistogram.from_dict(
-                payload["histogram"], source=f"worker {name}").counts())
-            s.worker_expected.append(DispatchHistogram.from_dict(
-                payload["expected"], source=f"worker {name}").counts())
-            for key, why in _keyed(payload.get("reasons", []), "reasons"):
-                s.worker_reasons.setdefault(key, str(why))
-            for key, nodeids in _keyed(payload.get("tests", []), "tests"):
-                s.tests.setdefault(key, []).extend(str(n) for n in nodeids)
-            if payload["cache"] is not None:
-                from pytest_arbiter.arbiter import DispatchEvent
-                from pytest_arbiter.cache import MeasureCache
+        s = self.session
 
-                s.take_measured(MeasureCache.from_dict(
-                    payload["cache"], source=f"worker {name}").entries())
-                s.worker_events.extend(DispatchEvent(**e) for e in payload.get("events", []))
-        except (KeyError, TypeError, ValueError) as exc:
-            s.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
+        def take_measured(entries: list[CacheEntry]) -> None:
+            s.get_arbiter()  # built (the ledger's cache) to take the entries
+            s.ledger.take_measured(entries)
+
+        s.ledger.absorb(name, payload, take_measured)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # pytest's junitxml writes a testcase's properties from its teardown report; on
+        # the controller this sees every worker's reports too
+        if (report.when == "teardown" and report.user_properties
+                and _junit_log(self.session.config) is not None):
+            from pytest_arbiter.junit import add_recorded
+
+            add_recorded(self.session.ledger.junit_recorded, report.user_properties)
+
+    @pytest.hookimpl(tryfirst=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_junit_totals(self, session: pytest.Session,
+                                          exitstatus: int) -> None:
+        """Before pytest's junitxml writes the report (its own session-finish hook): the
+        run's dispatch totals as suite properties, so that ``pytest-arbiter gate`` can
+        tell a complete report from a damaged one (docs/artifacts.md)."""
+        s = self.session
+        log = _junit_log(s.config)
+        if log is None:
+            return
+        from pytest_arbiter.junit import suite_properties
+
+        ledger = s.ledger
+        for name, value in suite_properties(ledger.counts(), ledger.junit_recorded,
+                                            s.scope(session, exitstatus).incomplete,
+                                            ledger.stale_keys()):
+            log.add_global_property(name, value)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        s = self.session
+        process.finished(s.factory)
+        controller = Controller(s.settings, s.ledger, s.baseline, s.as_read)
+        s.end = controller.finish(s.scope(session, exitstatus))
+        verdict = s.end.verdict
+        if verdict is not None:
+            hooks.call("pytest_arbiter_verdict", verdict=verdict, counts=s.ledger.counts())
+        if s.ledger.errors or s.ledger.crashed:
+            _fail_run(session)
+        elif verdict is not None and not verdict.passed and s.settings.write_baseline is None:
+            _fail_run(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        s = self.session
+        lines = render(s.ledger, s.settings, cache_note=s.cache_note,
+                       baseline_note=s.baseline_note, end=s.end)
+        if not lines:
+            return
+        terminalreporter.write_sep("=", "arbiter")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 SESSION_KEY = pytest.StashKey[ArbiterSession]()

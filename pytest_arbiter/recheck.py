@@ -41,8 +41,8 @@ class RecheckPolicy:
     margin) in a one-sided sign test at ``alpha / (family * challengers)``: set
     ``family`` to the number of keys a run re-checks to bound the chance of any false
     alarm in the run (Bonferroni), not only the share of keys. No verdict is taken on
-    fewer than ``min_rounds`` paired rounds. The rounds stop early once every challenger
-    is settled slower than the winner times ``1 + margin`` at ``settle_alpha``.
+    fewer than ``min_rounds`` paired rounds. The rounds stop early once the winner is
+    shown, at ``settle_alpha``, to be within the margin of every challenger (or faster).
     """
 
     key_budget_s: float = 0.010
@@ -219,8 +219,10 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
 class RunBudget:
     """The run-wide cap on re-check timing, shared by threads.
 
-    Reserve a key's budget with :meth:`take` before re-timing it, and hand back what it
-    did not use with :meth:`refund`, so the run never times past ``total_s``.
+    Reserve a key's budget with :meth:`take` before re-timing it, then :meth:`settle`
+    the reservation with what the re-check spent (``RecheckResult.spent_ns``): the
+    unused part comes back, an overrun (a preempted last round) is charged. No re-check
+    starts once less than its budget is left.
     """
 
     def __init__(self, total_s: float) -> None:
@@ -239,11 +241,11 @@ class RunBudget:
             self._left -= seconds
             return True
 
-    def refund(self, seconds: float) -> None:
-        """Give back the unused part of a reservation."""
-        if seconds > 0:
-            with self._lock:
-                self._left += seconds
+    def settle(self, reserved_s: float, spent_s: float) -> None:
+        """Replace a reservation of ``reserved_s`` by the ``spent_s`` it cost (never
+        leaving less than nothing)."""
+        with self._lock:
+            self._left = max(0.0, self._left + reserved_s - max(0.0, spent_s))
 
     @property
     def left_s(self) -> float:

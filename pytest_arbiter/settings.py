@@ -14,8 +14,9 @@ from typing import Any
 HELP_TUNE = "measure at the first cache miss and record the winners (arbiter mode 'tune')"
 HELP_CACHE = "the MeasureCache artifact to read and, with --arbiter-tune, write"
 HELP_HISTOGRAM = "write this run's dispatch histogram as JSON to PATH"
-HELP_BASELINE = ("histogram baseline: a 'degraded' entry not in it fails the run "
-                 "(a missing file counts as empty)")
+HELP_BASELINE = ("histogram baseline: a 'degraded', 'rejected' or 'error' entry not in it "
+                 "fails the run ('stale' too with --arbiter-recheck=fail; a missing file "
+                 "counts as empty)")
 HELP_WRITE_BASELINE = "write this run's histogram as the new baseline (does not fail on it)"
 HELP_STRICT = ("a dispatch with no cached winner, or a stale one (its code changed, or a "
                "candidate was never measured for the key), is an error (arbiter mode "

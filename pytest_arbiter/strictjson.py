@@ -113,10 +113,21 @@ def decode(data: bytes, source: str, schema: type[T] | Any = Any) -> T:
         raise ValueError(f"{escape(source)}: {escape(exc)}") from None
     except msgspec.DecodeError as exc:
         raise syntax_error(exc, data, source) from None
-    except UnicodeDecodeError:  # what msgspec 0.18 raises for a string's bad UTF-8
-        raise ValueError(f"{escape(source)} is not valid JSON: Invalid UTF-8 encoded "
-                         "string") from None
+    except UnicodeDecodeError:  # msgspec < 0.19 lets the codec's error through
+        raise not_utf8(data, source) from None
     except RecursionError:
         raise ValueError(f"{escape(source)} is nested too deeply") from None
     check_unique_keys(data, source)
     return value
+
+
+def not_utf8(data: bytes, source: str) -> ValueError:
+    """``SOURCE is not valid JSON: Invalid UTF-8 encoded string at line L, column C (byte
+    N)``: what every msgspec version says of bytes that are not UTF-8, and where."""
+    try:
+        data.decode("utf-8")
+        where = ""
+    except UnicodeDecodeError as exc:
+        where = " at " + position(data, exc.start)
+    return ValueError(f"{escape(source)} is not valid JSON: Invalid UTF-8 encoded "
+                      f"string{where}")

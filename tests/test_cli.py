@@ -93,6 +93,48 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     assert data[1]["ranking"][1] == {"name": "cublas", **stats(1500.0).to_dict()}
 
 
+def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
+    """``show --json`` is made by msgspec, chunk by chunk; its text is still exactly what
+    ``json.dump(indent=2, sort_keys=True)`` of :meth:`CacheEntry.to_dict` gives: numbers
+    Python writes otherwise (``1e-05``, ``1e+16``), names past ASCII, DEL and control
+    characters escaped, ``since`` only when known. Through a real stdout too."""
+    import datetime
+
+    from pytest_arbiter import cache_json
+
+    odd = CacheEntry(
+        "dev\x1b[31m\u2028\u00e9\U0001f600\x7f", "cpu", "op\n::error::x", 'b"\\', "float32",
+        (RankedCandidate("k\u202e", LatencyStats(1e-5, 1.5e16, 0.5, 2.5e-7, 1e300, 3)),
+         RankedCandidate("z", LatencyStats(3, 3, 3, 3, 3, 1))),
+        0.5, True, {"x\u00ff": "why\n::warning"},
+        {"host": "h\t", "p_value": 1.2e-05, "shapes": [[], [1, 2]],
+         "measured_at": "2026-12-03T06:00:00Z", "versions": {"numpy": "2.1"}, "rounds": 7},
+        {"k\u202e": {"fingerprint": "f" * 16, "outcome": "timed"},
+         "q": {"fingerprint": "0e12", "outcome": "rejected", "reason": "err 1e-3"}},
+        {"device_name": "\u00dc"}, True,
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    plain = [entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * i))
+             for i in range(30)]
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([odd, *plain]))
+    entries = artifacts.read_cache(path).entries()
+    expected = json.dumps([e.to_dict() for e in entries], indent=2, sort_keys=True,
+                          allow_nan=False) + "\n"
+    assert expected.isascii() and "1e-05" in expected and "1e+300" in expected
+    code, text = run("show", "--json", path)
+    assert code == 0 and text == expected
+    assert run("show", "--json", "--op", "none", path) == (0, "[]\n")
+    for per_chunk in (1, 7):  # the joints between chunks
+        cache_json.ENTRIES_PER_CHUNK, was = per_chunk, cache_json.ENTRIES_PER_CHUNK
+        try:
+            assert run("show", "--json", path)[1] == expected
+        finally:
+            cache_json.ENTRIES_PER_CHUNK = was
+    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "show", "--json",
+                           str(path)], capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.decode("ascii") == expected
+
+
 def test_merge_into_a_corpus_that_is_also_an_input(tmp_path: Path) -> None:
     corpus, a, b = tmp_path / "corpus.json", tmp_path / "a.json", tmp_path / "b.json"
     artifacts.write_cache(corpus, MeasureCache([entry("old", "x")]))
@@ -324,6 +366,233 @@ def test_expect_degrade_property_is_not_gated(tmp_path: Path) -> None:
     fleet = read_junit(report)
     assert fleet.counts == {("cpu", "matmul", "k", "degraded"): 2} and fleet.gated() == {}
     assert run("gate", "--baseline", tmp_path / "b.json", report)[0] == 0
+
+
+# -- forget ---------------------------------------------------------------------------
+
+
+def aged(bucket: str, winner: str, *, days: float | None, device: str = "sm_90",
+         op: str = "matmul", runner_up: str = "cublas", rejected: dict[str, str] | None = None,
+         considered: tuple[str, ...] = ()) -> CacheEntry:
+    """An entry measured ``days`` ago (``None``: no measured_at)."""
+    import datetime
+
+    prov: dict[str, object] = {"host": "h1"}
+    if days is not None:
+        when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=days)
+        prov["measured_at"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return CacheEntry(device, "nvidia", op, bucket, "float16",
+                      (RankedCandidate(winner, stats(1000.0)),
+                       RankedCandidate(runner_up, stats(1500.0))), 0.999, False,
+                      rejected or {}, prov,
+                      {n: {"fingerprint": "f" * 16, "outcome": "declined"} for n in considered})
+
+
+def forget_corpus(path: Path) -> None:
+    artifacts.write_cache(path, MeasureCache([
+        aged("a", "wmma", days=40), aged("b", "wmma", days=10),
+        aged("c", "tiled", days=40, op="softmax"),
+        aged("d", "tiled", days=40, device="sm_120", rejected={"fused": "out of budget"}),
+        aged("e", "tiled", days=1, considered=("fused",)),
+        aged("f", "tiled", days=None)]))
+
+
+def buckets(path: Path) -> list[str]:
+    return sorted(e.bucket for e in artifacts.read_cache(path).entries())
+
+
+def test_forget_each_filter_and_all_of_them_together(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    cases = [
+        (["--device", "sm_120"], ["a", "b", "c", "e", "f"]),
+        (["--op", "softmax"], ["a", "b", "d", "e", "f"]),
+        # named in the ranking (as winner or runner-up), the rejected, the considered
+        (["--candidate", "wmma"], ["c", "d", "e", "f"]),
+        (["--candidate", "cublas"], []),
+        (["--candidate", "fused"], ["a", "b", "c", "f"]),
+        (["--older-than", "30d"], ["b", "e", "f"]),
+        (["--older-than", "36h"], ["e", "f"]),
+        (["--before", "2000-01-01"], ["a", "b", "c", "d", "e", "f"]),
+        (["--before", "2999-01-01T00:00:00+02:00"], ["f"]),
+        # filters combine with AND
+        (["--older-than", "30d", "--candidate", "wmma"], ["b", "c", "d", "e", "f"]),
+        (["--older-than", "30d", "--before", "2999-01-01", "--device", "sm_90",
+          "--op", "matmul"], ["b", "c", "d", "e", "f"]),
+        (["--all"], []),
+    ]
+    for argv, left in cases:
+        forget_corpus(path)
+        code, text = run("forget", *argv, path)
+        assert code == 0, (argv, text)
+        assert buckets(path) == left, argv
+        removed = 6 - len(left)
+        assert text.splitlines()[-1] == (
+            f"{path}: removed {removed} entries, {len(left)} remain" if removed else
+            f"{path}: no entry matches; nothing removed, 6 remain")
+        assert len([ln for ln in text.splitlines() if ln.startswith("forgot ")]) == removed
+    forget_corpus(path)
+    code, text = run("forget", "--older-than", "30d", path)
+    assert "forgot sm_90/nvidia/matmul/a/float16: winner wmma, measured 20" in text
+    # the entry without measured_at is of unknown age: kept, and said so
+    assert "kept 1 entries that match but do not say when they were measured" in text
+    before = path.read_bytes()
+    code, text = run("forget", "--device", "nowhere", path)
+    assert (code, text) == (0, f"{path}: no entry matches; nothing removed, 3 remain\n")
+    assert path.read_bytes() == before
+
+
+def test_forget_dry_run_lists_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    forget_corpus(path)
+    artifacts.lock_path(path).unlink()
+    before = path.read_bytes()
+    when = next(e for e in artifacts.read_cache(path) if e.bucket == "c").provenance.get(
+        "measured_at")
+    code, text = run("forget", "--dry-run", "--op", "softmax", path)
+    assert code == 0 and text.splitlines() == [
+        f"would forget sm_90/nvidia/softmax/c/float16: winner tiled, measured {when}",
+        f"{path}: 1 entries would be removed, 5 would remain (dry run: nothing written)"]
+    assert path.read_bytes() == before and not artifacts.lock_path(path).exists()
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    ([], "name what to forget"),
+    (["--dry-run"], "name what to forget"),
+    (["--all", "--op", "matmul"], "--all forgets every entry: it takes no other filter"),
+    (["--older-than", "30"], "argument --older-than: '30' is not an age"),
+    (["--older-than=-3d"], "argument --older-than: '-3d' is not an age"),
+    (["--older-than", "1e999d"], "argument --older-than"),
+    (["--before", "yesterday"], "argument --before: 'yesterday' is not a date"),
+    (["--before", "2026-02-30"], "argument --before"),
+    (["--device", ""], "argument --device: an empty name"),
+    (["--candidate", ""], "argument --candidate: an empty name"),
+    (["--lock-timeout", "soon", "--all"], "argument --lock-timeout"),
+])
+def test_forget_refuses_no_filter_and_bad_values(tmp_path: Path, argv: list[str], said: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.json"
+    forget_corpus(path)
+    before = path.read_bytes()
+    capsys.readouterr()
+    assert run("forget", *argv, path)[0] == 2
+    assert said in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_forget_a_missing_or_bad_cache_is_exit_2(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.json"
+    assert run("forget", "--all", missing)[0] == 2
+    assert "cannot read" in capsys.readouterr().err and not missing.exists()
+    assert not artifacts.lock_path(missing).exists()
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"schema": "pytest-arbiter/cache", "version": 3, "entries": [}')
+    assert run("forget", "--all", bad)[0] == 2
+    assert "bad.json is not valid JSON" in capsys.readouterr().err
+    assert bad.read_bytes().endswith(b"[}")
+
+
+def test_forget_escapes_names_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([
+        aged("x\n::error::forged", "k\x1b[31m", days=3, op="op\u2028")]))
+    code, text = run("forget", "--dry-run", "--candidate", "k\x1b[31m", path)
+    assert code == 0
+    assert "x\\n::error::forged" in text and "k\\x1b[31m" in text and "op\\u2028" in text
+    assert "\x1b" not in text and "\u2028" not in text
+    assert not any(line.lstrip().startswith("::") for line in text.splitlines())
+
+
+def test_forget_through_a_symlink_writes_the_target(tmp_path: Path) -> None:
+    real = tmp_path / "store" / "corpus.json"
+    real.parent.mkdir()
+    forget_corpus(real)
+    link = tmp_path / "corpus.json"
+    link.symlink_to(real)
+    assert run("forget", "--op", "softmax", link)[0] == 0
+    assert link.is_symlink() and buckets(real) == ["a", "b", "d", "e", "f"]
+    assert artifacts.lock_path(link) == real.with_name("corpus.json.lock")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_forget_from_an_old_file_writes_it_back_as_version_3(tmp_path: Path,
+                                                              version: int) -> None:
+    path = tmp_path / "c.json"
+    shutil.copy(Path(__file__).parent / "data" / f"cache_v{version}.json", path)
+    code, text = run("forget", "--before", "2026-11-22", path)
+    assert code == 0 and text.splitlines()[-1] == f"{path}: removed 2 entries, 1 remain"
+    assert json.loads(path.read_text())["version"] == 3
+    assert [e.device for e in artifacts.read_cache(path)] == ["cpu-x86_64-amd-epyc"]
+
+
+HOLDER = """
+import sys, time
+from pytest_arbiter import artifacts
+from pytest_arbiter.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.measure import LatencyStats
+
+path, hold = sys.argv[1], float(sys.argv[2])
+with artifacts.cache_lock(path):
+    # another writer adds an entry while it holds the lock (as update_cache does)
+    entries = artifacts.read_cache(path).entries()
+    stats = LatencyStats(900, 800, 850, 950, 1000, 9)
+    entries.append(CacheEntry("sm_90", "nvidia", "matmul", "added", "float16",
+                              (RankedCandidate("wmma", stats),)))
+    artifacts._write_entries(path, entries)
+    print("locked", flush=True)
+    time.sleep(hold)
+print("released", flush=True)
+"""
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_forget_waits_for_another_writers_lock_and_keeps_its_entries(tmp_path: Path) -> None:
+    """A real process holds the lock and adds an entry meanwhile: forget waits, then
+    reads the file under the lock, so the other writer's entry is not lost."""
+    import time
+
+    path = tmp_path / "c.json"
+    forget_corpus(path)
+    holder = hold_lock(path, 1.5)
+    try:
+        start = time.monotonic()
+        code, text = run("forget", "--candidate", "wmma", path)
+        waited = time.monotonic() - start
+    finally:
+        holder.wait(timeout=60)
+        assert holder.stdout is not None
+        holder.stdout.close()
+    assert code == 0, text
+    assert waited > 0.5
+    # "added" (wmma, written by the holder) went too, with a and b; the rest stay
+    assert buckets(path) == ["c", "d", "e", "f"]
+    assert text.splitlines()[-1] == f"{path}: removed 3 entries, 4 remain"
+
+
+def test_forget_gives_up_on_a_held_lock_and_leaves_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.json"
+    forget_corpus(path)
+    holder = hold_lock(path, 120)
+    try:
+        written = path.read_bytes()  # with the holder's entry
+        assert run("forget", "--all", "--lock-timeout", "0.3", path)[0] == 2
+        assert "cannot lock" in capsys.readouterr().err
+        assert path.read_bytes() == written
+        # a dry run only reads: it does not wait
+        code, text = run("forget", "--dry-run", "--all", path)
+        assert code == 0 and "7 entries would be removed" in text
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
 
 
 def test_console_script_and_no_pytest_import(tmp_path: Path) -> None:

@@ -904,3 +904,35 @@ def test_tune_with_a_truncated_cache_is_a_usage_error_and_writes_nothing(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*cache.json*not valid JSON*line*column*"])
     assert path.read_bytes() == full[:-30]
+
+
+def test_a_whole_latency_past_an_int64_is_written_as_the_float_it_is(tmp_path: Path) -> None:
+    """A whole latency is written as an integer, except past 2**63 - 1, where the reader
+    would refuse the integer: an entry that was accepted when built must read back."""
+    big = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1e19, 5)
+    built = CacheEntry("d", "cpu", "matmul", "b", "float32", (RankedCandidate("k", big),))
+    assert built.ranking[0].stats.max_ns == 1e19 and built.ranking[0].stats.min_ns == 900
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([built]))
+    assert artifacts.read_cache(path).entries() == [built]
+
+
+def test_update_cache_spares_the_read_of_a_file_unchanged_since_it_was_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuning run read the corpus at its start: while the file is the one it read
+    (same stamp under the lock), its write does not read it again; once another writer
+    replaced it, it does, and keeps that writer's entries."""
+    path = tmp_path / "c.json"
+    write(path, entry("a"), entry("b"))
+    read, stamp = artifacts.read_cache_stamped(path)
+    assert stamp is not None and stamp == artifacts.stamp_of(path)
+    reads: list[object] = []
+    real_read = artifacts.read_cache
+    monkeypatch.setattr(artifacts, "read_cache",
+                        lambda p: reads.append(p) or real_read(p))  # type: ignore[func-returns-value]
+    artifacts.update_cache(path, [entry("c")], known=(stamp, read))
+    assert reads == [] and {e.bucket for e in real_read(path)} == {"a", "b", "c"}
+    # the write replaced the file: the old stamp no longer stands for it
+    artifacts.update_cache(path, [entry("d")], known=(stamp, read))
+    assert reads == [path] and {e.bucket for e in real_read(path)} == {"a", "b", "c", "d"}
+    assert artifacts.stamp_of(tmp_path / "missing.json") is None

@@ -621,3 +621,34 @@ def test_no_damaged_artifact_removes_a_degrade(fleet: Path, tmp_path: Path,
     print(f"{artifact}: {sum(outcomes.values())} mutants: {outcomes}")
     assert not wrong, f"{len(wrong)} mutants: " + "\n".join(wrong[:5])
     assert outcomes.get("refused", 0) > outcomes.get("same degrade", 0) > 0
+
+
+def test_non_utf8_is_a_clear_error_whichever_msgspec_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """msgspec before 0.19 lets the codec's ``UnicodeDecodeError`` (a ``ValueError``)
+    through where later versions raise a ``DecodeError``: both name the file."""
+    from types import SimpleNamespace
+
+    import msgspec
+
+    from pytest_arbiter import strictjson
+
+    def old_decode(data: bytes, **_: object) -> object:
+        bytes(data).decode("utf-8")  # what msgspec 0.18 does with a bad string
+        return msgspec.json.decode(data)
+
+    class OldDecoder:
+        def decode(self, data: bytes) -> object:
+            return old_decode(data)
+
+    monkeypatch.setattr(strictjson, "msgspec", SimpleNamespace(
+        json=SimpleNamespace(decode=old_decode), ValidationError=msgspec.ValidationError,
+        DecodeError=msgspec.DecodeError))
+    monkeypatch.setattr(histogram_file, "_HEADER_DECODER", OldDecoder())
+    path = tmp_path / "h.json"
+    path.write_bytes(b'{"schema": "pytest-arbiter/histogram", "version": 1, "entries": '
+                     b'[{"target": "cpu\xe9"}]}')
+    with pytest.raises(artifacts.ArtifactError, match=(
+            rf"^{path} is not valid JSON: Invalid UTF-8 encoded string at line 1, "
+            r"column 81 \(byte 80\)$")):
+        artifacts.read_histogram(path)

@@ -283,10 +283,30 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
 
 
 def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
+    from pytest_arbiter import artifacts
+    from pytest_arbiter.cache import MeasureCache
+
     pytester.makepyfile(test_one=DISPATCH_TEST)
-    result = pytester.runpytest("--arbiter-strict")
+    artifacts.write_cache(pytester.path / "corpus.json", MeasureCache())
+    result = pytester.runpytest("--arbiter-strict", "--arbiter-cache=corpus.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*CacheMiss*strict mode: no cached winner*"])
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("--arbiter-strict",), "*--arbiter-strict needs the corpus to replay*"),
+    (("--arbiter-strict", "--arbiter-cache=typo.json"),
+     "*--arbiter-strict: the corpus *typo.json does not exist*"),
+    (("--arbiter-strict", "--arbiter-tune", "--arbiter-cache=c.json"),
+     "*--arbiter-strict and --arbiter-tune cannot be combined*"),
+])
+def test_strict_without_a_corpus_or_with_tune_is_one_usage_error(
+        pytester: pytest.Pytester, args: tuple[str, ...], needle: str) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([needle])
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 
 def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pytester) -> None:
@@ -640,13 +660,15 @@ def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
     artifacts.write_cache(corpus, MeasureCache([entry("old", 0.9999, "committed")]))
     session = ArbiterSession(SimpleNamespace(), ArbiterSettings(cache=corpus))  # type: ignore[arg-type]
     key = entry("x", 1.0, "x").key
+    ledger = session.ledger
+    session.get_arbiter()  # the run's arbiter, on the cache it read
     # what a worker measured this run replaces what the run read, even a surer entry
-    session.take_measured([entry("first", 0.95, "gw0")])
+    ledger.take_measured([entry("first", 0.95, "gw0")])
     assert session.get_arbiter().cache.get(key).winner == "first"  # type: ignore[union-attr]
     # between two workers' entries the merge rule decides, whichever arrives last
-    session.take_measured([entry("weaker", 0.90, "gw1")])
+    ledger.take_measured([entry("weaker", 0.90, "gw1")])
     assert session.get_arbiter().cache.get(key).winner == "first"  # type: ignore[union-attr]
-    session.take_measured([entry("surer", 0.99, "gw2")])
+    ledger.take_measured([entry("surer", 0.99, "gw2")])
     assert session.get_arbiter().cache.get(key).winner == "surer"  # type: ignore[union-attr]
 
 
@@ -714,66 +736,6 @@ def test_fixed_entries_only_for_what_the_run_dispatched(pytester: pytest.Pyteste
         "*1 baseline entries not checked: this run did not dispatch their target and op*",
         "*degrade gate passed*"])
     assert "candidate=wmma" not in result.stdout.str()
-
-
-def test_a_large_cache_is_kept_from_the_collector_for_the_session(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read at configure, frozen (gc.freeze) while the session runs, let go and unfrozen
-    at unconfigure, before pytest's own end-of-run collections."""
-    import gc
-
-    import pytest_arbiter.plugin as plugin_module
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
-
-    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
-    entries = [CacheEntry("other-device", "cpu", "matmul", f"b{i}", "float32",
-                          (RankedCandidate("k", stats),)) for i in range(3)]
-    artifacts.write_cache(pytester.path / "cache.json", MeasureCache(entries))
-    pytester.makepyfile(test_frozen="""
-        import gc
-
-        def test_frozen():
-            assert gc.get_freeze_count() > 0
-    """)
-    assert gc.get_freeze_count() == 0
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    result = pytester.runpytest("--arbiter-cache=cache.json")
-    assert result.ret == 0, result.stdout.str()
-    assert gc.get_freeze_count() == 0
-    # below the threshold, or where something else froze objects already: no freeze
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 4)
-    result = pytester.runpytest("--arbiter-cache=cache.json")
-    result.assert_outcomes(failed=1)
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        assert pytester.runpytest("--arbiter-cache=cache.json").ret == 0
-        # theirs stay frozen: not unfrozen, none added (some died meanwhile)
-        assert 0 < gc.get_freeze_count() <= frozen
-    finally:
-        gc.unfreeze()
-
-
-def test_a_failed_configure_leaves_nothing_frozen(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gc
-
-    import pytest_arbiter.plugin as plugin_module
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
-
-    stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
-    artifacts.write_cache(pytester.path / "cache.json", MeasureCache(
-        [CacheEntry("d", "cpu", "matmul", f"b{i}", "float32", (RankedCandidate("k", stats),))
-         for i in range(3)]))
-    (pytester.path / "base.json").write_text("{not json")
-    pytester.makepyfile(test_one="def test_ok():\n    pass\n")
-    monkeypatch.setattr(plugin_module, "FREEZE_ENTRIES", 3)
-    result = pytester.runpytest("--arbiter-cache=cache.json", "--arbiter-baseline=base.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert gc.get_freeze_count() == 0
 
 
 def test_the_session_end_empties_the_cache_and_ends_the_arbiter(tmp_path: Path) -> None:

@@ -162,7 +162,11 @@ def test_run_budget_is_shared_safely_by_threads() -> None:
         t.join()
     assert sum(granted) == 1024 and budget.left_s == 0.0
     assert not budget.take(slice_s)
-    budget.refund(slice_s)
+    budget.settle(slice_s, 0.0)  # reserved, then nothing spent: it comes back
     assert budget.take(slice_s) and not budget.take(1e-9)
+    budget.settle(slice_s, slice_s / 2)
+    assert budget.left_s == slice_s / 2
+    budget.settle(0.0, 1.0)  # an overrun is charged, down to nothing left
+    assert budget.left_s == 0.0
     with pytest.raises(ValueError):
         RunBudget(-1.0)

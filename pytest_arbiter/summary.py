@@ -1,0 +1,224 @@
+"""The run's summary (the ``arbiter`` section of pytest's terminal summary): a pure
+function of the run's ledger, settings and verdict, without pytest.
+
+Every line is printed escaped (:func:`pytest_arbiter.safetext.line`): candidate, op and
+test names come from registrations, workers' payloads and artifacts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pytest_arbiter.histogram import OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.safetext import line as safe_line
+
+if TYPE_CHECKING:
+    from pytest_arbiter.arbiter import DispatchEvent
+    from pytest_arbiter.baseline import BaselineVerdict
+    from pytest_arbiter.ledger import EventKey, RunLedger
+    from pytest_arbiter.settings import ArbiterSettings
+
+MAX_TESTS_SHOWN = 5
+MAX_KEYS_SHOWN = 20
+
+STALE_HEADS = (
+    ("winner-changed", "{n} key{s} whose cached winner changed code since it was measured: "
+                       "the tier order ran (--arbiter-tune measures them again)"),
+    ("unmeasured", "{n} key{s} with candidates that were never measured, or whose code "
+                   "changed since (--arbiter-tune measures them; --arbiter-strict fails)"),
+    ("reverify", "{n} key{s} measured under another environment: the next --arbiter-tune "
+                 "re-times winner against runner-up"),
+)
+
+
+@dataclass
+class RunVerdict:
+    """What the session end decided: the baseline comparison, the baseline entries this
+    run could not check, and the outcomes that fail the run."""
+
+    verdict: BaselineVerdict | None = None
+    unchecked: list[HistogramKey] = field(default_factory=list)
+    failing: tuple[str, ...] = ()
+
+
+def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | None,
+           baseline_note: str, end: RunVerdict) -> list[str]:
+    """The summary's lines (empty when there is nothing to say)."""
+    lines: list[str] = []
+    counts = ledger.counts()
+    lines.extend(_histogram_lines(counts))
+    expected = ledger.expected_counts()
+    if expected:
+        lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
+            f"{_key_text(k)}={v}" for k, v in sorted(expected.items())))
+    if cache_note is not None:
+        lines.append(cache_note)
+    events = ledger.events()
+    sources = [e.source for e in events.values()]
+    if sources:
+        lines.append("keys: " + ", ".join(
+            f"{sources.count(src)} {label}"
+            for src, label in (("measured", "measured"), ("cached", "reused from cache"),
+                               ("static", "static tier order on a miss"))))
+    lines.extend(_stale_lines(events))
+    if settings.recheck != "off":
+        lines.extend(_recheck_lines(events, ledger.stale_keys(), settings.recheck))
+    if settings.explain:
+        lines.extend(_explain_lines(events))
+    else:
+        lines.extend(_winner_lines(events, ledger))
+    for name in ledger.crashed:
+        lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
+    lines.extend(ledger.notes)
+    for error in ledger.errors:
+        lines.append(f"artifact error: {error}")
+    verdict = end.verdict
+    if verdict is not None and (counts or verdict.fixed or settings.baseline):
+        lines.append(baseline_note)
+        lines.extend(_new_entry_lines(verdict, ledger))
+        lines.extend(verdict.describe_fixed())
+        if end.unchecked:
+            lines.append(f"{len(end.unchecked)} baseline entries not checked: this run "
+                         "did not dispatch their target and op")
+        if not verdict.passed:
+            if settings.write_baseline is not None:
+                lines.append("new gated entries recorded by --arbiter-write-baseline "
+                             f"{settings.write_baseline}")
+            else:
+                lines.append(f"degrade gate FAILED: new {either(end.failing)} "
+                             "dispatch entries (fix the kernel, mark the test "
+                             "arbiter_expect_degrade, or add them to the baseline)")
+                if any(key[3] == STALE for key in verdict.new):
+                    lines.append("stale cached winners: re-tune those keys "
+                                 "(pytest --arbiter-tune --arbiter-recheck)")
+        else:
+            lines.append("degrade gate passed")
+    return [safe_line(text) for text in lines]
+
+
+def either(names: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _key_text(key: Sequence[str]) -> str:
+    return "/".join(key)
+
+
+def _histogram_lines(counts: dict[HistogramKey, int]) -> list[str]:
+    per: dict[tuple[str, str], dict[str, int]] = {}
+    for (target, op, _sel, outcome), count in counts.items():
+        row = per.setdefault((target, op), dict.fromkeys(OUTCOMES, 0))
+        row[outcome] += count
+    if not per:
+        return []
+    lines = ["dispatch histogram (target/op: " + ", ".join(OUTCOMES) + "):"]
+    for (target, op), row in sorted(per.items()):
+        lines.append(f"  {target}/{op}: " + ", ".join(f"{name}={row[name]}"
+                                                      for name in OUTCOMES))
+    for key, count in sorted(counts.items()):
+        lines.append(f"    {_key_text(key)}: {count}")
+    return lines
+
+
+def _new_entry_lines(verdict: BaselineVerdict, ledger: RunLedger) -> list[str]:
+    """Each new failing entry, its reason, and the tests behind it."""
+    reasons = ledger.reasons()
+    lines = []
+    for line, key in zip(verdict.describe_new(), sorted(verdict.new), strict=True):
+        lines.append(line)
+        why = reasons.get(key)
+        if why:
+            lines.append(f"    reason: {why}")
+        tests = ledger.tests.get(key, [])
+        shown = ", ".join(dict.fromkeys(tests[:MAX_TESTS_SHOWN]))
+        more = len(set(tests)) - len(set(tests[:MAX_TESTS_SHOWN]))
+        lines.append("    tests: " + (shown or "none (dispatched outside any test)")
+                     + (f" (+{more} more)" if more > 0 else ""))
+    return lines
+
+
+def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
+                  most: int = MAX_KEYS_SHOWN) -> list[str]:
+    picked = [(key, event) for key, event in sorted(events.items())
+              if event.order and event.source in ("measured", "cached")]
+    if not picked:
+        return []
+    cached = _cached_winners(ledger, {key for key, _ in picked[:most]})
+    lines = ["winners:"]
+    for key, event in picked[:most]:
+        how = "measured" if event.source == "measured" else "reused from cache"
+        # the key's winner as cached; the last dispatch may have run another candidate
+        # (the winner declined those inputs)
+        winner = cached.get(key, event.order[0])
+        ran = "" if winner == event.order[0] else f"; last dispatch ran {event.order[0]}"
+        lines.append(f"  {_key_text(key)}: {winner} ({how}{ran})")
+    if len(picked) > most:
+        lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
+    return lines
+
+
+def _cached_winners(ledger: RunLedger, keys: set[EventKey]) -> dict[EventKey, str]:
+    """The cache's winner for each of ``keys`` (target, op, bucket, dtype), ``a@dev,
+    b@dev`` when several devices hold the key."""
+    if ledger.arbiter is None:
+        return {}
+    found: dict[EventKey, dict[str, str]] = {}
+    for cache_key, entry in ledger.arbiter.cache.by_key().items():
+        if cache_key[1:] in keys:
+            found.setdefault(cache_key[1:], {})[entry.device] = entry.winner
+    return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
+                  else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
+            for key, by_device in found.items()}
+
+
+def _stale_lines(events: dict[EventKey, DispatchEvent],
+                 most: int = MAX_KEYS_SHOWN) -> list[str]:
+    """The keys whose cache entries are out of date, by kind (docs/artifacts.md)."""
+    by_kind: dict[str, list[tuple[str, str]]] = {}
+    for key, event in sorted(events.items()):
+        for kind, why in event.stale.items():
+            by_kind.setdefault(kind, []).append((_key_text(key), why))
+    lines: list[str] = []
+    for kind, head in STALE_HEADS:
+        found = by_kind.get(kind, [])
+        if not found:
+            continue
+        lines.append(head.format(n=len(found), s="" if len(found) == 1 else "s"))
+        lines.extend(f"  {key}: {why}" for key, why in found[:most])
+        if len(found) > most:
+            lines.append(f"  ... and {len(found) - most} more")
+    return lines
+
+
+def _recheck_lines(events: dict[EventKey, DispatchEvent], stale: list[str],
+                   mode: str) -> list[str]:
+    found = [e.recheck.split(":", 1)[0].split(" ", 1)[0]
+             for e in events.values() if e.recheck]
+    kinds = {kind: found.count(kind) for kind in ("current", "stale", "no", "not")}
+    lines = [f"recheck: {len(found) - kinds['not']} cached keys re-timed: "
+             f"{kinds['stale']} stale, {kinds['current']} current, "
+             f"{kinds['no']} without a verdict"
+             + (f"; {kinds['not']} not re-timed (the run's recheck budget was spent)"
+                if kinds["not"] else "")]
+    lines.extend(f"  {line}" for line in stale)
+    if kinds["stale"] and mode != "fail":
+        lines.append("  (report only: --arbiter-recheck=fail gates stale keys)")
+    return lines
+
+
+def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
+    lines = []
+    for key, event in sorted(events.items()):
+        picked = event.order[0] if event.order else "nothing (the reference ran)"
+        lines.append(f"{_key_text(key)} [{event.source}]: picked {picked}")
+        for name in event.order[1:]:
+            ratio = event.ratios.get(name)
+            why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
+                   else "lower in the order")
+            lines.append(f"  passed over {name}: {why}")
+        for name, why in sorted(event.passed_over.items()):
+            lines.append(f"  passed over {name}: {why}")
+    return lines
