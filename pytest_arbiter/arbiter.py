@@ -251,8 +251,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                        cache: MeasureCache, *, target: str = "cpu",
                        timer: Timer | None = None, policy: ComparePolicy | None = None,
                        gate_seed: int = GATE_SEED, remeasure: bool = False,
-                       needs: tuple[int, ...] = (), verdict: VerdictFn | None = None
-                       ) -> Selection:
+                       needs: tuple[int, ...] = (), verdict: VerdictFn | None = None,
+                       supersede: bool = False) -> Selection:
     """Gate the candidates, time the survivors interleaved, cache and return the fastest.
 
     A cache hit times nothing; its winner is re-checked with ``accepts(inputs)`` and,
@@ -260,6 +260,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     is measured again when no cached candidate can run the inputs, or when a candidate
     that can run them was never measured for it (it joins the ranking). ``verdict``
     replaces the plain F4 gate call (the arbiter passes its per-process memo).
+    ``supersede``: the new entry replaces the cached one in any merge, whatever their
+    evidence (a recheck found the cached winner slower: the re-measurement is the truth).
     """
     the_op = OPS.get(op) if isinstance(op, str) else op
     the_op.validate(*inputs)
@@ -381,7 +383,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison, alone), considered,
                            environment, False,
-                           since_for(entry, considered, environment, utc_now()))
+                           since_for(entry, considered, environment, utc_now(),
+                                     supersede=supersede))
     cache.put(new_entry)
     can_run = {c.name: c for c in usable}
     order = [can_run[r.name] for r in ranking if r.name in can_run and r.name not in failed
@@ -943,6 +946,7 @@ class Arbiter:
         selection: Selection | None = None
         entry: CacheEntry | None = None
         stale: dict[str, str] = {}
+        environment: dict[str, str] = {}
         stub = _KeyPlan(the_op, key, mode, (), "", (0, 0))  # what the measurement gates with
         if not isinstance(found, DeviceInfo):
             for cand in pool:
@@ -960,9 +964,10 @@ class Arbiter:
                 errors.update(selection.errors)
                 passed_over.update(selection.passed_over)
             entry = self.cache.get(ckey)
+            environment = current_environment(target)
             if entry is not None:
                 applicable = _screen(region, pool, None, {}, errors={})
-                fresh = freshness(entry, applicable, current_environment(target),
+                fresh = freshness(entry, applicable, environment,
                                   [c.name for c in applicable if _accepts(c, inputs, {}, None)])
                 stale = fresh.notes(entry.winner)
                 if mode == "strict" and (fresh.winner_changed or fresh.to_measure):
@@ -981,7 +986,7 @@ class Arbiter:
                     selection = measured_arbitrate(
                         the_op, inputs, pool, self.cache, target=target,
                         policy=self._policy(), gate_seed=self.gate_seed, needs=needs,
-                        remeasure=True,
+                        remeasure=True, supersede=True,
                         verdict=lambda c: self._measure_verdict(stub, c, inputs))
                     errors.update(selection.errors)
                     passed_over.update(selection.passed_over)
@@ -1019,7 +1024,7 @@ class Arbiter:
                 self.reasons.setdefault(*blocked)
             won = self.histogram.counter((target, the_op.name, cand.name, "won"))
             steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked,
-                               vouched(entry, cand)))
+                               entry is not None and vouched(entry, cand, environment)))
         if not isinstance(found, DeviceInfo):
             why = f"no {target} device: {found}"
         elif not pool:

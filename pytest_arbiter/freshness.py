@@ -77,11 +77,15 @@ class Freshness:
 CURRENT = Freshness((), (), False, ())
 
 
-def vouched(entry: CacheEntry | None, candidate: Candidate) -> bool:
-    """Whether ``entry`` vouches for ``candidate``'s current code: it passed the F4 gate
-    and was timed for the key with the code it has now. What lets a run with the gate off
-    (production) skip the gate for it."""
+def vouched(entry: CacheEntry | None, candidate: Candidate,
+            environment: Mapping[str, str]) -> bool:
+    """Whether ``entry`` vouches for ``candidate``'s current code here: it passed the F4
+    gate and was timed for the key with the code it has now, under this ``environment``
+    (a new driver, CuPy or BLAS is when a kernel can start to give wrong answers). What
+    lets a run with the gate off (production) skip the gate for it."""
     if entry is None:
+        return False
+    if entry.environment and dict(entry.environment) != dict(environment):
         return False
     if not entry.considered:  # a v1/v2 entry: its ranking was gated when measured
         return any(r.name == candidate.name for r in entry.ranking)

@@ -277,3 +277,41 @@ def test_the_summary_lists_stale_keys_strict_fails_on_them_and_tune_clears_them(
     again = pytester.runpytest_subprocess(*run, "--arbiter-strict")
     again.assert_outcomes(passed=1)
     assert "never measured" not in again.stdout.str()
+
+
+# -- a recheck's re-measurement -----------------------------------------------------------
+
+SLOW = {"alpha": False}
+
+
+def alpha(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # a switch outside the code stands in for a driver update that slowed this kernel:
+    # its fingerprint does not change
+    return tenfold(a, b) if SLOW["alpha"] else np.matmul(a, b)
+
+
+def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry() -> None:
+    from pytest_arbiter.corpus import prefer
+    from pytest_arbiter.recheck import RecheckPolicy
+
+    cands = registry(fn(alpha, "alpha"), fn(fourfold, "beta"))
+    strong = ComparePolicy(min_rounds=30, max_rounds=60, budget_s=0.5)
+    first = Arbiter(registry=cands, mode="tune", policy=strong)
+    first.dispatch("matmul", *mats())
+    old = only_entry(first.cache)
+    assert old.winner == "alpha"
+    SLOW["alpha"] = True
+    try:
+        cache = MeasureCache(first.cache.entries())
+        retune = Arbiter(registry=cands, cache=cache, mode="tune", policy=FAST,
+                         recheck=RecheckPolicy(key_budget_s=0.2))
+        retune.dispatch("matmul", *mats())
+    finally:
+        SLOW["alpha"] = False
+    (found,) = retune.rechecks.values()
+    assert found is not None and found.stale and found.faster == "beta"
+    new = only_entry(cache)
+    assert new.winner == "beta"
+    assert new.samples < old.samples  # the weaker measurement ...
+    assert prefer(old, new) is new and prefer(new, old) is new  # ... replaces the old one
+    assert retune.histogram.counts()[("cpu", "matmul", "alpha", "stale")] == 1
