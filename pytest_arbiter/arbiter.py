@@ -42,7 +42,7 @@ from pytest_arbiter.candidates import (
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
 from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
-from pytest_arbiter.freshness import freshness, vouched
+from pytest_arbiter.freshness import DECLINED_BY_ACCEPTS, freshness, vouched
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
@@ -377,8 +377,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             **rejected, **{n: f"error: {why}" for n, why in errors.items()}}
     for name in comparison.ranking:
         gone.pop(name, None)
-    considered = _considered(applicable, entry if subset is not None else None, subset,
-                             {r.name for r in ranking}, rejected, errors, passed_over)
+    considered = _considered(applicable, {c.name for c in usable}, entry, subset,
+                             set(comparison.ranking), rejected, errors, passed_over)
     new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison, alone), considered,
@@ -393,28 +393,35 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                      new_entry, comparison, reports, errors, rejected, findings)
 
 
-def _considered(applicable: Sequence[Candidate], old: CacheEntry | None,
-                subset: set[str] | None, ranked: set[str], rejected: Mapping[str, str],
+def _considered(applicable: Sequence[Candidate], accepting: set[str], old: CacheEntry | None,
+                subset: set[str] | None, timed: set[str], rejected: Mapping[str, str],
                 errors: Mapping[str, str], passed_over: Mapping[str, str]
                 ) -> dict[str, Considered]:
-    """What became of every candidate that applies to the key, with its code's
-    fingerprint. Of a partial re-measurement (``subset``), the candidates left out keep
-    their rows in ``old``."""
+    """What became of every candidate considered for the key, with its code's
+    fingerprint. A row is ``timed`` only for a candidate timed in this comparison, or
+    kept from ``old`` with the same fingerprint; rows of candidates that do not apply
+    here (another runner's) are carried as they were."""
     out: dict[str, Considered] = {}
+    if old is not None:
+        here = {c.name for c in applicable}
+        out.update((name, row) for name, row in old.considered.items() if name not in here)
     for cand in applicable:
         name = cand.name
         code = fingerprint_of(cand)
         kept = old.considered.get(name) if old is not None else None
-        if (subset is not None and name not in subset and kept is not None
-                and kept.fingerprint == code):
-            out[name] = kept
-        elif name in rejected:
+        if name in rejected:
             out[name] = Considered(code, "rejected", rejected[name])
         elif name in errors:
             out[name] = Considered(code, "error", errors[name])
-        elif name in ranked:
+        elif name in timed:
             out[name] = Considered(code, "timed")
-        else:
+        elif kept is not None and kept.fingerprint == code and (
+                subset is not None or kept.outcome == "timed"):
+            out[name] = kept  # not re-measured: what it was measured as stands
+        elif name not in accepting:
+            out[name] = Considered(code, "declined", DECLINED_BY_ACCEPTS + passed_over.get(
+                name, "declined").removeprefix("declined the inputs").lstrip(": "))
+        else:  # it declined in the gate or while timed
             out[name] = Considered(code, "declined",
                                    passed_over.get(name, "not timed for these inputs"))
     return out

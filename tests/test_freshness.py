@@ -315,3 +315,35 @@ def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry
     assert new.samples < old.samples  # the weaker measurement ...
     assert prefer(old, new) is new and prefer(new, old) is new  # ... replaces the old one
     assert retune.histogram.counts()[("cpu", "matmul", "alpha", "stale")] == 1
+
+
+def test_a_candidate_that_declines_when_run_is_measured_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It declines in the gate: recorded as declined, not measured again on every plan
+    (two keys bump the cache in turn), and strict replays the tuned corpus."""
+    from pytest_arbiter import arbiter as arbiter_module
+    from pytest_arbiter.candidates import Decline
+
+    def work_stealing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        raise Decline("no work to steal")
+
+    comparisons = []
+    real = arbiter_module.compare_latencies
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        comparisons.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arbiter_module, "compare_latencies", counted)
+    cands = (fn(library, "library"), fn(fourfold, "fourfold"), fn(work_stealing, "ws"))
+    arb = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    for _ in range(5):
+        for n in (32, 64):
+            arb.dispatch("matmul", *mats(n))
+    assert len(comparisons) == 2
+    for entry in arb.cache.entries():
+        assert entry.considered["ws"].outcome == "declined"
+    strict = Arbiter(registry=registry(*cands), cache=arb.cache, mode="strict")
+    for n in (32, 64):
+        strict.dispatch("matmul", *mats(n))
+    assert not any(e.stale for e in strict.events.values())
