@@ -200,17 +200,32 @@ def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
 
 def _merged_ranking(fresh: list[RankedCandidate], old: CacheEntry | None,
                     drop: Iterable[str]) -> tuple[RankedCandidate, ...]:
-    """The fresh ranking, with the old entry's other rows slotted in by median."""
+    """The fresh ranking, with the old entry's other rows slotted in.
+
+    Old rows come from another comparison (another run, maybe another shape of the
+    bucket): they are placed by their median scaled by how a candidate timed in both
+    comparisons moved (the first fresh row the old ranking has), so only candidates timed
+    side by side decide their order; with no such candidate they follow the fresh rows.
+    The stats written are the old rows' own.
+    """
     if old is None:
         return tuple(fresh)
     skip = {r.name for r in fresh} | set(drop)
+    old_ns = {r.name: r.stats.median_ns for r in old.ranking}
+    common = next((r for r in fresh if old_ns.get(r.name, 0) > 0), None)
+    scale = common.stats.median_ns / old_ns[common.name] if common is not None else None
     merged = list(fresh)
+    placed = [r.stats.median_ns for r in fresh]
     for row in old.ranking:
         if row.name in skip:
             continue
-        at = next((i for i, r in enumerate(merged)
-                   if r.stats.median_ns > row.stats.median_ns), len(merged))
+        if scale is None:
+            at = len(merged)
+        else:
+            ns = row.stats.median_ns * scale
+            at = next((i for i, t in enumerate(placed) if t > ns), len(merged))
         merged.insert(at, row)
+        placed.insert(at, row.stats.median_ns * scale if scale is not None else float("inf"))
     return tuple(merged)
 
 

@@ -118,7 +118,7 @@ def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
     assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
     assert new.ranking[2] == old.ranking[1]
     assert set(new.considered) == {"fourfold", "tenfold", "library"}
-    assert new.since > old.since or new.fingerprints() != old.fingerprints()
+    assert new.since > old.since  # measured against more candidates: a new basis
     # measured against the newer set of candidates: it wins the merge, whatever the
     # confidence of the old one
     weaker = msgspec.structs.replace(new, confidence=0.5)
@@ -347,3 +347,27 @@ def test_a_candidate_that_declines_when_run_is_measured_once(
     for n in (32, 64):
         strict.dispatch("matmul", *mats(n))
     assert not any(e.stale for e in strict.events.values())
+
+
+def twofold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    np.matmul(a, b)
+    return np.matmul(a, b)
+
+
+def test_old_rows_of_a_partial_re_measure_never_outrank_what_was_timed_side_by_side() -> None:
+    """The key was tuned on a smaller shape of its bucket; a candidate added since is
+    timed with the leader on a larger one: the runner-up's old (smaller-shape) median
+    must not crown it."""
+    first = Arbiter(registry=registry(fn(library, "fast"), fn(twofold, "twofold")),
+                    mode="tune", policy=FAST)
+    first.dispatch("matmul", *mats(96))
+    old = only_entry(first.cache)
+    assert [r.name for r in old.ranking] == ["fast", "twofold"]
+    now = registry(fn(library, "fast"), fn(twofold, "twofold"), fn(tenfold, "tenfold"))
+    selection = measured_arbitrate(OPS.get("matmul"), mats(128), now.for_op("matmul", "cpu"),
+                                   first.cache, policy=FAST)
+    assert selection.comparison is not None
+    assert set(selection.comparison.stats) == {"fast", "tenfold"}
+    new = only_entry(first.cache)
+    assert new.key == old.key  # one bucket, two shapes
+    assert [r.name for r in new.ranking] == ["fast", "twofold", "tenfold"]
