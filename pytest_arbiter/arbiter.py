@@ -641,6 +641,7 @@ class Arbiter:
         self._fresh: list[dict[str, tuple[str, str]]] = []
         self.recheck = recheck
         self.recheck_budget = recheck_budget
+        self._rechecking: set[CacheKey] = set()
         self.rechecks: dict[CacheKey, RecheckResult | None] = {}
         """Each key dispatched from the cache and re-timed (``recheck``): its result;
         None when the run's recheck budget was spent before it."""
@@ -775,7 +776,7 @@ class Arbiter:
             if step.blocked is not None:
                 record(*step.blocked)
                 continue
-            if self.gate_enabled or not step.vouched:
+            if self.gate_enabled or not step.vouched or self._known_bad(kp, step.cand, inputs):
                 kind, reason = self._gate_for(kp, step.cand, inputs)
                 if kind == "decline":
                     declined = declined or (name, reason)
@@ -888,7 +889,8 @@ class Arbiter:
                     continue
             except Exception:
                 return -1, ()  # recorded on each dispatch, by the slow path
-            if step.blocked is not None or (step.vouched and not self.gate_enabled):
+            if step.blocked is not None or (step.vouched and not self.gate_enabled
+                                            and not self._known_bad(kp, step.cand, inputs)):
                 # reached by every such dispatch: charged each time, on the slow path
                 return (-1, ()) if step.blocked is not None else (index, tuple(pre))
             kind, _ = self._gate_for(kp, step.cand, inputs)
@@ -922,6 +924,12 @@ class Arbiter:
         if kind == "decline-inputs":
             return "decline", reason
         return kind, reason
+
+    def _known_bad(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any]) -> bool:
+        """The gate already rejected ``cand`` (or it raised) for this key and layout in
+        this process: vouched for by the corpus or not, it does not run."""
+        found = self._checked.get((kp.key, cand.name, _layout(inputs)))
+        return found is not None and found.cand is cand and found.kind in ("reject", "error")
 
     def _remember_verdict(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any],
                           kind: str, reason: str) -> None:
@@ -1000,8 +1008,9 @@ class Arbiter:
                         + "; tune with --arbiter-tune")
                 if fresh.winner_changed:
                     entry = None  # its timings are of other code: the tier order runs
-            if (entry is not None and self.recheck is not None and ckey not in self.rechecks
-                    and (selection is None or selection.source == "cached")):
+            if (entry is not None and self.recheck is not None
+                    and (selection is None or selection.source == "cached")
+                    and self._reserve_recheck(ckey)):
                 stale_now = self._recheck(stub, region, entry, pool, inputs, ckey)
                 if stale_now and mode == "tune":
                     # the re-timing replaces the entry: the key is measured again
@@ -1068,6 +1077,14 @@ class Arbiter:
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
                    why_not, selection, entry, stale, rechecked)
         return kp
+
+    def _reserve_recheck(self, ckey: CacheKey) -> bool:
+        """Whether this thread re-times ``ckey``: once per key and process."""
+        with self._lock:
+            if ckey in self._rechecking:
+                return False
+            self._rechecking.add(ckey)
+            return True
 
     def _recheck(self, stub: _KeyPlan, region: Region, entry: CacheEntry,
                  pool: Sequence[Candidate], inputs: Sequence[Any], ckey: CacheKey) -> bool:
