@@ -44,7 +44,7 @@ from pytest_arbiter.candidates import (
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
 from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
-from pytest_arbiter.freshness import freshness, vouched
+from pytest_arbiter.freshness import DECLINED_BY_ACCEPTS, freshness, vouched
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
@@ -206,17 +206,32 @@ def _provenance(device: DeviceInfo | None, inputs: Sequence[Any],
 
 def _merged_ranking(fresh: list[RankedCandidate], old: CacheEntry | None,
                     drop: Iterable[str]) -> tuple[RankedCandidate, ...]:
-    """The fresh ranking, with the old entry's other rows slotted in by median."""
+    """The fresh ranking, with the old entry's other rows slotted in.
+
+    Old rows come from another comparison (another run, maybe another shape of the
+    bucket): they are placed by their median scaled by how a candidate timed in both
+    comparisons moved (the first fresh row the old ranking has), so only candidates timed
+    side by side decide their order; with no such candidate they follow the fresh rows.
+    The stats written are the old rows' own.
+    """
     if old is None:
         return tuple(fresh)
     skip = {r.name for r in fresh} | set(drop)
+    old_ns = {r.name: r.stats.median_ns for r in old.ranking}
+    common = next((r for r in fresh if old_ns.get(r.name, 0) > 0), None)
+    scale = common.stats.median_ns / old_ns[common.name] if common is not None else None
     merged = list(fresh)
+    placed = [r.stats.median_ns for r in fresh]
     for row in old.ranking:
         if row.name in skip:
             continue
-        at = next((i for i, r in enumerate(merged)
-                   if r.stats.median_ns > row.stats.median_ns), len(merged))
+        if scale is None:
+            at = len(merged)
+        else:
+            ns = row.stats.median_ns * scale
+            at = next((i for i, t in enumerate(placed) if t > ns), len(merged))
         merged.insert(at, row)
+        placed.insert(at, row.stats.median_ns * scale if scale is not None else float("inf"))
     return tuple(merged)
 
 
@@ -257,8 +272,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                        cache: MeasureCache, *, target: str = "cpu",
                        timer: Timer | None = None, policy: ComparePolicy | None = None,
                        gate_seed: int = GATE_SEED, remeasure: bool = False,
-                       needs: tuple[int, ...] = (), verdict: VerdictFn | None = None
-                       ) -> Selection:
+                       needs: tuple[int, ...] = (), verdict: VerdictFn | None = None,
+                       supersede: bool = False) -> Selection:
     """Gate the candidates, time the survivors interleaved, cache and return the fastest.
 
     A cache hit times nothing; its winner is re-checked with ``accepts(inputs)`` and,
@@ -266,6 +281,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     is measured again when no cached candidate can run the inputs, or when a candidate
     that can run them was never measured for it (it joins the ranking). ``verdict``
     replaces the plain F4 gate call (the arbiter passes its per-process memo).
+    ``supersede``: the new entry replaces the cached one in any merge, whatever their
+    evidence (a recheck found the cached winner slower: the re-measurement is the truth).
     """
     the_op = OPS.get(op) if isinstance(op, str) else op
     the_op.validate(*inputs)
@@ -381,13 +398,14 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             **rejected, **{n: f"error: {why}" for n, why in errors.items()}}
     for name in comparison.ranking:
         gone.pop(name, None)
-    considered = _considered(applicable, entry if subset is not None else None, subset,
-                             {r.name for r in ranking}, rejected, errors, passed_over)
+    considered = _considered(applicable, {c.name for c in usable}, entry, subset,
+                             set(comparison.ranking), rejected, errors, passed_over)
     new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison, alone), considered,
                            environment, False,
-                           since_for(entry, considered, environment, utc_now()))
+                           since_for(entry, considered, environment, utc_now(),
+                                     supersede=supersede))
     cache.put(new_entry)
     hooks.call("pytest_arbiter_candidate_measured", entry=new_entry)
     can_run = {c.name: c for c in usable}
@@ -397,28 +415,35 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                      new_entry, comparison, reports, errors, rejected, findings)
 
 
-def _considered(applicable: Sequence[Candidate], old: CacheEntry | None,
-                subset: set[str] | None, ranked: set[str], rejected: Mapping[str, str],
+def _considered(applicable: Sequence[Candidate], accepting: set[str], old: CacheEntry | None,
+                subset: set[str] | None, timed: set[str], rejected: Mapping[str, str],
                 errors: Mapping[str, str], passed_over: Mapping[str, str]
                 ) -> dict[str, Considered]:
-    """What became of every candidate that applies to the key, with its code's
-    fingerprint. Of a partial re-measurement (``subset``), the candidates left out keep
-    their rows in ``old``."""
+    """What became of every candidate considered for the key, with its code's
+    fingerprint. A row is ``timed`` only for a candidate timed in this comparison, or
+    kept from ``old`` with the same fingerprint; rows of candidates that do not apply
+    here (another runner's) are carried as they were."""
     out: dict[str, Considered] = {}
+    if old is not None:
+        here = {c.name for c in applicable}
+        out.update((name, row) for name, row in old.considered.items() if name not in here)
     for cand in applicable:
         name = cand.name
         code = fingerprint_of(cand)
         kept = old.considered.get(name) if old is not None else None
-        if (subset is not None and name not in subset and kept is not None
-                and kept.fingerprint == code):
-            out[name] = kept
-        elif name in rejected:
+        if name in rejected:
             out[name] = Considered(code, "rejected", rejected[name])
         elif name in errors:
             out[name] = Considered(code, "error", errors[name])
-        elif name in ranked:
+        elif name in timed:
             out[name] = Considered(code, "timed")
-        else:
+        elif kept is not None and kept.fingerprint == code and (
+                subset is not None or kept.outcome == "timed"):
+            out[name] = kept  # not re-measured: what it was measured as stands
+        elif name not in accepting:
+            out[name] = Considered(code, "declined", DECLINED_BY_ACCEPTS + passed_over.get(
+                name, "declined").removeprefix("declined the inputs").lstrip(": "))
+        else:  # it declined in the gate or while timed
             out[name] = Considered(code, "declined",
                                    passed_over.get(name, "not timed for these inputs"))
     return out
@@ -623,6 +648,7 @@ class Arbiter:
         self._fresh: list[dict[str, tuple[str, str]]] = []
         self.recheck = recheck
         self.recheck_budget = recheck_budget
+        self._rechecking: set[CacheKey] = set()
         self.rechecks: dict[CacheKey, RecheckResult | None] = {}
         """Each key dispatched from the cache and re-timed (``recheck``): its result;
         None when the run's recheck budget was spent before it."""
@@ -757,7 +783,7 @@ class Arbiter:
             if step.blocked is not None:
                 record(*step.blocked)
                 continue
-            if self.gate_enabled or not step.vouched:
+            if self.gate_enabled or not step.vouched or self._known_bad(kp, step.cand, inputs):
                 kind, reason = self._gate_for(kp, step.cand, inputs)
                 if kind == "decline":
                     declined = declined or (name, reason)
@@ -870,7 +896,8 @@ class Arbiter:
                     continue
             except Exception:
                 return -1, ()  # recorded on each dispatch, by the slow path
-            if step.blocked is not None or (step.vouched and not self.gate_enabled):
+            if step.blocked is not None or (step.vouched and not self.gate_enabled
+                                            and not self._known_bad(kp, step.cand, inputs)):
                 # reached by every such dispatch: charged each time, on the slow path
                 return (-1, ()) if step.blocked is not None else (index, tuple(pre))
             kind, _ = self._gate_for(kp, step.cand, inputs)
@@ -904,6 +931,12 @@ class Arbiter:
         if kind == "decline-inputs":
             return "decline", reason
         return kind, reason
+
+    def _known_bad(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any]) -> bool:
+        """The gate already rejected ``cand`` (or it raised) for this key and layout in
+        this process: vouched for by the corpus or not, it does not run."""
+        found = self._checked.get((kp.key, cand.name, _layout(inputs)))
+        return found is not None and found.cand is cand and found.kind in ("reject", "error")
 
     def _remember_verdict(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any],
                           kind: str, reason: str) -> None:
@@ -950,6 +983,7 @@ class Arbiter:
         selection: Selection | None = None
         entry: CacheEntry | None = None
         stale: dict[str, str] = {}
+        environment: dict[str, str] = {}
         stub = _KeyPlan(the_op, key, mode, (), "", (0, 0))  # what the measurement gates with
         if not isinstance(found, DeviceInfo):
             for cand in pool:
@@ -967,9 +1001,10 @@ class Arbiter:
                 errors.update(selection.errors)
                 passed_over.update(selection.passed_over)
             entry = self.cache.get(ckey)
+            environment = current_environment(target)
             if entry is not None:
                 applicable = _screen(region, pool, None, {}, errors={})
-                fresh = freshness(entry, applicable, current_environment(target),
+                fresh = freshness(entry, applicable, environment,
                                   [c.name for c in applicable if _accepts(c, inputs, {}, None)])
                 stale = fresh.notes(entry.winner)
                 if mode == "strict" and (fresh.winner_changed or fresh.to_measure):
@@ -980,15 +1015,16 @@ class Arbiter:
                         + "; tune with --arbiter-tune")
                 if fresh.winner_changed:
                     entry = None  # its timings are of other code: the tier order runs
-            if (entry is not None and self.recheck is not None and ckey not in self.rechecks
-                    and (selection is None or selection.source == "cached")):
+            if (entry is not None and self.recheck is not None
+                    and (selection is None or selection.source == "cached")
+                    and self._reserve_recheck(ckey)):
                 stale_now = self._recheck(stub, region, entry, pool, inputs, ckey)
                 if stale_now and mode == "tune":
                     # the re-timing replaces the entry: the key is measured again
                     selection = measured_arbitrate(
                         the_op, inputs, pool, self.cache, target=target,
                         policy=self._policy(), gate_seed=self.gate_seed, needs=needs,
-                        remeasure=True,
+                        remeasure=True, supersede=True,
                         verdict=lambda c: self._measure_verdict(stub, c, inputs))
                     errors.update(selection.errors)
                     passed_over.update(selection.passed_over)
@@ -1026,7 +1062,7 @@ class Arbiter:
                 self.reasons.setdefault(*blocked)
             won = self.histogram.counter((target, the_op.name, cand.name, "won"))
             steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked,
-                               vouched(entry, cand)))
+                               entry is not None and vouched(entry, cand, environment)))
         if not isinstance(found, DeviceInfo):
             why = f"no {target} device: {found}"
         elif not pool:
@@ -1048,6 +1084,14 @@ class Arbiter:
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
                    why_not, selection, entry, stale, rechecked)
         return kp
+
+    def _reserve_recheck(self, ckey: CacheKey) -> bool:
+        """Whether this thread re-times ``ckey``: once per key and process."""
+        with self._lock:
+            if ckey in self._rechecking:
+                return False
+            self._rechecking.add(ckey)
+            return True
 
     def _recheck(self, stub: _KeyPlan, region: Region, entry: CacheEntry,
                  pool: Sequence[Candidate], inputs: Sequence[Any], ckey: CacheKey) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_arbiter.histogram import GATED_OUTCOMES, HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey
 
 FAILING_OUTCOMES = GATED_OUTCOMES
 
@@ -52,7 +52,8 @@ class FleetVerdict:
 
     A baseline entry the reports no longer show is ``fixed`` only when some report
     dispatched its (target, op) at all; otherwise it is ``unchecked`` (no runner of
-    that target reported, e.g. the GPU jobs did not run) and stays in the baseline.
+    that target reported, e.g. the GPU jobs did not run) and stays in the baseline. A
+    ``stale`` entry is never fixed this way: its absence may only mean no recheck ran.
     """
 
     verdict: BaselineVerdict
@@ -72,8 +73,10 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
     """:func:`compare_to_baseline`, with fixed entries split from unchecked ones."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
     covered = {(k[0], k[1]) for k, v in run.items() if v > 0}
-    fixed = [k for k in verdict.fixed if (k[0], k[1]) in covered]
-    unchecked = [k for k in verdict.fixed if (k[0], k[1]) not in covered]
+    # a stale entry that a run does not show was maybe never rechecked (no
+    # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
+    fixed = [k for k in verdict.fixed if (k[0], k[1]) in covered and k[3] != STALE]
+    unchecked = [k for k in verdict.fixed if k not in fixed]
     return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
 
 

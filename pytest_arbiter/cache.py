@@ -559,18 +559,22 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
 
 
 def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
-              environment: Mapping[str, str], now: datetime.datetime) -> datetime.datetime:
+              environment: Mapping[str, str], now: datetime.datetime, *,
+              supersede: bool = False) -> datetime.datetime:
     """The ``since`` of a new measurement of a key: the old entry's when it was measured
     against the same fingerprints and environment, else ``now``.
 
     What makes a re-measurement of unchanged code compete with the old entry on its
     evidence, and a measurement of changed code (or a new environment, or a candidate
     added or removed) supersede it (the merge rule, :func:`pytest_arbiter.corpus.prefer`).
+    ``supersede``: the new measurement replaces the old one whatever its evidence (a
+    recheck found the old winner slower now: the old evidence is of another world).
     """
     if old is None or old.since == NO_SINCE:
         return now
     fingerprints = {name: c.fingerprint for name, c in considered.items()}
-    if dict(old.environment) == dict(environment) and old.fingerprints() == fingerprints:
+    if (not supersede and dict(old.environment) == dict(environment)
+            and old.fingerprints() == fingerprints):
         return old.since
     # later than the entry it replaces even when the clock did not move (or went back)
     return max(now, old.since + datetime.timedelta(microseconds=1))

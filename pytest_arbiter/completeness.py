@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.histogram import STALE, HistogramKey
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,9 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
     """The baseline a run writes, and the old entries it kept without checking them.
 
     An old entry is dropped only when this run covered the whole suite and dispatched
-    its target and op without it (then it is fixed). A partial run keeps every old
-    entry, with the larger of the two counts where both have it.
+    its target and op without it (then it is fixed); a ``stale`` one is always kept. A
+    partial run keeps every old entry, with the larger of the two counts where both have
+    it.
     """
     dispatched = {(k[0], k[1]) for k, v in run.items() if v > 0}
     out = {k: v for k, v in run.items() if v > 0}
@@ -49,7 +50,8 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
             if scope.partial:
                 out[key] = max(out[key], count)
             continue
-        if scope.partial or (key[0], key[1]) not in dispatched:
+        # a stale entry's absence may only mean no recheck reached the key
+        if scope.partial or (key[0], key[1]) not in dispatched or key[3] == STALE:
             out[key] = count
             kept.append(key)
     return out, kept

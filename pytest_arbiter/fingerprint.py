@@ -77,22 +77,69 @@ def _fingerprint(candidate: Candidate) -> str:
     return digest.hexdigest()
 
 
-def _hash_callable(digest: Any, fn: Callable[..., Any]) -> None:
+MAX_HELPERS = 64
+"""At most this many helper functions a kernel calls are hashed with it."""
+
+
+def _hash_callable(digest: Any, fn: Callable[..., Any],
+                   seen: set[int] | None = None) -> None:
+    """Hash what ``fn`` runs: its code, and the code of the plain Python functions of its
+    own package that it reaches through its global names and closure (a shared tile
+    helper, a launch wrapper): an edit to one of them changes the fingerprint."""
+    seen = set() if seen is None else seen
+    seen.add(id(fn))
     if isinstance(fn, functools.partial):
-        _hash_callable(digest, fn.func)
+        _hash_callable(digest, fn.func, seen)
         digest.update(f"\0partial\0{_stable_repr(fn.args)}{sorted(fn.keywords)}".encode())
         return
     code = getattr(fn, "__code__", None)
     if code is None:  # a callable object: its class's __call__
-        code = getattr(vars(type(fn)).get("__call__"), "__code__", None)
+        fn = vars(type(fn)).get("__call__", fn)
+        code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
         _hash_code(digest, code, getattr(fn, "__doc__", None))
+        for name, helper in _helpers(fn, code):
+            if id(helper) not in seen and len(seen) <= MAX_HELPERS:
+                digest.update(f"\0calls {name}\0".encode())
+                _hash_callable(digest, helper, seen)
         return
     # a builtin or a C function (np.matmul): its name; its library's version is in
     # the environment
     module = getattr(fn, "__module__", None) or type(fn).__module__
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(type(fn))
     digest.update(f"\0builtin\0{module}.{name}".encode())
+
+
+def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
+    """The Python functions (and partials of them) of ``fn``'s own top-level package that
+    its code names as globals or holds in its closure, by name."""
+    home = str(getattr(fn, "__module__", "") or "").split(".")[0]
+    found: dict[str, Any] = {}
+    namespace = getattr(fn, "__globals__", None) or {}
+    for name in sorted(_names(code)):
+        found.setdefault(name, namespace.get(name))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (),
+                          strict=False):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    out = []
+    for name, obj in sorted(found.items()):
+        target = obj.func if isinstance(obj, functools.partial) else obj
+        if (isinstance(target, types.FunctionType)
+                and str(target.__module__ or "").split(".")[0] == home):
+            out.append((name, obj))
+    return out
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and its nested code objects use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
 
 
 def _hash_code(digest: Any, code: types.CodeType, doc: str | None = None) -> None:

@@ -76,12 +76,22 @@ class Freshness:
 
 CURRENT = Freshness((), (), False, ())
 
+DECLINED_BY_ACCEPTS = "its accepts() declined the inputs measured: "
+"""How the reason of a ``declined`` row starts when the candidate's ``accepts()`` turned
+down the measured inputs: it is measured when it accepts a later dispatch's inputs. A
+candidate that declined in the gate or while timed counts as measured (until its code
+changes): measuring it again would decline again."""
 
-def vouched(entry: CacheEntry | None, candidate: Candidate) -> bool:
-    """Whether ``entry`` vouches for ``candidate``'s current code: it passed the F4 gate
-    and was timed for the key with the code it has now. What lets a run with the gate off
-    (production) skip the gate for it."""
+
+def vouched(entry: CacheEntry | None, candidate: Candidate,
+            environment: Mapping[str, str]) -> bool:
+    """Whether ``entry`` vouches for ``candidate``'s current code here: it passed the F4
+    gate and was timed for the key with the code it has now, under this ``environment``
+    (a new driver, CuPy or BLAS is when a kernel can start to give wrong answers). What
+    lets a run with the gate off (production) skip the gate for it."""
     if entry is None:
+        return False
+    if entry.environment and dict(entry.environment) != dict(environment):
         return False
     if not entry.considered:  # a v1/v2 entry: its ranking was gated when measured
         return any(r.name == candidate.name for r in entry.ranking)
@@ -99,9 +109,11 @@ def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
     can_run = None if accepting is None else set(accepting)
     ranked = {r.name for r in entry.ranking}
     considered = entry.considered
-    # a candidate that declined other inputs of the key is measured when it accepts these
+    # a candidate whose accepts() turned down other inputs of the key is measured when it
+    # accepts these
     known = ranked | set(entry.rejected) | {
-        name for name, seen in considered.items() if seen.outcome != "declined"}
+        name for name, seen in considered.items()
+        if seen.outcome != "declined" or not seen.reason.startswith(DECLINED_BY_ACCEPTS)}
     changed: list[str] = []
     unmeasured: list[str] = []
     for cand in candidates:

@@ -53,7 +53,7 @@ OUTSIDE_PREFIX = "arbiter-outside:"
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
 STALE_PREFIX = "arbiter-stale:"
-"""Suite property ``arbiter-stale:N`` = ``TARGET/OP/BUCKET/DTYPE on DEVICE: stale: ...``:
+"""Suite property ``arbiter-stale:N`` = ``TARGET/OP/BUCKET/DTYPE: stale: ...``:
 a key whose cached winner a recheck (``--arbiter-recheck``) found slower than another
 candidate, timed side by side in the run."""
 

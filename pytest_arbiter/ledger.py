@@ -96,14 +96,21 @@ class RunLedger:
     # -- events and entries -----------------------------------------------------------
 
     def events(self) -> dict[EventKey, DispatchEvent]:
-        """Dispatch events of this process and the workers; a measured one wins a key."""
+        """Dispatch events of this process and the workers; a measured one wins a key,
+        and a recheck that found the key stale is kept whichever event wins it."""
         merged: dict[EventKey, DispatchEvent] = {}
+        stale: dict[EventKey, str] = {}
         own = self.arbiter.events.values() if self.arbiter is not None else ()
         for event in [*self.worker_events, *own]:
-            key = (event.target, event.op, event.bucket, event.dtype)
+            key: EventKey = (event.target, event.op, event.bucket, event.dtype)
             previous = merged.get(key)
             if previous is None or previous.source != "measured":
                 merged[key] = event
+            if event.recheck.startswith("stale:"):
+                stale.setdefault(key, event.recheck)
+        # a worker that found the key stale is heard, whatever another one found after
+        for key, line in stale.items():
+            merged[key] = dataclasses.replace(merged[key], recheck=line)
         return merged
 
     def stale_keys(self) -> list[str]:

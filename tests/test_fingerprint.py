@@ -160,3 +160,50 @@ def test_the_cpu_environment_names_python_numpy_and_the_device_without_cupy() ->
 def test_a_gpu_environment_without_cupy_still_names_the_host_side() -> None:
     env = current_environment("nvidia")
     assert env["numpy"] == np.__version__ and "python" in env
+
+
+HELPED = """
+def _tile(a, b):
+    return np.matmul(a, b)
+
+def k(a, b):
+    return _tile(a, b)
+"""
+
+
+def test_an_edit_to_a_helper_the_kernel_calls_changes_its_fingerprint() -> None:
+    """The corpus vouches for a kernel's code (production skips the gate for it): a
+    shared helper edited after tuning must make the entry stale, not vouched."""
+    base = fingerprint_of(_candidate(HELPED))
+    assert fingerprint_of(_candidate(HELPED)) == base
+    edited = HELPED.replace("return np.matmul(a, b)", "return np.zeros((a.shape[0], b.shape[1]))")
+    assert fingerprint_of(_candidate(edited)) != base
+    # reached through a closure too (a kernel built by a factory)
+    factory = """
+def make(helper):
+    def k(a, b):
+        return helper(a, b)
+    return k
+
+def _one(a, b):
+    return np.matmul(a, b)
+
+def _two(a, b):
+    return np.dot(a, b)
+
+k = make(_one)
+"""
+    first = fingerprint_of(_candidate(factory))
+    assert fingerprint_of(_candidate(factory.replace("make(_one)", "make(_two)"))) != first
+    # a helper calling itself, or two calling each other, ends
+    recursive = """
+def _a(x, n):
+    return x if n == 0 else _b(x, n - 1)
+
+def _b(x, n):
+    return _a(x, n)
+
+def k(a, b):
+    return _a(np.matmul(a, b), 3)
+"""
+    assert len(fingerprint_of(_candidate(recursive))) == 16

@@ -118,7 +118,7 @@ def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
     assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
     assert new.ranking[2] == old.ranking[1]
     assert set(new.considered) == {"fourfold", "tenfold", "library"}
-    assert new.since > old.since or new.fingerprints() != old.fingerprints()
+    assert new.since > old.since  # measured against more candidates: a new basis
     # measured against the newer set of candidates: it wins the merge, whatever the
     # confidence of the old one
     weaker = msgspec.structs.replace(new, confidence=0.5)
@@ -278,3 +278,97 @@ def test_the_summary_lists_stale_keys_strict_fails_on_them_and_tune_clears_them(
     again = pytester.runpytest_subprocess(*run, "--arbiter-strict")
     again.assert_outcomes(passed=1)
     assert "never measured" not in again.stdout.str()
+
+
+# -- a recheck's re-measurement -----------------------------------------------------------
+
+SLOW = {"alpha": False}
+
+
+def alpha(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # a switch outside the code stands in for a driver update that slowed this kernel:
+    # its fingerprint does not change
+    return tenfold(a, b) if SLOW["alpha"] else np.matmul(a, b)
+
+
+def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry() -> None:
+    from pytest_arbiter.corpus import prefer
+    from pytest_arbiter.recheck import RecheckPolicy
+
+    cands = registry(fn(alpha, "alpha"), fn(fourfold, "beta"))
+    strong = ComparePolicy(min_rounds=30, max_rounds=60, budget_s=0.5)
+    first = Arbiter(registry=cands, mode="tune", policy=strong)
+    first.dispatch("matmul", *mats())
+    old = only_entry(first.cache)
+    assert old.winner == "alpha"
+    SLOW["alpha"] = True
+    try:
+        cache = MeasureCache(first.cache.entries())
+        retune = Arbiter(registry=cands, cache=cache, mode="tune", policy=FAST,
+                         recheck=RecheckPolicy(key_budget_s=0.2))
+        retune.dispatch("matmul", *mats())
+    finally:
+        SLOW["alpha"] = False
+    (found,) = retune.rechecks.values()
+    assert found is not None and found.stale and found.faster == "beta"
+    new = only_entry(cache)
+    assert new.winner == "beta"
+    assert new.samples < old.samples  # the weaker measurement ...
+    assert prefer(old, new) is new and prefer(new, old) is new  # ... replaces the old one
+    assert retune.histogram.counts()[("cpu", "matmul", "alpha", "stale")] == 1
+
+
+def test_a_candidate_that_declines_when_run_is_measured_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It declines in the gate: recorded as declined, not measured again on every plan
+    (two keys bump the cache in turn), and strict replays the tuned corpus."""
+    from pytest_arbiter import arbiter as arbiter_module
+    from pytest_arbiter.candidates import Decline
+
+    def work_stealing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        raise Decline("no work to steal")
+
+    comparisons = []
+    real = arbiter_module.compare_latencies
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        comparisons.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arbiter_module, "compare_latencies", counted)
+    cands = (fn(library, "library"), fn(fourfold, "fourfold"), fn(work_stealing, "ws"))
+    arb = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    for _ in range(5):
+        for n in (32, 64):
+            arb.dispatch("matmul", *mats(n))
+    assert len(comparisons) == 2
+    for entry in arb.cache.entries():
+        assert entry.considered["ws"].outcome == "declined"
+    strict = Arbiter(registry=registry(*cands), cache=arb.cache, mode="strict")
+    for n in (32, 64):
+        strict.dispatch("matmul", *mats(n))
+    assert not any(e.stale for e in strict.events.values())
+
+
+def twofold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    np.matmul(a, b)
+    return np.matmul(a, b)
+
+
+def test_old_rows_of_a_partial_re_measure_never_outrank_what_was_timed_side_by_side() -> None:
+    """The key was tuned on a smaller shape of its bucket; a candidate added since is
+    timed with the leader on a larger one: the runner-up's old (smaller-shape) median
+    must not crown it."""
+    first = Arbiter(registry=registry(fn(library, "fast"), fn(twofold, "twofold")),
+                    mode="tune", policy=FAST)
+    first.dispatch("matmul", *mats(96))
+    old = only_entry(first.cache)
+    assert [r.name for r in old.ranking] == ["fast", "twofold"]
+    now = registry(fn(library, "fast"), fn(twofold, "twofold"), fn(tenfold, "tenfold"))
+    selection = measured_arbitrate(OPS.get("matmul"), mats(128), now.for_op("matmul", "cpu"),
+                                   first.cache, policy=FAST)
+    assert selection.comparison is not None
+    assert set(selection.comparison.stats) == {"fast", "tenfold"}
+    new = only_entry(first.cache)
+    assert new.key == old.key  # one bucket, two shapes
+    assert [r.name for r in new.ranking] == ["fast", "twofold", "tenfold"]

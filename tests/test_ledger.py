@@ -1,0 +1,91 @@
+"""The run's ledger, the controller's verdict and the summary, without pytest: what the
+plugin's hooks are made of."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pytest_arbiter.arbiter import DispatchEvent
+from pytest_arbiter.baseline import gate_fleet
+from pytest_arbiter.completeness import RunScope, baseline_to_write
+from pytest_arbiter.controller import Controller, failing_outcomes
+from pytest_arbiter.histogram import DispatchHistogram
+from pytest_arbiter.ledger import RunLedger
+from pytest_arbiter.settings import ArbiterSettings
+from pytest_arbiter.summary import render
+
+KEY = ("cpu", "matmul", "64x64x64/a16.16.16", "float32")
+STALE_LINE = "stale: the cached winner a now takes 3x the time of b (sign test p=1e-9, 40 " \
+             "paired rounds)"
+
+
+def event(recheck: str, source: str = "cached") -> DispatchEvent:
+    return DispatchEvent(*KEY, source=source, order=["a", "b"], passed_over={},
+                         recheck=recheck)
+
+
+def payload(events: list[DispatchEvent], counts: dict[tuple[str, ...], int]) -> dict[str, Any]:
+    import dataclasses
+
+    histogram = DispatchHistogram()
+    for key, count in counts.items():
+        histogram.add(key, count)  # type: ignore[arg-type]
+    return {"histogram": histogram.to_dict(), "expected": DispatchHistogram().to_dict(),
+            "cache": {"schema": "pytest-arbiter/cache", "version": 3, "entries": []},
+            "events": [dataclasses.asdict(e) for e in events], "reasons": [], "tests": []}
+
+
+def test_a_workers_stale_finding_survives_another_workers_event_for_the_key() -> None:
+    ledger = RunLedger()
+    ledger.absorb("gw0", payload([event(STALE_LINE)], {("cpu", "matmul", "a", "stale"): 1}),
+                  take_measured=lambda entries: None)
+    ledger.absorb("gw1", payload([event("not re-timed: the run's recheck budget was spent")],
+                                 {("cpu", "matmul", "a", "won"): 3}),
+                  take_measured=lambda entries: None)
+    assert ledger.stale_keys() == [f"{'/'.join(KEY)}: {STALE_LINE}"]
+    assert ledger.counts() == {("cpu", "matmul", "a", "stale"): 1,
+                               ("cpu", "matmul", "a", "won"): 3}
+
+
+def test_a_crashed_or_garbled_worker_is_never_silently_lost() -> None:
+    ledger = RunLedger()
+    ledger.absorb("gw0", None)
+    ledger.absorb("gw1", {"histogram": {"entries": "nope"}})
+    assert ledger.crashed == ["gw0"]
+    assert len(ledger.errors) == 1 and "worker gw1 sent unreadable arbiter data" in \
+        ledger.errors[0]
+
+
+def test_a_stale_baseline_entry_is_never_taken_for_fixed() -> None:
+    """Its absence may only mean no recheck reached the key (no --arbiter-recheck, the
+    budget spent): the gate's --update and --arbiter-write-baseline keep it."""
+    stale = ("cpu", "matmul", "a", "stale")
+    degraded = ("cpu", "matmul", "a", "degraded")
+    baseline = {stale: 1, degraded: 2}
+    run = {("cpu", "matmul", "a", "won"): 5}
+    fleet = gate_fleet(run, baseline, failing=("degraded", "rejected", "error", "stale"))
+    assert fleet.fixed == [degraded]
+    assert fleet.unchecked == [stale]
+    written, kept = baseline_to_write(run, baseline, RunScope())
+    assert stale in written and degraded not in written
+    assert kept == [stale]
+
+
+def test_the_controller_writes_the_histogram_and_fails_on_a_new_stale_with_fail(
+        tmp_path: Path) -> None:
+    ledger = RunLedger()
+    ledger.histogram.add(("cpu", "matmul", "a", "stale"))
+    settings = ArbiterSettings(histogram=tmp_path / "h.json", recheck="fail")
+    assert failing_outcomes(settings)[-1] == "stale"
+    end = Controller(settings, ledger, {}).finish(RunScope())
+    assert end.verdict is not None and not end.verdict.passed
+    assert (tmp_path / "h.json").exists()
+    lines = render(ledger, settings, cache_note=None, baseline_note="no baseline", end=end)
+    assert "degrade gate FAILED: new degraded, rejected, error or stale dispatch entries " \
+        "(fix the kernel, mark the test arbiter_expect_degrade, or add them to the " \
+        "baseline)" in lines
+    assert any(line.startswith("stale cached winners: re-tune") for line in lines)
+    report_only = ArbiterSettings(recheck="report")
+    end = Controller(report_only, ledger, {}).finish(RunScope())
+    assert end.verdict is not None and end.verdict.passed
