@@ -70,8 +70,11 @@ def test_a_faster_winner_is_not_flagged() -> None:
 
 
 def test_an_identical_pair_is_never_flagged() -> None:
-    flagged = [r for r in (recheck("a", {"a": sin_work(2000), "b": sin_work(2000)})
-                           for _ in range(40)) if r.stale]
+    # one kernel on one buffer under two names: any difference is the machine's noise
+    # (two buffers can differ for real, by their alignment in the caches)
+    work = sin_work(2000)
+    flagged = [r for r in (recheck("a", {"a": work, "b": work}) for _ in range(40))
+               if r.stale]
     assert flagged == []
 
 
