@@ -34,3 +34,26 @@ def test_every_module_imports_in_random_order_and_registers_nothing(seed: int) -
     assert found["modules"] > 40
     assert found == {"modules": found["modules"], "candidates": [], "backends": [],
                      "manager": False, "cupy": False}
+
+
+def test_the_public_names_are_listed_alike_in_the_three_places() -> None:
+    """``__init__`` lists the public names for its lazy lookup (``_HOME``), for
+    ``import *`` and linters (``__all__``) and for type checkers (the TYPE_CHECKING
+    imports): the three must agree, and each name must resolve."""
+    import ast
+    import inspect
+
+    import pytest_arbiter
+
+    tree = ast.parse(inspect.getsource(pytest_arbiter))
+    typed: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom):
+                    typed.update(alias.name for alias in sub.names)
+    home = set(pytest_arbiter._HOME)
+    assert set(pytest_arbiter.__all__) - {"__version__"} == home
+    assert typed == home
+    for name in sorted(home):
+        assert getattr(pytest_arbiter, name) is not None
