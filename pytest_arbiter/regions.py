@@ -21,6 +21,12 @@ def _alignment(n: int, cap: int = ALIGNMENT_CAP) -> int:
 def bucket_dims(dims: tuple[int, ...], needs: tuple[int, ...] = ()) -> str:
     """Bucket a shape: each dimension rounded up to a power of two, plus its alignment class.
 
+    The text reads ``SIZES/aALIGNS``: ``32x16x32/a16.8.16`` is a shape whose dimensions
+    round up to 32, 16 and 32 and are divisible by 16, 8 and 16 (the largest power of two
+    dividing each, capped as below). A matmul's dimensions are M, N, K; a softmax's, the
+    input's; an op's own, every input's in order (its :meth:`Region.bucket` adds the
+    ranks: ``/r2.2``).
+
     The alignment class keeps a 24-row and a 32-row shape apart, so a winner that
     needs 16-aligned rows is not reused for a ragged shape by construction; the hit
     path re-checks ``accepts`` as well, for every other reason a kernel may refuse.
