@@ -586,7 +586,10 @@ def _default_accepts(cand: Candidate) -> Callable[..., bool] | None:
 
 def _layout(inputs: Sequence[Any]) -> tuple[str, ...]:
     """Each input's memory layout class: C- or F-contiguous, strided, or unknown. A pass
-    of the gate holds for the layout it was checked on."""
+    of the gate holds for the layout it was checked on. A strided input's class says, per
+    axis, whether it steps as a C-contiguous array would (``c``), backwards (``-``) or
+    with gaps (``g``): rows taken two by two, columns two by two and a reversed array are
+    three layouts, each gated on its own."""
     out = []
     for x in inputs:
         flags = getattr(x, "flags", None)
@@ -597,8 +600,20 @@ def _layout(inputs: Sequence[Any]) -> tuple[str, ...]:
         elif flags.f_contiguous:
             out.append("F")
         else:
-            out.append("S")
+            out.append("S" + _strided_class(x))
     return tuple(out)
+
+
+def _strided_class(x: Any) -> str:
+    try:
+        step = int(x.itemsize)
+        classes = []
+        for stride, n in zip(reversed(x.strides), reversed(x.shape), strict=True):
+            classes.append("c" if stride == step or n == 1 else "-" if stride < 0 else "g")
+            step *= max(int(n), 1)
+        return "".join(reversed(classes))
+    except (AttributeError, TypeError, ValueError):
+        return "?"
 
 
 class Arbiter:

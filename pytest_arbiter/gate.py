@@ -22,6 +22,27 @@ from pytest_arbiter.watchdog import CallTimeout
 GATE_SEED = 20240611
 
 
+def same_layout_copy(x: Any) -> Any:
+    """A copy of ``x`` with the same shape, dtype and strides (a strided or reversed view
+    stays one, over memory of its own); anything but a NumPy array: ``np.array(x,
+    copy=True)``."""
+    if not isinstance(x, np.ndarray) or x.size == 0 or x.flags.c_contiguous \
+            or x.flags.f_contiguous:
+        return np.array(x, copy=True, order="K")
+    low = sum(st * (n - 1) for st, n in zip(x.strides, x.shape, strict=True) if st < 0)
+    high = sum(st * (n - 1) for st, n in zip(x.strides, x.shape, strict=True) if st > 0)
+    # whole items, so the buffer's alignment (NumPy's, at least 16 bytes) is the items'
+    items = -(-(high - low + x.itemsize) // x.itemsize)
+    try:
+        base = np.empty(items, dtype=x.dtype)
+        twin: np.ndarray = np.ndarray(x.shape, x.dtype, buffer=base, offset=-low,
+                                      strides=x.strides)
+    except (TypeError, ValueError):  # strides NumPy will not rebuild: a packed record view
+        return np.array(x, copy=True, order="K")
+    twin[...] = x
+    return twin
+
+
 def _shape_text(inputs: Sequence[Any]) -> str:
     return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
 
@@ -338,7 +359,9 @@ def _judge_trial(cand: Candidate, op: Op, index: int, seed: int | None,
     originals = [np.array(x, copy=True) for x in inputs]
     exact, out_dtype, reference_dtype = _expected(op, originals)
     try:
-        prepared = cand.prepare_inputs(*[np.array(x, copy=True) for x in inputs])
+        # the kernel sees the inputs' own memory layout (strides and all): a kernel
+        # wrong on a strided view must fail here, not pass on a contiguous copy
+        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in inputs])
         with guard():
             raw = cand.run(*prepared)
     except Decline as dec:

@@ -522,3 +522,35 @@ def test_default_arbiter_in_another_mode_is_a_view_on_the_same_arbiter() -> None
     assert view.mode == other and view.histogram is own.histogram
     with pytest.raises(ValueError, match="unknown arbiter mode"):
         default_arbiter("fast")
+
+
+def softmax_ref(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def contiguous_only(x: np.ndarray) -> np.ndarray:
+    """Right on C-contiguous inputs; reads a strided view as if it were contiguous."""
+    if x.flags.c_contiguous:
+        return softmax_ref(x)
+    flat = np.frombuffer(x.base.tobytes() if x.base is not None else x.tobytes(),
+                         dtype=x.dtype)[:x.size].reshape(x.shape)
+    return softmax_ref(flat)
+
+
+@pytest.mark.parametrize("view", ["rows", "columns", "reversed"])
+def test_a_kernel_wrong_on_a_strided_view_never_runs_for_it(view: str) -> None:
+    """The gate runs the kernel on the dispatch's own layout (not a contiguous copy), and
+    each strided layout is gated on its own: one that passed does not vouch for another."""
+    reg = registry(fn(contiguous_only, "contiguous_only", "softmax", tier=1),
+                   fn(softmax_ref, "plain", "softmax"))
+    base = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
+    arb = Arbiter(registry=reg, mode="static")
+    np.testing.assert_allclose(arb.dispatch("softmax", base), softmax_ref(base), rtol=1e-5)
+    x = {"rows": base[::2, :], "columns": base[:, ::2], "reversed": base[::-1]}[view]
+    for _ in range(3):
+        np.testing.assert_allclose(arb.dispatch("softmax", x), softmax_ref(x), rtol=1e-5)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "softmax", "contiguous_only", "won")] == 1  # the contiguous one
+    assert counts[("cpu", "softmax", "contiguous_only", "rejected")] == 3
+    assert counts[("cpu", "softmax", "plain", "won")] == 3
