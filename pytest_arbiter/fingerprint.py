@@ -111,13 +111,23 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
 
 
 def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
-    """The Python functions (and partials of them) of ``fn``'s own top-level package that
-    its code names as globals or holds in its closure, by name."""
+    """The Python functions (and partials of them) of the user's own code that ``fn``'s
+    code names as globals, reaches as attributes of a module it names (``helpers.impl``),
+    or holds in its closure, by name. The user's own code: the kernel's own top-level
+    package, or any module not installed with Python or in site-packages."""
     home = str(getattr(fn, "__module__", "") or "").split(".")[0]
+    names = sorted(_names(code))
     found: dict[str, Any] = {}
     namespace = getattr(fn, "__globals__", None) or {}
-    for name in sorted(_names(code)):
-        found.setdefault(name, namespace.get(name))
+    for name in names:
+        obj = namespace.get(name)
+        if isinstance(obj, types.ModuleType) and _own_code(obj, home):
+            for attr in names:
+                member = getattr(obj, attr, None)
+                if member is not None:
+                    found.setdefault(f"{name}.{attr}", member)
+        else:
+            found.setdefault(name, obj)
     for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (),
                           strict=False):
         try:
@@ -127,10 +137,35 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
     out = []
     for name, obj in sorted(found.items()):
         target = obj.func if isinstance(obj, functools.partial) else obj
-        if (isinstance(target, types.FunctionType)
-                and str(target.__module__ or "").split(".")[0] == home):
+        if isinstance(target, types.FunctionType) and _own_code(target, home):
             out.append((name, obj))
     return out
+
+
+def _own_code(obj: Any, home: str) -> bool:
+    """Whether ``obj`` (a function or a module) is the user's code, not a library's."""
+    module = str(getattr(obj, "__module__", None) or getattr(obj, "__name__", "") or "")
+    if module.split(".")[0] == home:
+        return True
+    code = getattr(obj, "__code__", None)
+    path = code.co_filename if code is not None else getattr(obj, "__file__", None)
+    if not path:
+        return False
+    return not str(path).startswith(_library_paths())
+
+
+@functools.cache
+def _library_paths() -> tuple[str, ...]:
+    """Where installed libraries and the standard library live: their code is versioned
+    by the environment, not fingerprinted."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib",
+                                                      "platlib")}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(site.getusersitepackages())
+    return tuple(sorted(p for p in paths if p))
 
 
 def _names(code: types.CodeType) -> set[str]:

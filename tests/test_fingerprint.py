@@ -207,3 +207,31 @@ def k(a, b):
     return _a(np.matmul(a, b), 3)
 """
     assert len(fingerprint_of(_candidate(recursive))) == 16
+
+
+def test_a_helper_in_another_of_the_users_modules_is_part_of_the_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``helpers.impl`` called through a module the kernel imports (not a package of its
+    own, not an installed library): editing it changes the kernel's fingerprint."""
+    import importlib
+    import sys
+
+    (tmp_path / "qa_helpers.py").write_text("def impl(x):\n    return x + 1\n")
+    (tmp_path / "qa_kernels.py").write_text(
+        "import numpy as np\nimport qa_helpers\n\n"
+        "def inc(x):\n    return qa_helpers.impl(np.asarray(x))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # no bytecode cache: an edit of the same size within a second must be read again
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+
+    def fingerprint() -> str:
+        for name in ("qa_helpers", "qa_kernels"):
+            sys.modules.pop(name, None)
+        kernels = importlib.import_module("qa_kernels")
+        return fingerprint_of(FunctionCandidate(kernels.inc, "inc", "softmax", "cpu", 0,
+                                                None, None))
+
+    before = fingerprint()
+    assert fingerprint() == before
+    (tmp_path / "qa_helpers.py").write_text("def impl(x):\n    return x * 0\n")
+    assert fingerprint() != before
