@@ -156,6 +156,11 @@ def resolve(getoption: Callable[[str], Any], getini: Callable[[str], Any],
             # keep empty parts: "0,,1" is a typo to report, not to guess around
             values[spec.name] = (tuple(part.strip() for part in text.split(","))
                                  if text.strip() else ())
+            for part in values[spec.name]:
+                if not (part.isdecimal() or part.startswith(("GPU-", "MIG-"))):
+                    raise ValueError(
+                        f"{spec.flag} (ini {spec.ini}): {part!r} in {text.strip()!r} is not "
+                        "a device index or a GPU-/MIG- UUID (e.g. 0,1,2,3)")
             continue
         if given:
             values[spec.name] = invocation_dir / Path(given)

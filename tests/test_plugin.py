@@ -619,12 +619,16 @@ def test_each_xdist_worker_sees_only_its_own_device(pytester: pytest.Pytester) -
     assert seen == {"gw0": {"3 3"}, "gw1": {"5 5"}}
 
 
-def test_bad_worker_device_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(("given", "bad"), [("0,,1", "''"), ("a,b", "'a'"),
+                                            ("0, gpu0", "'gpu0'")])
+def test_bad_worker_device_list_is_a_usage_error(pytester: pytest.Pytester, given: str,
+                                                 bad: str) -> None:
     pytester.makepyfile(test_one="def test_ok():\n    pass\n")
-    result = pytester.runpytest("--arbiter-worker-devices=0,,1")
+    result = pytester.runpytest(f"--arbiter-worker-devices={given}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--arbiter-worker-devices: device '' in the worker device list is not one index*"])
+        [f"*--arbiter-worker-devices (ini arbiter_worker_devices): {bad} in * is not a "
+         "device index or a GPU-/MIG- UUID*"])
 
 
 def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester) -> None:
