@@ -766,3 +766,39 @@ def test_the_session_end_empties_the_cache_and_ends_the_arbiter(tmp_path: Path) 
     assert len(held) == 0
     with pytest.raises(RuntimeError, match="the pytest-arbiter session has ended"):
         session.get_arbiter()
+
+
+def test_a_test_that_degrades_on_purpose_is_never_named_behind_a_new_entry(
+        pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("purpose_double", reference=lambda x: x * 2)
+
+@pytest_arbiter.candidate("purpose_double", target="cpu", tier=10)
+def small_only(x):
+    if x.size > 4:
+        raise pytest_arbiter.Decline("only up to 4 elements")
+    return x * 2
+""")
+    pytester.makepyfile(test_lib="""
+import numpy as np
+import pytest
+import pytest_arbiter
+
+def test_odd():
+    assert (pytest_arbiter.dispatch("purpose_double", np.ones(7, np.float32)) == 2).all()
+
+@pytest.mark.arbiter_expect_degrade
+def test_odd_on_purpose():
+    assert (pytest_arbiter.dispatch("purpose_double", np.ones(5, np.float32)) == 2).all()
+""")
+    result = pytester.runpytest_subprocess("--junitxml=r.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*new degraded: target=cpu op=purpose_double "
+                                 "candidate=small_only*", "    tests: test_lib.py::test_odd"])
+    out = io.StringIO()
+    assert main(["gate", "--baseline", str(pytester.path / "none.json"),
+                 str(pytester.path / "r.xml")], out=out) == 1
+    assert "in test_lib::test_odd\n" in out.getvalue(), out.getvalue()
