@@ -52,6 +52,7 @@ class Controller:
         """Write what the options ask for, as far as ``scope`` allows; the verdict."""
         s, ledger = self.settings, self.ledger
         counts = ledger.counts()
+        written = False
         if scope.collect_only:
             if any(p is not None for p in (s.histogram, s.write_baseline)) or s.tune:
                 ledger.notes.append("collect-only run: no artifact written")
@@ -68,7 +69,7 @@ class Controller:
                 self._write("--arbiter-histogram", s.histogram,
                             lambda a, p: a.write_histogram(p, counts, expected))
             if s.write_baseline is not None:
-                self._write_baseline(s.write_baseline, counts, scope)
+                written = self._write_baseline(s.write_baseline, counts, scope)
         if s.tune and s.cache is not None and not scope.collect_only:
             # only what this run measured goes into the file, merged with what it holds
             # now: nothing measured leaves the file alone (a re-read copy of the old
@@ -80,7 +81,7 @@ class Controller:
         failing = failing_outcomes(s)
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing)
-        return RunVerdict(fleet.verdict, fleet.unchecked, failing)
+        return RunVerdict(fleet.verdict, fleet.unchecked, failing, written)
 
     def _write(self, what: str, path: Path, write: Callable[[ModuleType, Path], None]
                ) -> None:
@@ -93,8 +94,9 @@ class Controller:
             self.ledger.errors.append(f"{what}: {exc}")
 
     def _write_baseline(self, path: Path, counts: dict[HistogramKey, int],
-                        scope: RunScope) -> None:
-        """Write the baseline, keeping the old entries this run could not check."""
+                        scope: RunScope) -> bool:
+        """Write the baseline, keeping the old entries this run could not check; whether
+        it was written."""
         from pytest_arbiter import artifacts
         from pytest_arbiter.completeness import baseline_to_write
 
@@ -103,14 +105,18 @@ class Controller:
         except artifacts.ArtifactError as exc:
             self.ledger.errors.append(f"--arbiter-write-baseline: not written, the current "
                                       f"file is unreadable: {exc}")
-            return
+            return False
         new, kept = baseline_to_write(counts, old, scope)
+        errors = len(self.ledger.errors)
         self._write("--arbiter-write-baseline", path, lambda a, p: a.write_histogram(p, new))
+        if len(self.ledger.errors) > errors:
+            return False
         if kept:
             why = "; ".join(scope.partial) if scope.partial else "their target and op " \
                 "were not dispatched"
             self.ledger.notes.append(f"--arbiter-write-baseline {path}: kept {len(kept)} "
                                      f"entries this run could not check ({why})")
+        return True
 
     def _write_measured(self, path: Path, measured: list[CacheEntry]) -> None:
         """Merge the measured entries into the cache; if that fails, into a side shard

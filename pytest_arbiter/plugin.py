@@ -167,7 +167,8 @@ def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | N
 
 def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
     if path is None:
-        return {}, "no --arbiter-baseline given: every degraded entry is new"
+        return {}, ("no --arbiter-baseline given: every degraded, rejected or error entry "
+                    "is new")
     if not path.exists():
         return {}, f"baseline {path} does not exist yet: it counts as empty"
     from pytest_arbiter import artifacts

@@ -41,6 +41,8 @@ class RunVerdict:
     verdict: BaselineVerdict | None = None
     unchecked: list[HistogramKey] = field(default_factory=list)
     failing: tuple[str, ...] = ()
+    baseline_written: bool = False
+    """``--arbiter-write-baseline`` wrote its file."""
 
 
 def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | None,
@@ -83,7 +85,7 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
             lines.append(f"{len(end.unchecked)} baseline entries not checked: this run "
                          "did not dispatch their target and op")
         if not verdict.passed:
-            if settings.write_baseline is not None:
+            if settings.write_baseline is not None and end.baseline_written:
                 lines.append("new gated entries recorded by --arbiter-write-baseline "
                              f"{settings.write_baseline}")
             else:
