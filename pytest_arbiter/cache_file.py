@@ -114,6 +114,9 @@ class _Header(Struct, frozen=True, gc=False):
 
 
 def _check_header(header: _Header, source: str) -> int:
+    if header.schema is None:
+        _refuse(f"{_escape(source)}: not a pytest-arbiter cache: it has no \"schema\" "
+                f"field (a cache is a JSON object whose \"schema\" is {CACHE_SCHEMA!r})")
     if header.schema != CACHE_SCHEMA:
         _refuse(f"{_escape(source)}: schema is {_escape(repr(header.schema))}, expected "
                 f"{CACHE_SCHEMA!r}")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.histogram import OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.safetext import line as safe_line
 
 if TYPE_CHECKING:
@@ -51,7 +51,8 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
     lines: list[str] = []
     counts = ledger.counts()
     lines.extend(_histogram_lines(counts))
-    expected = ledger.expected_counts()
+    expected = {k: v for k, v in ledger.expected_counts().items()
+                if k[3] in (*GATED_OUTCOMES, STALE)}
     if expected:
         lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
             f"{_key_text(k)}={v}" for k, v in sorted(expected.items())))
@@ -134,9 +135,9 @@ def _new_entry_lines(verdict: BaselineVerdict, ledger: RunLedger) -> list[str]:
         why = reasons.get(key)
         if why:
             lines.append(f"    reason: {why}")
-        tests = ledger.tests.get(key, [])
-        shown = ", ".join(dict.fromkeys(tests[:MAX_TESTS_SHOWN]))
-        more = len(set(tests)) - len(set(tests[:MAX_TESTS_SHOWN]))
+        tests = sorted(set(ledger.tests.get(key, [])))  # the same under xdist or not
+        shown = ", ".join(tests[:MAX_TESTS_SHOWN])
+        more = len(tests) - MAX_TESTS_SHOWN
         lines.append("    tests: " + (shown or "none (dispatched outside any test)")
                      + (f" (+{more} more)" if more > 0 else ""))
     return lines

@@ -312,7 +312,7 @@ def test_a_schema_that_is_not_the_cache_is_refused(tmp_path: Path) -> None:
             r"c.json: schema is 'pytest-arbiter/histogram', expected 'pytest-arbiter/cache'")
     refused(tmp_path, {"schema": "pytest-arbiter/cache", "version": "3", "entries": []},
             r"c.json: cache version '3' is not a positive integer")
-    refused(tmp_path, "[]", r"c.json: schema is None")
+    refused(tmp_path, "[]", r"c.json: not a pytest-arbiter cache: it has no \"schema\" field")
 
 
 def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -> None:
