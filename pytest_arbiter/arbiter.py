@@ -664,6 +664,7 @@ class Arbiter:
         self.recheck = recheck
         self.recheck_budget = recheck_budget
         self._rechecking: set[CacheKey] = set()
+        self._replayed: set[tuple[CacheKey, str]] = set()
         self.rechecks: dict[CacheKey, RecheckResult | None] = {}
         """Each key dispatched from the cache and re-timed (``recheck``): its result;
         None when the run's recheck budget was spent before it."""
@@ -1085,9 +1086,12 @@ class Arbiter:
         else:
             why = "; ".join(f"{n}: {r}" for n, r in sorted(passed_over.items())) or (
                 "no candidate applies")
+        found_now = dict(selection.found) if selection is not None else {}
+        if entry is not None and self.gate_enabled and isinstance(found, DeviceInfo) and (
+                selection is None or selection.source == "cached"):
+            found_now.update(self._replayed_rejections(entry, pool, region))
         kp = _KeyPlan(the_op, key, mode, tuple(steps), why,
-                      (self.registry.generation, self.cache.version),
-                      dict(selection.found) if selection is not None else {})
+                      (self.registry.generation, self.cache.version), found_now)
         with self._lock:
             self._keyplans[(mode, key)] = kp
         why_not = {**passed_over, **errors}
@@ -1099,6 +1103,32 @@ class Arbiter:
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
                    why_not, selection, entry, stale, rechecked)
         return kp
+
+    def _replayed_rejections(self, entry: CacheEntry, pool: Sequence[Candidate],
+                             region: Region) -> dict[str, tuple[str, str]]:
+        """The candidates the cached entry says failed the F4 gate (or raised) when it
+        was measured, with the code they still have: recorded once per key and process,
+        so a run replaying the corpus shows a broken kernel as a tuning run does (and a
+        baseline written from either keeps it)."""
+        out: dict[str, tuple[str, str]] = {}
+        by_name = {c.name: c for c in pool}
+        for name, why in sorted(entry.rejected.items()):
+            cand = by_name.get(name)
+            if cand is None or not _usable(cand, region, {}, None):
+                continue
+            seen = entry.considered.get(name)
+            if seen is not None and (seen.outcome not in ("rejected", "error")
+                                     or seen.fingerprint != fingerprint_of(cand)):
+                continue  # its code changed since: the rejection is of other code
+            with self._lock:
+                if (entry.key, name) in self._replayed:
+                    continue
+                self._replayed.add((entry.key, name))
+            if why.startswith("error: "):
+                out[name] = ("error", f"when measured: {why.removeprefix('error: ')}")
+            else:
+                out[name] = ("rejected", f"when measured: {why}")
+        return out
 
     def _reserve_recheck(self, ckey: CacheKey) -> bool:
         """Whether this thread re-times ``ckey``: once per key and process."""

@@ -554,3 +554,32 @@ def test_a_kernel_wrong_on_a_strided_view_never_runs_for_it(view: str) -> None:
     assert counts[("cpu", "softmax", "contiguous_only", "won")] == 1  # the contiguous one
     assert counts[("cpu", "softmax", "contiguous_only", "rejected")] == 3
     assert counts[("cpu", "softmax", "plain", "won")] == 3
+
+
+def test_a_replayed_corpus_shows_the_kernel_that_failed_the_gate_when_measured() -> None:
+    """The tuned ranking never reaches the broken kernel again; a run replaying the corpus
+    still records it, once per key, like the tuning run (so CPU CI, and a baseline written
+    there, see it too); not once its code changed."""
+    cands = (fn(zeros, "zeros", tier=5), fn(library, "library"))
+    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    for n in (16, 32):
+        for _ in range(3):
+            tuner.dispatch("matmul", *mats(n, n, n))
+    tuned = {k: v for k, v in tuner.histogram.counts().items() if k[3] == "rejected"}
+    assert tuned == {("cpu", "matmul", "zeros", "rejected"): 2}
+    replay = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static")
+    for n in (16, 32):
+        for _ in range(3):
+            replay.dispatch("matmul", *mats(n, n, n))
+    assert replay.histogram.counts() == {("cpu", "matmul", "zeros", "rejected"): 2,
+                                         ("cpu", "matmul", "library", "won"): 6}
+    assert replay.reasons[("cpu", "matmul", "zeros", "rejected")].startswith(
+        "when measured: failed the F4 gate: output is all zeros")
+
+    def fixed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.matmul(a, b)
+
+    edited = Arbiter(registry=registry(fn(fixed, "zeros", tier=5), fn(library, "library")),
+                     cache=tuner.cache, mode="static")
+    edited.dispatch("matmul", *mats(16, 16, 16))
+    assert not any(k[3] == "rejected" for k in edited.histogram.counts())

@@ -276,10 +276,15 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
     assert "passed over plugin_aligned: declined the inputs" in explained  # the 24-row key
     assert "slower by" in explained  # the measured keys' runners-up, with the margin
     assert explained.count("passed over") >= 4
-    # a second run reuses the cache and measures nothing
-    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
-    assert result.ret == 0
-    result.stdout.fnmatch_lines(["*0 measured, 2 reused from cache*"])
+    # a second run reuses the cache and measures nothing, and still shows the broken
+    # kernel, as the tuning run did: a baseline written from either run keeps it
+    for extra in (["--arbiter-tune"], []):
+        result = pytester.runpytest(*extra, "--arbiter-cache=cache.json")
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        result.stdout.fnmatch_lines([
+            "*0 measured, 2 reused from cache*",
+            "*new rejected: target=cpu op=matmul candidate=plugin_fast_wrong (2 dispatches)*",
+            "*reason: when measured: failed the F4 gate: output is all zeros*"])
 
 
 def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
