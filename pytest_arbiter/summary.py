@@ -215,8 +215,11 @@ def _recheck_lines(events: dict[EventKey, DispatchEvent], stale: list[str],
 def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
     lines = []
     for key, event in sorted(events.items()):
-        picked = event.order[0] if event.order else "nothing (the reference ran)"
-        lines.append(f"{_key_text(key)} [{event.source}]: picked {picked}")
+        # the key's order: a dispatch its first candidate declines runs the next (the
+        # histogram says what ran)
+        picked = (f"first {event.order[0]}" if event.order
+                  else "nothing (the reference ran)")
+        lines.append(f"{_key_text(key)} [{event.source}]: {picked}")
         for name in event.order[1:]:
             ratio = event.ratios.get(name)
             why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
