@@ -218,20 +218,21 @@ def _merged_ranking(fresh: list[RankedCandidate], old: CacheEntry | None,
         return tuple(fresh)
     skip = {r.name for r in fresh} | set(drop)
     old_ns = {r.name: r.stats.median_ns for r in old.ranking}
-    common = next((r for r in fresh if old_ns.get(r.name, 0) > 0), None)
+    common = next((r for r in fresh if old_ns.get(r.name, 0) > 0 and r.stats.median_ns > 0),
+                  None)
     scale = common.stats.median_ns / old_ns[common.name] if common is not None else None
     merged = list(fresh)
     placed = [r.stats.median_ns for r in fresh]
     for row in old.ranking:
         if row.name in skip:
             continue
-        if scale is None:
-            at = len(merged)
+        ns = row.stats.median_ns * scale if scale is not None else 0.0
+        if ns <= 0:  # nothing to place it by: after every row timed now
+            at, ns = len(merged), float("inf")
         else:
-            ns = row.stats.median_ns * scale
             at = next((i for i, t in enumerate(placed) if t > ns), len(merged))
         merged.insert(at, row)
-        placed.insert(at, row.stats.median_ns * scale if scale is not None else float("inf"))
+        placed.insert(at, ns)
     return tuple(merged)
 
 
@@ -587,9 +588,10 @@ def _default_accepts(cand: Candidate) -> Callable[..., bool] | None:
 def _layout(inputs: Sequence[Any]) -> tuple[str, ...]:
     """Each input's memory layout class: C- or F-contiguous, strided, or unknown. A pass
     of the gate holds for the layout it was checked on. A strided input's class says, per
-    axis, whether it steps as a C-contiguous array would (``c``), backwards (``-``) or
-    with gaps (``g``): rows taken two by two, columns two by two and a reversed array are
-    three layouts, each gated on its own."""
+    axis, whether it steps as a C-contiguous array would (``c``), backwards (``-``), with
+    gaps (``g``), not at all (``0``: broadcast) or into itself (``o``: overlapping
+    windows): rows taken two by two, columns two by two, a reversed and a broadcast array
+    are layouts each gated on its own."""
     out = []
     for x in inputs:
         flags = getattr(x, "flags", None)
@@ -609,7 +611,8 @@ def _strided_class(x: Any) -> str:
         step = int(x.itemsize)
         classes = []
         for stride, n in zip(reversed(x.strides), reversed(x.shape), strict=True):
-            classes.append("c" if stride == step or n == 1 else "-" if stride < 0 else "g")
+            classes.append("c" if stride == step or n == 1 else "-" if stride < 0
+                           else "0" if stride == 0 else "o" if stride < step else "g")
             step *= max(int(n), 1)
         return "".join(reversed(classes))
     except (AttributeError, TypeError, ValueError):
@@ -660,7 +663,7 @@ class Arbiter:
         self._older: dict[Any, _Plan] = {}
         self._mode_plans: dict[str, tuple[dict[Any, _Plan], dict[Any, _Plan]]] = {}
         self._lock = threading.RLock()
-        self._fresh: list[dict[str, tuple[str, str]]] = []
+        self._fresh: list[tuple[DispatchKey, dict[str, tuple[str, str]]]] = []
         self.recheck = recheck
         self.recheck_budget = recheck_budget
         self._rechecking: set[CacheKey] = set()
@@ -696,7 +699,8 @@ class Arbiter:
                 or plan.cache_version != self.cache.version):
             plan = self._find_plan(self.mode, op, inputs, target, sig)
             if self._fresh:
-                return self._run_slow(plan.keyplan, inputs, -1, None, self._take_fresh())
+                return self._run_slow(plan.keyplan, inputs, -1, None,
+                                      self._take_fresh(plan.keyplan.key))
         run = plan.run
         if run is None:
             return self._run_slow(plan.keyplan, inputs, -1, None)
@@ -729,7 +733,8 @@ class Arbiter:
         if (plan is None or plan.generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._find_plan(mode, op, inputs, target, sig)
-        return self._run_slow(plan.keyplan, inputs, -1, None, self._take_fresh())
+        return self._run_slow(plan.keyplan, inputs, -1, None,
+                              self._take_fresh(plan.keyplan.key))
 
     # -- the slow path --------------------------------------------------------------
 
@@ -738,12 +743,17 @@ class Arbiter:
         if key not in self.reasons:
             self.reasons[key] = reason
 
-    def _take_fresh(self) -> dict[str, tuple[str, str]]:
+    def _take_fresh(self, key: DispatchKey) -> dict[str, tuple[str, str]]:
+        """The findings waiting for ``key``'s dispatch; those of other keys (planned by
+        another thread meanwhile) are recorded now, under their own target and op."""
         with self._lock:
-            found: dict[str, tuple[str, str]] = {}
-            for part in self._fresh:
+            parts, self._fresh = self._fresh, []
+        found: dict[str, tuple[str, str]] = {}
+        for part_key, part in parts:
+            if part_key == key:
                 found.update(part)
-            self._fresh.clear()
+            else:
+                self._record_fresh(part_key[0], part_key[1], part)
         return found
 
     def _run_slow(self, kp: _KeyPlan, inputs: Sequence[Any], start: int,
@@ -799,7 +809,7 @@ class Arbiter:
             if step.blocked is not None:
                 record(*step.blocked)
                 continue
-            if self.gate_enabled or not step.vouched or self._known_bad(kp, step.cand, inputs):
+            if not self._ungated(kp, step, inputs):
                 kind, reason = self._gate_for(kp, step.cand, inputs)
                 if kind == "decline":
                     declined = declined or (name, reason)
@@ -895,7 +905,8 @@ class Arbiter:
             kp = self._keyplan(mode, the_op, region, needs, key, inputs)
         start, pre = self._fast_start(kp, inputs)
         if kp.fresh:
-            self._fresh.append(kp.fresh)  # for the dispatch that is planning
+            with self._lock:
+                self._fresh.append((kp.key, kp.fresh))  # for the dispatch that is planning
             kp.fresh = {}
         return _Plan(kp, start, pre, generation, self.cache.version)
 
@@ -912,8 +923,7 @@ class Arbiter:
                     continue
             except Exception:
                 return -1, ()  # recorded on each dispatch, by the slow path
-            if step.blocked is not None or (step.vouched and not self.gate_enabled
-                                            and not self._known_bad(kp, step.cand, inputs)):
+            if step.blocked is not None or self._ungated(kp, step, inputs):
                 # reached by every such dispatch: charged each time, on the slow path
                 return (-1, ()) if step.blocked is not None else (index, tuple(pre))
             kind, _ = self._gate_for(kp, step.cand, inputs)
@@ -947,6 +957,14 @@ class Arbiter:
         if kind == "decline-inputs":
             return "decline", reason
         return kind, reason
+
+    def _ungated(self, kp: _KeyPlan, step: _Step, inputs: Sequence[Any]) -> bool:
+        """Whether ``step`` runs these inputs without the gate: only with the gate off, a
+        candidate the corpus vouches for, on row-major inputs (what it was gated on when
+        measured), and not rejected in this process."""
+        return (not self.gate_enabled and step.vouched
+                and all(layout == "C" for layout in _layout(inputs))
+                and not self._known_bad(kp, step.cand, inputs))
 
     def _known_bad(self, kp: _KeyPlan, cand: Candidate, inputs: Sequence[Any]) -> bool:
         """The gate already rejected ``cand`` (or it raised) for this key and layout in
@@ -1117,9 +1135,9 @@ class Arbiter:
             if cand is None or not _usable(cand, region, {}, None):
                 continue
             seen = entry.considered.get(name)
-            if seen is not None and (seen.outcome not in ("rejected", "error")
-                                     or seen.fingerprint != fingerprint_of(cand)):
-                continue  # its code changed since: the rejection is of other code
+            if seen is None or seen.outcome not in ("rejected", "error") \
+                    or seen.fingerprint != fingerprint_of(cand):
+                continue  # its code changed since, or unknown (a v1/v2 entry)
             with self._lock:
                 if (entry.key, name) in self._replayed:
                     continue

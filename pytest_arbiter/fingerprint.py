@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
+import re
 import types
 import weakref
 from collections.abc import Callable, Iterable
@@ -68,7 +70,11 @@ def _fingerprint(candidate: Candidate) -> str:
     for hook in ("fingerprint_parts", "source"):
         offered = getattr(candidate, hook, None)
         if callable(offered):
-            parts = offered()
+            try:
+                parts = offered()
+            except Exception as exc:  # never into a dispatch: the entry just never matches
+                digest.update(f"\0{hook} raised {type(exc).__name__}: {exc}\0".encode())
+                continue
             for part in [parts] if isinstance(parts, (str, bytes)) else parts:
                 digest.update(f"\0{hook}\0".encode())
                 digest.update(part if isinstance(part, bytes) else str(part).encode())
@@ -90,7 +96,8 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     seen.add(id(fn))
     if isinstance(fn, functools.partial):
         _hash_callable(digest, fn.func, seen)
-        digest.update(f"\0partial\0{_stable_repr(fn.args)}{sorted(fn.keywords)}".encode())
+        digest.update(f"\0partial\0{_stable_repr(fn.args)}"
+                      f"{_stable_repr(tuple(sorted(fn.keywords.items())))}".encode())
         return
     code = getattr(fn, "__code__", None)
     if code is None:  # a callable object: its class's __call__
@@ -98,7 +105,12 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
         code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
         _hash_code(digest, code, getattr(fn, "__doc__", None))
-        for name, helper in _helpers(fn, code):
+        try:
+            helpers = _helpers(fn, code)
+        except Exception as exc:  # a module whose lookups raise: hashed by what we know
+            digest.update(f"\0helpers unreadable {type(exc).__name__}\0".encode())
+            return
+        for name, helper in helpers:
             if id(helper) not in seen and len(seen) <= MAX_HELPERS:
                 digest.update(f"\0calls {name}\0".encode())
                 _hash_callable(digest, helper, seen)
@@ -122,8 +134,9 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
     for name in names:
         obj = namespace.get(name)
         if isinstance(obj, types.ModuleType) and _own_code(obj, home):
+            members = vars(obj)  # never the module's __getattr__ (a lazy import)
             for attr in names:
-                member = getattr(obj, attr, None)
+                member = members.get(attr)
                 if member is not None:
                     found.setdefault(f"{name}.{attr}", member)
         else:
@@ -144,7 +157,13 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
 
 def _own_code(obj: Any, home: str) -> bool:
     """Whether ``obj`` (a function or a module) is the user's code, not a library's."""
-    module = str(getattr(obj, "__module__", None) or getattr(obj, "__name__", "") or "")
+    if isinstance(obj, types.ModuleType):
+        module = str(vars(obj).get("__name__") or "")
+        path = vars(obj).get("__file__")
+        if module.split(".")[0] == home:
+            return True
+        return bool(path) and not str(path).startswith(_library_paths())
+    module = str(getattr(obj, "__module__", None) or "")
     if module.split(".")[0] == home:
         return True
     code = getattr(obj, "__code__", None)
@@ -165,7 +184,7 @@ def _library_paths() -> tuple[str, ...]:
                                                       "platlib")}
     paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
     paths.add(site.getusersitepackages())
-    return tuple(sorted(p for p in paths if p))
+    return tuple(sorted(os.path.join(p, "") for p in paths if p))
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -199,7 +218,15 @@ def _stable_repr(value: Any) -> str:
         return "frozenset({" + ", ".join(sorted(map(_stable_repr, value))) + "})"
     if isinstance(value, tuple):
         return "(" + ", ".join(map(_stable_repr, value)) + ",)"
-    return repr(value)
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f"{value.__module__}.{value.__qualname__}"
+    if type(value).__module__ == "numpy" and hasattr(value, "tobytes"):
+        digest = hashlib.blake2b(value.tobytes(), digest_size=8).hexdigest()
+        return f"ndarray({value.dtype}, {getattr(value, 'shape', ())}, {digest})"
+    return _ADDRESS.sub("", repr(value))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 GPU_TARGETS = ("nvidia", "amd")

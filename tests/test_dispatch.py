@@ -583,3 +583,71 @@ def test_a_replayed_corpus_shows_the_kernel_that_failed_the_gate_when_measured()
                      cache=tuner.cache, mode="static")
     edited.dispatch("matmul", *mats(16, 16, 16))
     assert not any(k[3] == "rejected" for k in edited.histogram.counts())
+
+
+def wrong_on_broadcast(x: np.ndarray) -> np.ndarray:
+    """Right, except on an input with a zero stride (a broadcast view)."""
+    if 0 in x.strides:
+        return np.zeros_like(x)
+    return softmax_ref(x)
+
+
+def wrong_on_reversed(x: np.ndarray) -> np.ndarray:
+    if any(stride < 0 for stride in x.strides):
+        return np.zeros_like(x)
+    return softmax_ref(x)
+
+
+def test_a_broadcast_view_is_gated_apart_from_a_gapped_one() -> None:
+    reg = registry(fn(wrong_on_broadcast, "fast", "softmax", tier=1),
+                   fn(softmax_ref, "plain", "softmax"))
+    arb = Arbiter(registry=reg, mode="static")
+    base = np.random.default_rng(5).standard_normal((32, 16)).astype(np.float32)
+    gapped = base[::2]
+    broadcast = np.broadcast_to(base[0:1], (16, 16))
+    np.testing.assert_allclose(arb.dispatch("softmax", gapped), softmax_ref(gapped),
+                               rtol=1e-5)
+    np.testing.assert_allclose(arb.dispatch("softmax", broadcast), softmax_ref(broadcast),
+                               rtol=1e-5)
+    assert arb.histogram.counts() == {("cpu", "softmax", "fast", "won"): 1,
+                                      ("cpu", "softmax", "fast", "rejected"): 1,
+                                      ("cpu", "softmax", "plain", "won"): 1}
+
+
+def slow_softmax(x: np.ndarray) -> np.ndarray:
+    for _ in range(8):
+        out = softmax_ref(x)
+    return out
+
+
+def test_gate_off_vouches_only_for_the_row_major_inputs_it_was_gated_on() -> None:
+    cands = (fn(wrong_on_reversed, "fast", "softmax", tier=1),
+             fn(slow_softmax, "plain", "softmax"))
+    base = np.random.default_rng(6).standard_normal((16, 16)).astype(np.float32)
+    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    tuner.dispatch("softmax", base)
+    assert tuner.cache.entries()[0].winner == "fast"
+    production = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static",
+                         gate=False)
+    reversed_view = base[::-1]
+    np.testing.assert_allclose(production.dispatch("softmax", reversed_view),
+                               softmax_ref(reversed_view), rtol=1e-5)
+    assert ("cpu", "softmax", "fast", "rejected") in production.histogram.counts()
+
+
+def test_findings_planned_by_one_thread_are_recorded_under_their_own_op() -> None:
+    """A replayed rejection of a matmul key, planned while another thread's softmax
+    dispatch runs, is recorded as matmul's, not softmax's."""
+    cands = (fn(zeros, "zeros", tier=5), fn(library, "library"),
+             fn(softmax_ref, "plain", "softmax"))
+    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    a, b = mats(16, 16, 16)
+    tuner.dispatch("matmul", a, b)
+    replay = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static")
+    # the interleaving by hand: the matmul plan is made, then softmax dispatches first
+    replay._find_plan("static", "matmul", (a, b), None, None)
+    x = np.ones((4, 8), np.float32)
+    replay.dispatch("softmax", x)
+    counts = replay.histogram.counts()
+    assert counts.get(("cpu", "matmul", "zeros", "rejected")) == 1
+    assert ("cpu", "softmax", "zeros", "rejected") not in counts

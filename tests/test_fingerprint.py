@@ -235,3 +235,33 @@ def test_a_helper_in_another_of_the_users_modules_is_part_of_the_fingerprint(
     assert fingerprint() == before
     (tmp_path / "qa_helpers.py").write_text("def impl(x):\n    return x * 0\n")
     assert fingerprint() != before
+
+
+def test_a_lazy_module_or_a_partials_arguments_never_break_or_blur_the_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+    import importlib
+    import sys
+
+    (tmp_path / "qa_lazy.py").write_text(
+        "def __getattr__(name):\n    raise ImportError('needs an optional dependency')\n")
+    (tmp_path / "qa_lazy_kernels.py").write_text(
+        "import qa_lazy\n\ndef k(a, b):\n    return qa_lazy.tile(a, b)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernels = importlib.import_module("qa_lazy_kernels")
+    try:
+        lazy = FunctionCandidate(kernels.k, "k", "matmul", "cpu", 0, None, None)
+        assert len(fingerprint_of(lazy)) == 16  # no ImportError into a dispatch
+    finally:
+        for name in ("qa_lazy", "qa_lazy_kernels"):
+            sys.modules.pop(name, None)
+
+    def scaled(a: np.ndarray, b: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        return np.matmul(a, b) * scale
+
+    def as_candidate(fn: Any) -> FunctionCandidate:
+        return FunctionCandidate(fn, "k", "matmul", "cpu", 0, None, None)
+
+    one = fingerprint_of(as_candidate(functools.partial(scaled, scale=1.0)))
+    assert fingerprint_of(as_candidate(functools.partial(scaled, scale=1.0))) == one
+    assert fingerprint_of(as_candidate(functools.partial(scaled, scale=2.0))) != one
