@@ -402,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
         "merge", help="merge cache shards into a corpus",
         description="Merge cache shards into OUT under OUT's lock (OUT.lock). OUT's "
         "current entries are kept unless the merge rule prefers a shard's entry for the "
-        "same key (higher confidence, then more samples, then lower spread); OUT is "
+        "same key (measured against newer code or a newer environment, then higher "
+        "confidence, more samples, lower spread); OUT is "
         "created if missing and may also be listed as a shard. Conflicts (two clear "
         "picks of different winners for one key) are printed.")
     mrg.add_argument("-o", "--output", required=True, metavar="OUT",
