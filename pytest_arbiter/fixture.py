@@ -87,15 +87,18 @@ class ArbiterFixture:
 
     def gate(self, candidate_name: str, *inputs: Any, seed: int | None = None) -> GateReport:
         """F4-gate a candidate on ``inputs``; fails the test with the report when out of budget."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
         return self._checked(self.arbiter.gate(candidate_name, *inputs, seed=seed))
 
     def gate_region(self, candidate_name: str, region: Region,
                     seed: int | None = None) -> GateReport:
         """F4-gate a candidate on the op's generated inputs for ``region``."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
         return self._checked(self.arbiter.gate_region(candidate_name, region, seed=seed))
 
     def gate_case(self, case: GateCase, seed: int | None = None) -> GateReport:
         """Gate one :func:`gate_matrix` case; skips when its candidate cannot run here."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
         cand = self.arbiter.registry.get(case.candidate)
         reason = cand.unavailable_reason()
         if reason is not None:
@@ -122,6 +125,7 @@ class ArbiterFixture:
             self._expect_degrade()
 
     def _checked(self, report: GateReport) -> GateReport:
+        __tracebackhide__ = True
         if not report.passed:
             self._fail(report.summary())
         return report
