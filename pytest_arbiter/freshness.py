@@ -59,12 +59,11 @@ class Freshness:
         if self.winner_changed:
             out["winner-changed"] = (f"the cached winner {winner} changed code since it "
                                      "was measured")
-        others = [n for n in self.to_measure if not (self.winner_changed and n == winner)]
-        if others:
+        changed = [n for n in self.changed if not (self.winner_changed and n == winner)]
+        if self.unmeasured or changed:
             parts = []
             if self.unmeasured:
                 parts.append("never measured: " + ", ".join(self.unmeasured))
-            changed = [n for n in self.changed if n != winner or not self.winner_changed]
             if changed:
                 parts.append("code changed since measured: " + ", ".join(changed))
             out["unmeasured"] = "; ".join(parts)
@@ -73,8 +72,6 @@ class Freshness:
                 self.environment)
         return out
 
-
-CURRENT = Freshness((), (), False, ())
 
 DECLINED_BY_ACCEPTS = "its accepts() declined the inputs measured: "
 """How the reason of a ``declined`` row starts when the candidate's ``accepts()`` turned

@@ -115,10 +115,13 @@ class RunLedger:
             merged[key] = dataclasses.replace(merged[key], recheck=line)
         return merged
 
-    def stale_keys(self) -> list[str]:
-        """One line per key a recheck found stale: the key and what was found."""
+    def stale_keys(self, events: Mapping[EventKey, DispatchEvent] | None = None
+                   ) -> list[str]:
+        """One line per key a recheck found stale: the key and what was found (of
+        ``events``, :meth:`events` when not given)."""
         return [f"{'/'.join(key)}: {event.recheck}"
-                for key, event in sorted(self.events().items())
+                for key, event in sorted((self.events() if events is None
+                                          else events).items())
                 if event.recheck.startswith("stale:")]
 
     def measured_entries(self) -> list[CacheEntry]:

@@ -203,14 +203,6 @@ def _junit_log(config: pytest.Config) -> Any:
     return config.stash.get(xml_key, None)
 
 
-def _property_name(key: HistogramKey) -> str:
-    return "arbiter:" + "/".join(key)
-
-
-def _key_text(key: HistogramKey) -> str:
-    return "/".join(key)
-
-
 class ArbiterSession:
     """What every pytest process of a run has: the run's arbiter (built at the first
     dispatch), its ledger, per-test attribution and device skips. Its methods are pytest
@@ -286,12 +278,14 @@ class ArbiterSession:
         before = self._before or {}
         self._before = None
         delta = self.ledger.record_test(nodeid, before, expected)
-        for key, count in delta:
-            item.user_properties.append((_property_name(key), count))
-        if expected and delta:
-            # so that `pytest-arbiter gate` on the JUnit file leaves them out too
-            from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY
+        if not delta:
+            return
+        from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY, property_name
 
+        for key, count in delta:
+            item.user_properties.append((property_name(key), count))
+        if expected:
+            # so that `pytest-arbiter gate` on the JUnit file leaves them out too
             item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:

@@ -67,7 +67,7 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
                                ("static", "static tier order on a miss"))))
     lines.extend(_stale_lines(events))
     if settings.recheck != "off":
-        lines.extend(_recheck_lines(events, ledger.stale_keys(), settings.recheck))
+        lines.extend(_recheck_lines(events, ledger.stale_keys(events), settings.recheck))
     if settings.explain:
         lines.extend(_explain_lines(events))
     else:
