@@ -19,7 +19,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -46,21 +46,38 @@ from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.freshness import DECLINED_BY_ACCEPTS, freshness, vouched
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
-from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
+from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey, Outcome
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
 from pytest_arbiter.ops import OPS, Op, OpRegistry
 from pytest_arbiter.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
 from pytest_arbiter.regions import Region
 
-MODES = ("tune", "static", "strict")
+Mode = Literal["tune", "static", "strict"]
+"""How a dispatch picks: measure at a miss, the cache or tier order, the cache only
+(SPEC.md, "Arbiter")."""
+MODES: tuple[Mode, ...] = ("tune", "static", "strict")
+
+
+Source = Literal["measured", "cached", "static"]
+"""Where a pick came from: timed now, the cache, or the static tier order."""
+
+
+def is_mode(value: object) -> TypeGuard[Mode]:
+    return value in MODES
+
 MAX_PLANS = 1 << 17
 """Memoised dispatch plans (one per input signature) per generation; two generations
 are kept, so up to twice this many signatures dispatch without re-planning."""
 DEFAULT_CALL_TIMEOUT_S = 60.0
 """The per-call watchdog's default: a gate or timing call this long is a hang."""
 
-DispatchKey = tuple[str, str, str, str]
-"""(target, op, bucket, dtype): what one memoised pick serves."""
+class DispatchKey(NamedTuple):
+    """What one memoised pick serves."""
+
+    target: str
+    op: str
+    bucket: str
+    dtype: str
 
 
 def register_timer(target: str, make_timer: Callable[[], Timer]) -> None:
@@ -103,14 +120,14 @@ class Selection:
     region: Region
     candidate: Candidate | None
     order: list[Candidate]
-    source: str  # "measured", "cached", "static"
+    source: Source
     passed_over: dict[str, str] = field(default_factory=dict)
     entry: CacheEntry | None = None
     comparison: Comparison | None = None
     gate_reports: dict[str, GateReport] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
-    found: dict[str, tuple[str, str]] = field(default_factory=dict)
+    found: dict[str, tuple[Outcome, str]] = field(default_factory=dict)
     """What this measurement found wrong: name -> (outcome, reason), for the candidates
     it gated and timed (``rejected``, or ``error`` in the gate, staging or timing)."""
 
@@ -296,7 +313,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         for cand in pool:
             passed_over[cand.name] = f"unavailable: {found}"
         return Selection(region, None, [], "measured", passed_over)
-    key: CacheKey = (device.tag, target, the_op.name, region.bucket(needs), region.dtype)
+    key = CacheKey(device.tag, target, the_op.name, region.bucket(needs), region.dtype)
     entry = cache.get(key)
     errors: dict[str, str] = {}
     applicable = _screen(region, pool, None, passed_over, errors=errors)
@@ -324,7 +341,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     measuring = usable if subset is None else [c for c in usable if c.name in subset]
     reports: dict[str, GateReport] = {}
     rejected: dict[str, str] = {}
-    findings = {name: ("error", why) for name, why in errors.items()}  # from the screen
+    findings: dict[str, tuple[Outcome, str]] = {  # from the screen
+        name: ("error", why) for name, why in errors.items()}
     survivors = []
     declined_these: list[Candidate] = []
     for cand in measuring:
@@ -401,7 +419,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         gone.pop(name, None)
     considered = _considered(applicable, {c.name for c in usable}, entry, subset,
                              set(comparison.ranking), rejected, errors, passed_over)
-    new_entry = CacheEntry(device.tag, target, the_op.name, key[3], region.dtype,
+    new_entry = CacheEntry(device.tag, target, the_op.name, key.bucket, region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison, alone), considered,
                            environment, False,
@@ -483,11 +501,11 @@ class _KeyPlan:
 
     op: Op
     key: DispatchKey
-    mode: str
+    mode: Mode
     steps: tuple[_Step, ...]
     no_candidate: str  # why nothing could run, when there are no steps
     stamp: tuple[int, int]
-    fresh: dict[str, tuple[str, str]] = field(default_factory=dict)
+    fresh: dict[str, tuple[Outcome, str]] = field(default_factory=dict)
     """What the measurement that built this plan found wrong (name -> outcome, reason):
     the dispatch that measured reached those candidates, and records them once."""
 
@@ -529,7 +547,7 @@ class DispatchEvent:
     op: str
     bucket: str
     dtype: str
-    source: str
+    source: Source
     order: list[str]
     passed_over: dict[str, str]
     ratios: dict[str, float] = field(default_factory=dict)
@@ -637,12 +655,12 @@ class Arbiter:
 
     def __init__(self, *, registry: CandidateRegistry | None = None,
                  ops: OpRegistry | None = None, cache: MeasureCache | None = None,
-                 histogram: DispatchHistogram | None = None, mode: str = "tune",
+                 histogram: DispatchHistogram | None = None, mode: Mode = "tune",
                  policy: ComparePolicy | None = None, gate_seed: int = GATE_SEED,
                  gate: bool = True, call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
                  recheck: RecheckPolicy | None = None, recheck_budget: RunBudget | None = None,
                  ) -> None:
-        if mode not in MODES:
+        if not is_mode(mode):
             raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
         self.registry = registry if registry is not None else REGISTRY
         self.ops = ops if ops is not None else OPS
@@ -663,7 +681,7 @@ class Arbiter:
         self._older: dict[Any, _Plan] = {}
         self._mode_plans: dict[str, tuple[dict[Any, _Plan], dict[Any, _Plan]]] = {}
         self._lock = threading.RLock()
-        self._fresh: list[tuple[DispatchKey, dict[str, tuple[str, str]]]] = []
+        self._fresh: list[tuple[DispatchKey, dict[str, tuple[Outcome, str]]]] = []
         self.recheck = recheck
         self.recheck_budget = recheck_budget
         self._rechecking: set[CacheKey] = set()
@@ -721,11 +739,11 @@ class Arbiter:
             return self._run_slow(plan.keyplan, inputs, plan.start, exc)
         return self._run_slow(plan.keyplan, inputs, plan.start, False)
 
-    def dispatch_as(self, mode: str, op: str, *inputs: Any, target: str | None = None) -> Any:
+    def dispatch_as(self, mode: Mode, op: str, *inputs: Any, target: str | None = None) -> Any:
         """:meth:`dispatch` in another mode, on this arbiter's cache, gate and histogram."""
         if mode == self.mode:
             return self.dispatch_inputs(op, inputs, target)
-        if mode not in MODES:
+        if not is_mode(mode):
             raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
         sig = _plain_signature(op, target, inputs)
         young, old = self._tables(mode)
@@ -743,27 +761,27 @@ class Arbiter:
         if key not in self.reasons:
             self.reasons[key] = reason
 
-    def _take_fresh(self, key: DispatchKey) -> dict[str, tuple[str, str]]:
+    def _take_fresh(self, key: DispatchKey) -> dict[str, tuple[Outcome, str]]:
         """The findings waiting for ``key``'s dispatch; those of other keys (planned by
         another thread meanwhile) are recorded now, under their own target and op."""
         with self._lock:
             parts, self._fresh = self._fresh, []
-        found: dict[str, tuple[str, str]] = {}
+        found: dict[str, tuple[Outcome, str]] = {}
         for part_key, part in parts:
             if part_key == key:
                 found.update(part)
             else:
-                self._record_fresh(part_key[0], part_key[1], part)
+                self._record_fresh(part_key.target, part_key.op, part)
         return found
 
     def _run_slow(self, kp: _KeyPlan, inputs: Sequence[Any], start: int,
                   first: BaseException | bool | None,
-                  fresh: dict[str, tuple[str, str]] | None = None) -> Any:
+                  fresh: dict[str, tuple[Outcome, str]] | None = None) -> Any:
         return self._run_steps(kp, inputs, start, first, fresh if fresh is not None else {})
 
     def _run_steps(self, kp: _KeyPlan, inputs: Sequence[Any], start: int,
                    first: BaseException | bool | None,
-                   fresh: dict[str, tuple[str, str]]) -> Any:
+                   fresh: dict[str, tuple[Outcome, str]]) -> Any:
         """Every dispatch but the fast step's success: declines, errors, candidates that
         are blocked (recorded when the dispatch reaches them), the gate of a candidate
         not yet gated for these inputs' layout, and the reference when nothing could run.
@@ -771,10 +789,10 @@ class Arbiter:
         ``first``: what the fast step ``start`` already did (raised, or ``False``:
         declined through ``accepts``); ``None``: nothing ran yet.
         """
-        target, op_name = kp.key[0], kp.key[1]
+        target, op_name = kp.key.target, kp.key.op
 
         def record(key: HistogramKey, reason: str) -> None:
-            fresh.pop(key[2], None)  # reached now: recorded once, here
+            fresh.pop(key.selected, None)  # reached now: recorded once, here
             self._record(key, reason)
 
         declined: tuple[str, str] | None = None
@@ -789,7 +807,7 @@ class Arbiter:
                 elif isinstance(first, Decline):
                     declined = declined or (name, first.reason)
                 else:
-                    record((target, op_name, name, "error"),
+                    record(HistogramKey(target, op_name, name, "error"),
                                  _exc_text(first))  # type: ignore[arg-type]
                 continue
             try:
@@ -802,7 +820,7 @@ class Arbiter:
                 continue
             except Exception as exc:
                 reached = True
-                record((target, op_name, name, "error"),
+                record(HistogramKey(target, op_name, name, "error"),
                              f"accepts() raised {_exc_text(exc)}")
                 continue
             reached = True
@@ -815,7 +833,7 @@ class Arbiter:
                     declined = declined or (name, reason)
                     continue
                 if kind != "pass":
-                    record((target, op_name, name,
+                    record(HistogramKey(target, op_name, name,
                                   "rejected" if kind == "reject" else "error"), reason)
                     continue
             try:
@@ -824,27 +842,27 @@ class Arbiter:
                 declined = declined or (name, dec.reason)
                 continue
             except Exception as exc:
-                record((target, op_name, name, "error"), _exc_text(exc))
+                record(HistogramKey(target, op_name, name, "error"), _exc_text(exc))
                 continue
             step.won()
             self._record_fresh(target, op_name, fresh)
             return out
         if declined is not None:
-            record((target, op_name, declined[0], "degraded"), declined[1])
+            record(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])
         elif not reached:
-            record((target, op_name, NO_CANDIDATE, "no_candidate"), kp.no_candidate)
+            record(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"), kp.no_candidate)
         self._record_fresh(target, op_name, fresh)
         return kp.op.run_reference(*inputs)
 
     def _record_fresh(self, target: str, op_name: str,
-                      fresh: dict[str, tuple[str, str]]) -> None:
+                      fresh: dict[str, tuple[Outcome, str]]) -> None:
         """What the measurement of this dispatch found wrong and the loop did not reach."""
         for name, (outcome, reason) in sorted(fresh.items()):
-            self._record((target, op_name, name, outcome), reason)
+            self._record(HistogramKey(target, op_name, name, outcome), reason)
 
     # -- planning -------------------------------------------------------------------
 
-    def _tables(self, mode: str) -> tuple[dict[Any, _Plan], dict[Any, _Plan]]:
+    def _tables(self, mode: Mode) -> tuple[dict[Any, _Plan], dict[Any, _Plan]]:
         if mode == self.mode:
             return self._plans, self._older
         found = self._mode_plans.get(mode)
@@ -852,7 +870,7 @@ class Arbiter:
             found = self._mode_plans.setdefault(mode, ({}, {}))
         return found
 
-    def _find_plan(self, mode: str, op_name: str, inputs: Sequence[Any], target: str | None,
+    def _find_plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None,
                    sig: Any) -> _Plan:
         old = self._tables(mode)[1]
         if sig is not None:
@@ -866,7 +884,7 @@ class Arbiter:
             self._remember(mode, sig, plan)
         return plan
 
-    def _remember(self, mode: str, sig: Any, plan: _Plan) -> None:
+    def _remember(self, mode: Mode, sig: Any, plan: _Plan) -> None:
         # two generations: a plan used since the last rotation survives it, so the cost
         # stays flat for any working set of up to MAX_PLANS signatures
         with self._lock:
@@ -887,7 +905,7 @@ class Arbiter:
                 for sig in [s for s, p in table.items() if p.keyplan.key == key]:
                     del table[sig]
 
-    def _plan(self, mode: str, op_name: str, inputs: Sequence[Any], target: str | None
+    def _plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None
               ) -> _Plan:
         the_op = self.ops.get(op_name)
         the_op.validate(*inputs)
@@ -899,7 +917,7 @@ class Arbiter:
         generation = self.registry.generation
         region = the_op.region_of(*inputs)
         needs = self.registry.alignment_needs(the_op.name, resolved)
-        key: DispatchKey = (resolved, the_op.name, region.bucket(needs), region.dtype)
+        key = DispatchKey(resolved, the_op.name, region.bucket(needs), region.dtype)
         kp = self._keyplans.get((mode, key))
         if kp is None or kp.stamp != (generation, self.cache.version):
             kp = self._keyplan(mode, the_op, region, needs, key, inputs)
@@ -1007,9 +1025,9 @@ class Arbiter:
             policy = replace(policy, call_timeout_s=self.call_timeout_s)
         return policy
 
-    def _keyplan(self, mode: str, the_op: Op, region: Region, needs: tuple[int, ...],
+    def _keyplan(self, mode: Mode, the_op: Op, region: Region, needs: tuple[int, ...],
                  key: DispatchKey, inputs: Sequence[Any]) -> _KeyPlan:
-        target = key[0]
+        target = key.target
         pool = self.registry.for_op(the_op.name, target)
         passed_over: dict[str, str] = {}
         errors: dict[str, str] = {}
@@ -1023,9 +1041,9 @@ class Arbiter:
             for cand in pool:
                 passed_over[cand.name] = f"unavailable: {found}"
             order: list[Candidate] = []
-            source = "static"
+            source: Source = "static"
         else:
-            ckey: CacheKey = (found.tag, target, the_op.name, key[2], key[3])
+            ckey = CacheKey(found.tag, target, the_op.name, key.bucket, key.dtype)
             if mode == "tune":
                 selection = measured_arbitrate(
                     the_op, inputs, pool, self.cache, target=target, policy=self._policy(),
@@ -1044,7 +1062,7 @@ class Arbiter:
                 if mode == "strict" and (fresh.winner_changed or fresh.to_measure):
                     raise StaleEntry(
                         f"strict mode: the cached entry of {region.describe()} on target "
-                        f"{target!r} (device {found.tag}, bucket {key[2]}) is stale: "
+                        f"{target!r} (device {found.tag}, bucket {key.bucket}) is stale: "
                         + "; ".join(v for k, v in sorted(stale.items()) if k != "reverify")
                         + "; tune with --arbiter-tune")
                 if fresh.winner_changed:
@@ -1078,7 +1096,7 @@ class Arbiter:
                     if screened:
                         raise CacheMiss(
                             f"strict mode: no cached winner for {region.describe()} on target "
-                            f"{target!r} (device {found.tag}, bucket {key[2]}); tune with "
+                            f"{target!r} (device {found.tag}, bucket {key.bucket}); tune with "
                             "--arbiter-tune or add the entry to the cache")
         steps: list[_Step] = []
         for cand in order:
@@ -1091,10 +1109,11 @@ class Arbiter:
                 _accepts(cand, inputs, passed_over, None)  # the explain text, no more
             blocked: tuple[HistogramKey, str] | None = None
             if cand.name in usable_errors:
-                blocked = ((target, the_op.name, cand.name, "error"), usable_errors[cand.name])
+                blocked = (HistogramKey(target, the_op.name, cand.name, "error"),
+                           usable_errors[cand.name])
             if blocked is not None:
                 self.reasons.setdefault(*blocked)
-            won = self.histogram.counter((target, the_op.name, cand.name, "won"))
+            won = self.histogram.counter(HistogramKey(target, the_op.name, cand.name, "won"))
             steps.append(_Step(cand, _default_accepts(cand), cand.run, won, blocked,
                                entry is not None and vouched(entry, cand, environment)))
         if not isinstance(found, DeviceInfo):
@@ -1115,7 +1134,7 @@ class Arbiter:
         why_not = {**passed_over, **errors}
         rechecked = ""
         if isinstance(found, DeviceInfo):
-            ckey = (found.tag, target, the_op.name, key[2], key[3])
+            ckey = CacheKey(found.tag, target, the_op.name, key.bucket, key.dtype)
             if ckey in self.rechecks:
                 rechecked = _recheck_text(self.rechecks[ckey])
         self._note(key, source, [s.cand.name for s in steps if s.cand.name not in why_not],
@@ -1123,12 +1142,12 @@ class Arbiter:
         return kp
 
     def _replayed_rejections(self, entry: CacheEntry, pool: Sequence[Candidate],
-                             region: Region) -> dict[str, tuple[str, str]]:
+                             region: Region) -> dict[str, tuple[Outcome, str]]:
         """The candidates the cached entry says failed the F4 gate (or raised) when it
         was measured, with the code they still have: recorded once per key and process,
         so a run replaying the corpus shows a broken kernel as a tuning run does (and a
         baseline written from either keeps it)."""
-        out: dict[str, tuple[str, str]] = {}
+        out: dict[str, tuple[Outcome, str]] = {}
         by_name = {c.name: c for c in pool}
         for name, why in sorted(entry.rejected.items()):
             cand = by_name.get(name)
@@ -1185,19 +1204,19 @@ class Arbiter:
             except Exception:
                 return False  # the dispatch's own path records what is wrong with it
             fns[cand.name] = functools.partial(cand.run, *prepared)
-        with measurement_lock(ckey[0]):
+        with measurement_lock(ckey.device):
             result = recheck(pair[0].name, fns, policy=self.recheck,
-                             timer=timer_for(ckey[1]))
+                             timer=timer_for(ckey.target))
         if budget is not None:
             budget.settle(self.recheck.key_budget_s, result.spent_ns / 1e9)
         self.rechecks[ckey] = result
         if not result.stale:
             return False
-        self._record((ckey[1], ckey[2], result.winner, "stale"),
+        self._record(HistogramKey(ckey.target, ckey.op, result.winner, "stale"),
                      f"{'/'.join(ckey)}: {_recheck_text(result)}")
         return True
 
-    def _note(self, key: DispatchKey, source: str, order: list[str],
+    def _note(self, key: DispatchKey, source: Source, order: list[str],
               passed_over: dict[str, str], selection: Selection | None,
               entry: CacheEntry | None, stale: dict[str, str], rechecked: str = "") -> None:
         previous = self.events.get(key)
@@ -1211,14 +1230,15 @@ class Arbiter:
             best = entry.ranking[0].stats.median_ns
             ratios = {r.name: r.stats.median_ns / best for r in entry.ranking if best > 0}
         self.events[key] = DispatchEvent(
-            key[0], key[1], key[2], key[3], source, order, dict(passed_over), ratios,
+            *key, source, order, dict(passed_over), ratios,
             entry.tie if entry else False, entry.confidence if entry else 1.0, dict(stale),
             rechecked or (previous.recheck if previous is not None else ""))
 
     # -- reasons, for tests and the summary -----------------------------------------
 
     def _reasons_of(self, outcome: str) -> dict[tuple[str, str, str], str]:
-        return {(k[0], k[1], k[2]): v for k, v in self.reasons.items() if k[3] == outcome}
+        return {(k.target, k.op, k.selected): v for k, v in self.reasons.items()
+                if k.outcome == outcome}
 
     @property
     def declines(self) -> dict[tuple[str, str, str], str]:

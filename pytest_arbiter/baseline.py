@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey, keyed
 
 FAILING_OUTCOMES = GATED_OUTCOMES
-
-EntryKey = tuple[str, str, str, str]
 
 
 @dataclass(frozen=True)
@@ -25,11 +23,12 @@ class BaselineVerdict:
         return not self.new
 
     def describe_new(self) -> list[str]:
-        return [f"new {k[3]}: target={k[0]} op={k[1]} candidate={k[2]} ({v} dispatches)"
+        return [f"new {k.outcome}: target={k.target} op={k.op} candidate={k.selected} "
+                f"({v} dispatches)"
                 for k, v in sorted(self.new.items())]
 
     def describe_fixed(self) -> list[str]:
-        return [f"fixed {k[3]}: target={k[0]} op={k[1]} candidate={k[2]} "
+        return [f"fixed {k.outcome}: target={k.target} op={k.op} candidate={k.selected} "
                 "(no longer seen; tighten the baseline)" for k in self.fixed]
 
 
@@ -39,10 +38,11 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
 
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
     """
-    new = {k: v for k, v in run.items() if k[3] in failing and v > 0 and k not in baseline}
-    known = {k: v for k, v in run.items() if k[3] in failing and v > 0 and k in baseline}
+    run, baseline = keyed(run), keyed(baseline)
+    new = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k not in baseline}
+    known = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k in baseline}
     fixed = sorted(k for k, v in baseline.items()
-                   if k[3] in failing and v > 0 and run.get(k, 0) == 0)
+                   if k.outcome in failing and v > 0 and run.get(k, 0) == 0)
     return BaselineVerdict(new, known, fixed)
 
 
@@ -72,10 +72,10 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
                *, failing: tuple[str, ...] = FAILING_OUTCOMES) -> FleetVerdict:
     """:func:`compare_to_baseline`, with fixed entries split from unchecked ones."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
-    covered = {(k[0], k[1]) for k, v in run.items() if v > 0}
+    covered = {(k.target, k.op) for k, v in keyed(run).items() if v > 0}
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
-    fixed = [k for k in verdict.fixed if (k[0], k[1]) in covered and k[3] != STALE]
+    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE]
     unchecked = [k for k in verdict.fixed if k not in fixed]
     return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
 

@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -36,8 +36,16 @@ CACHE_VERSION = 3
 """Version 3: entries are objects with named fields, shared data in tables. Versions 1
 and 2 are still read (:mod:`pytest_arbiter.cache_legacy`)."""
 
-CacheKey = tuple[str, str, str, str, str]
-"""(device, target, op, bucket, dtype)."""
+class CacheKey(NamedTuple):
+    """What one cache entry serves. A plain 5-tuple in this order finds the same entry."""
+
+    device: str
+    """The device tag (``sm_120``, ``gfx1151``, a CPU model tag)."""
+    target: str
+    op: str
+    bucket: str
+    """The shape bucket (:meth:`pytest_arbiter.regions.Region.bucket`)."""
+    dtype: str
 
 CONFIDENT = 0.99
 """An entry at or above this confidence (and not a tie) is a clear pick; two clear picks
@@ -485,7 +493,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
 
     @property
     def key(self) -> CacheKey:
-        return (self.device, self.target, self.op, self.bucket, self.dtype)
+        return CacheKey(self.device, self.target, self.op, self.bucket, self.dtype)
 
     @property
     def winner(self) -> str:
@@ -663,7 +671,7 @@ class MeasureCache:
 def keyed(entries: list[CacheEntry]) -> MeasureCache:
     """A cache of ``entries``; a key listed twice (a hand-resolved git conflict) keeps
     the entry the merge rule prefers."""
-    by_key = dict(zip(map(_KEY, entries), entries, strict=True))
+    by_key = dict(zip(map(CacheKey._make, map(_KEY, entries)), entries, strict=True))
     if len(by_key) != len(entries):
         from pytest_arbiter.corpus import merge
 

@@ -27,8 +27,7 @@ from pytest_arbiter.baseline import gate_fleet, tightened
 from pytest_arbiter.cache import CacheEntry, MeasureCache
 from pytest_arbiter.corpus import diff
 from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey
-from pytest_arbiter.safetext import escape
-from pytest_arbiter.safetext import line as safe_line
+from pytest_arbiter.safetext import escape, line as safe_line
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
@@ -52,7 +51,7 @@ def _key_text(key: Sequence[str]) -> str:
 
 
 def _entry_key(key: HistogramKey) -> str:
-    return f"target={key[0]} op={key[1]} candidate={key[2]}"
+    return f"target={key.target} op={key.op} candidate={key.selected}"
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -307,17 +306,17 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         ids = tests[key]
         shown = ", ".join(ids[:MAX_TESTS_SHOWN])
         more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
-        _say(out, f"NEW {key[3]}: {_entry_key(key)} ({count} dispatches) in "
+        _say(out, f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
              f"{shown or 'no recorded test'}{more}")
     for key, count in sorted(fv.verdict.known.items()):
-        _say(out, f"known {key[3]}: {_entry_key(key)} ({count} dispatches, in the baseline)")
+        _say(out, f"known {key.outcome}: {_entry_key(key)} ({count} dispatches, in the baseline)")
     for key in fv.fixed:
-        _say(out, f"fixed {key[3]}: {_entry_key(key)} (no longer seen; "
+        _say(out, f"fixed {key.outcome}: {_entry_key(key)} (no longer seen; "
              + ("removed from the baseline)" if args.update
                 else "tighten the baseline with --update)"))
     for key in fv.unchecked:
-        _say(out, f"unchecked {key[3]}: {_entry_key(key)} (no report dispatched "
-             f"{key[0]}/{key[1]}: kept in the baseline)")
+        _say(out, f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
+             f"{key.target}/{key.op}: kept in the baseline)")
     if args.update:
         artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "

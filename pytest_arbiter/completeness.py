@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_arbiter.histogram import STALE, HistogramKey
+from pytest_arbiter.histogram import STALE, HistogramKey, keyed
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
     partial run keeps every old entry, with the larger of the two counts where both have
     it.
     """
-    dispatched = {(k[0], k[1]) for k, v in run.items() if v > 0}
+    run, old = keyed(run), keyed(old)
+    dispatched = {(k.target, k.op) for k, v in run.items() if v > 0}
     out = {k: v for k, v in run.items() if v > 0}
     kept: list[HistogramKey] = []
     for key, count in sorted(old.items()):
@@ -51,7 +52,7 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
                 out[key] = max(out[key], count)
             continue
         # a stale entry's absence may only mean no recheck reached the key
-        if scope.partial or (key[0], key[1]) not in dispatched or key[3] == STALE:
+        if scope.partial or (key.target, key.op) not in dispatched or key.outcome == STALE:
             out[key] = count
             kept.append(key)
     return out, kept

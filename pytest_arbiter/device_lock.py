@@ -20,8 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from filelock import FileLock
-from filelock import Timeout as LockTimeout
+from filelock import FileLock, Timeout as LockTimeout
 
 LOCK_DIR_ENV = "PYTEST_ARBITER_LOCK_DIR"
 DEFAULT_TIMEOUT_S = 120.0

@@ -9,10 +9,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal, NamedTuple
 
-OUTCOMES = ("won", "degraded", "no_candidate", "error", "rejected", "stale")
-GATED_OUTCOMES = ("degraded", "rejected", "error")
+Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
+"""What one dispatch record means (SPEC.md, "outcome")."""
+OUTCOMES: tuple[Outcome, ...] = ("won", "degraded", "no_candidate", "error", "rejected",
+                                 "stale")
+GATED_OUTCOMES: tuple[Outcome, ...] = ("degraded", "rejected", "error")
 """Outcomes the CI gate fails on unless the baseline lists them."""
 STALE = "stale"
 """A cached winner a recheck found slower than another candidate, timed side by side
@@ -22,8 +25,21 @@ NO_CANDIDATE = "none"
 HISTOGRAM_SCHEMA: Final = "pytest-arbiter/histogram"
 HISTOGRAM_VERSION: Final = 1
 
-HistogramKey = tuple[str, str, str, str]
-"""(target, op, selected, outcome)."""
+class HistogramKey(NamedTuple):
+    """One counter of the histogram. A plain 4-tuple in this order finds the same count."""
+
+    target: str
+    op: str
+    selected: str
+    """The candidate's name; ``"none"`` for ``no_candidate``."""
+    outcome: Outcome
+
+
+def keyed(counts: Mapping[HistogramKey, int] | Mapping[tuple[str, str, str, str], int]
+          ) -> dict[HistogramKey, int]:
+    """``counts`` with each key a :class:`HistogramKey` (a caller may pass plain tuples)."""
+    return {k if type(k) is HistogramKey else HistogramKey._make(k): v
+            for k, v in counts.items()}
 
 
 class DispatchHistogram:
@@ -45,6 +61,8 @@ class DispatchHistogram:
         """The bound ``next`` of ``key``'s counter: call it to count one dispatch."""
         found = self._counters.get(key)
         if found is None:
+            if type(key) is not HistogramKey:
+                key = HistogramKey._make(key)
             with self._lock:
                 found = self._counters.setdefault(key, itertools.count())
         return found.__next__
@@ -54,6 +72,8 @@ class DispatchHistogram:
         if count == 1:
             self.counter(key)()
             return
+        if type(key) is not HistogramKey:
+            key = HistogramKey._make(key)
         self.counter(key)
         with self._lock:
             self._extra[key] = self._extra.get(key, 0) + count
@@ -63,20 +83,20 @@ class DispatchHistogram:
         handed_out = int(repr(self._counters[key])[6:-1])
         return handed_out + self._extra.get(key, 0) - self._base.get(key, 0)
 
-    def record(self, target: str, op: str, selected: str, outcome: str, count: int = 1) -> None:
+    def record(self, target: str, op: str, selected: str, outcome: Outcome, count: int = 1) -> None:
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; outcomes are {', '.join(OUTCOMES)}")
-        self.add((target, op, selected, outcome), count)
+        self.add(HistogramKey(target, op, selected, outcome), count)
 
     def counts(self, target: str | None = None, op: str | None = None) -> dict[HistogramKey, int]:
         """Counts per (target, op, selected, outcome), optionally for one target and/or op."""
         with self._lock:
             items = [(k, self._value(k)) for k in list(self._counters)]
         return {k: v for k, v in items if v > 0
-                and (target is None or k[0] == target) and (op is None or k[1] == op)}
+                and (target is None or k.target == target) and (op is None or k.op == op)}
 
     def total(self, outcome: str | None = None) -> int:
-        return sum(v for k, v in self.counts().items() if outcome is None or k[3] == outcome)
+        return sum(v for k, v in self.counts().items() if outcome is None or k.outcome == outcome)
 
     def __len__(self) -> int:
         return len(self.counts())

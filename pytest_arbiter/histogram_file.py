@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from pytest_arbiter import strictjson
-from pytest_arbiter.histogram import HISTOGRAM_SCHEMA, HISTOGRAM_VERSION, HistogramKey
+from pytest_arbiter.histogram import HISTOGRAM_SCHEMA, HISTOGRAM_VERSION, HistogramKey, Outcome
 from pytest_arbiter.safetext import escape
 
 MAX_COUNT = 2**63 - 1
@@ -28,7 +28,6 @@ MAX_COUNT = 2**63 - 1
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Name = Annotated[str, msgspec.Meta(min_length=1)]
-Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
 """:data:`pytest_arbiter.histogram.OUTCOMES` as a type (a test keeps the two equal)."""
 
 
@@ -55,7 +54,7 @@ class HistogramEntry(msgspec.Struct, frozen=True, gc=False, forbid_unknown_field
 
     @property
     def key(self) -> HistogramKey:
-        return (self.target, self.op, self.selected, self.outcome)
+        return HistogramKey(self.target, self.op, self.selected, self.outcome)
 
 
 class HistogramTotal(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True,
@@ -116,7 +115,7 @@ def document(counts: Mapping[HistogramKey, int],
         on_purpose = min(count, (expected or {}).get(key, 0))
         target, op, selected, outcome = key
         entries.append(HistogramEntry(count=count, expected=max(on_purpose, 0), op=op,
-                                      outcome=outcome,  # type: ignore[arg-type]
+                                      outcome=outcome,
                                       selected=selected, target=target))
     total = HistogramTotal(count=sum(e.count for e in entries),
                            expected=sum(e.expected for e in entries))

@@ -127,7 +127,7 @@ def parse_property(name: str, prefix: str = PROPERTY_PREFIX) -> HistogramKey | N
     selected = "/".join(parts[2:-1])
     if outcome not in OUTCOMES:
         raise ValueError(f"property {name!r} has unknown outcome {outcome!r}")
-    return (target, op, selected, outcome)
+    return HistogramKey(target, op, selected, outcome)
 
 
 def parse_count(name: str, value: str | None) -> int:

@@ -204,5 +204,5 @@ def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:
         if (not isinstance(row, list) or len(row) != 5
                 or not all(isinstance(part, str) for part in row[:4])):
             raise ValueError(f"bad {what} row {row!r}")
-        out.append(((row[0], row[1], row[2], row[3]), row[4]))
+        out.append((HistogramKey(row[0], row[1], row[2], row[3]), row[4]))
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Arbiter
+    from pytest_arbiter.arbiter import Arbiter, Mode
     from pytest_arbiter.cache import MeasureCache
     from pytest_arbiter.histogram import HistogramKey
 
@@ -122,10 +122,10 @@ def _flag(name: str, text: str) -> bool:
 
 
 def _from_environment() -> Arbiter:
-    from pytest_arbiter.arbiter import MODES
+    from pytest_arbiter.arbiter import MODES, is_mode
 
     mode = os.environ.get(ENV_MODE, "").strip() or "static"
-    if mode not in MODES:
+    if not is_mode(mode):
         raise ConfigurationError(f"{ENV_MODE}={mode!r}: modes are {', '.join(MODES)}")
     cache_path = os.environ.get(ENV_CACHE, "").strip() or None
     gate = _flag(ENV_GATE, os.environ.get(ENV_GATE, ""))
@@ -145,7 +145,7 @@ def _read_corpus(path: str | os.PathLike[str], source: str) -> MeasureCache:
         raise ConfigurationError(f"{source}: cannot use the corpus {p}: {exc}") from None
 
 
-def _build(cache: str | os.PathLike[str] | MeasureCache | None, mode: str, gate: bool,
+def _build(cache: str | os.PathLike[str] | MeasureCache | None, mode: Mode, gate: bool,
            *, source: str, call_timeout_s: float | None = None) -> Arbiter:
     from pytest_arbiter.arbiter import DEFAULT_CALL_TIMEOUT_S, Arbiter
     from pytest_arbiter.cache import MeasureCache
@@ -162,7 +162,7 @@ def _build(cache: str | os.PathLike[str] | MeasureCache | None, mode: str, gate:
 
 
 def configure(*, cache: str | os.PathLike[str] | MeasureCache | None = None,
-              mode: str = "static", gate: bool = False,
+              mode: Mode = "static", gate: bool = False,
               call_timeout_s: float | None = None) -> Arbiter:
     """Configure the process arbiter from code (outside pytest): a corpus path (read
     only, never written) or a :class:`MeasureCache`, the mode, and whether to gate.
@@ -171,9 +171,9 @@ def configure(*, cache: str | os.PathLike[str] | MeasureCache | None = None,
     Returns the new process arbiter; its histogram starts empty.
     """
     global _configured, _current
-    from pytest_arbiter.arbiter import MODES
+    from pytest_arbiter.arbiter import MODES, is_mode
 
-    if mode not in MODES:
+    if not is_mode(mode):
         raise ConfigurationError(f"configure(mode={mode!r}): modes are {', '.join(MODES)}")
     with _lock:
         if _bindings:
@@ -211,7 +211,7 @@ class ModeView:
     """The process arbiter seen in another mode: its dispatches go through
     :meth:`Arbiter.dispatch_as`, on the same cache, gate and histogram."""
 
-    def __init__(self, arbiter: Arbiter, mode: str) -> None:
+    def __init__(self, arbiter: Arbiter, mode: Mode) -> None:
         self.arbiter = arbiter
         self.mode = mode
 
@@ -222,15 +222,15 @@ class ModeView:
         return getattr(self.arbiter, name)
 
 
-def default_arbiter(mode: str | None = None) -> Arbiter | ModeView:
+def default_arbiter(mode: Mode | None = None) -> Arbiter | ModeView:
     """The process arbiter; with a ``mode`` other than its own, a view of it whose
     dispatches use that mode (and still count in its one histogram)."""
     arb = current()
     if mode is None or mode == arb.mode:
         return arb
-    from pytest_arbiter.arbiter import MODES
+    from pytest_arbiter.arbiter import MODES, is_mode
 
-    if mode not in MODES:
+    if not is_mode(mode):
         raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
     return ModeView(arb, mode)
 

@@ -205,7 +205,7 @@ def _problems(histograms: Sequence[HistogramInput]) -> list[str]:
     rows = []
     for hist in histograms:
         for key, count in sorted(hist.counts.items()):
-            if key[3] in GATED_OUTCOMES and count > 0:
+            if key.outcome in GATED_OUTCOMES and count > 0:
                 target, op, selected, outcome = key
                 rows.append([_cell(outcome), _cell(target), _cell(op), _cell(selected),
                              _cell(count, num=True), _cell(hist.source)])

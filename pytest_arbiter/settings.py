@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pytest_arbiter.arbiter import Mode
 
 HELP_TUNE = "measure at the first cache miss and record the winners (arbiter mode 'tune')"
 HELP_CACHE = "the MeasureCache artifact to read and, with --arbiter-tune, write"
@@ -114,13 +117,13 @@ class ArbiterSettings:
     worker_devices: tuple[str, ...] = ()
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
     """None: the watchdog is off."""
-    recheck: str = "off"
+    recheck: Literal["off", "report", "fail"] = "off"
     """``off``, ``report`` or ``fail``."""
     recheck_key_budget: float | None = 0.01
     recheck_budget: float | None = 30.0
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """The Arbiter mode: tune, else strict, else static."""
         if self.tune:
             return "tune"

@@ -52,14 +52,14 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
     counts = ledger.counts()
     lines.extend(_histogram_lines(counts))
     expected = {k: v for k, v in ledger.expected_counts().items()
-                if k[3] in (*GATED_OUTCOMES, STALE)}
+                if k.outcome in (*GATED_OUTCOMES, STALE)}
     if expected:
         lines.append("expected degrades (arbiter_expect_degrade, not gated): " + ", ".join(
             f"{_key_text(k)}={v}" for k, v in sorted(expected.items())))
     if cache_note is not None:
         lines.append(cache_note)
     events = ledger.events()
-    sources = [e.source for e in events.values()]
+    sources: list[str] = [e.source for e in events.values()]
     if sources:
         lines.append("keys: " + ", ".join(
             f"{sources.count(src)} {label}"
@@ -93,7 +93,7 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
                 lines.append(f"degrade gate FAILED: new {either(end.failing)} "
                              "dispatch entries (fix the kernel, mark the test "
                              "arbiter_expect_degrade, or add them to the baseline)")
-                if any(key[3] == STALE for key in verdict.new):
+                if any(key.outcome == STALE for key in verdict.new):
                     lines.append("stale cached winners: re-tune those keys "
                                  "(pytest --arbiter-tune --arbiter-recheck)")
         else:

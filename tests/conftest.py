@@ -11,8 +11,7 @@ import pytest
 from pytest_arbiter import device as core_device
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.runtime import register_bundled
-from pytest_arbiter.runtime.cuda import device as cuda_device
-from pytest_arbiter.runtime.cuda import lane
+from pytest_arbiter.runtime.cuda import device as cuda_device, lane
 
 
 @pytest.hookimpl(tryfirst=True)

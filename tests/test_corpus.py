@@ -20,8 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter import artifacts
 from pytest_arbiter.arbiter import measured_arbitrate

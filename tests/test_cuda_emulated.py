@@ -36,8 +36,7 @@ from cuda_emulation.emulated_cupy import (
     thread_sanitizer_problem,
 )
 from gpu_gates import gate_cases, gpu_candidate, run_gate
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry

@@ -13,14 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_arbiter import Arbiter, ComparePolicy, DeviceInfo
-from pytest_arbiter import device as core_device
+from pytest_arbiter import Arbiter, ComparePolicy, DeviceInfo, device as core_device
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.dtypes import numpy_dtype
 from pytest_arbiter.histogram import NO_CANDIDATE
 from pytest_arbiter.runtime import cuda
-from pytest_arbiter.runtime.cuda import device as cuda_device
-from pytest_arbiter.runtime.cuda import emitted, sources
+from pytest_arbiter.runtime.cuda import device as cuda_device, emitted, sources
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 

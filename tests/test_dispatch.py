@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache
-from pytest_arbiter import arbiter as arbiter_module
+from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache, arbiter as arbiter_module
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.ops import OpRegistry, make_op
 

@@ -171,9 +171,11 @@ def test_user_op_gates_on_its_own_inputs(rng: np.random.Generator) -> None:
 # The new names are read through their modules inside each test, so each test fails on its
 # own (not at import) against a gate without them.
 
-from pytest_arbiter import dtypes as dtypes_module  # noqa: E402
-from pytest_arbiter import gate as gate_module  # noqa: E402
-from pytest_arbiter import ops as ops_module  # noqa: E402
+from pytest_arbiter import (  # noqa: E402
+    dtypes as dtypes_module,
+    gate as gate_module,
+    ops as ops_module,
+)
 
 
 def _f32(x: np.ndarray) -> np.ndarray:

@@ -36,24 +36,60 @@ def test_every_module_imports_in_random_order_and_registers_nothing(seed: int) -
                      "manager": False, "cupy": False}
 
 
-def test_the_public_names_are_listed_alike_in_the_three_places() -> None:
-    """``__init__`` lists the public names for its lazy lookup (``_HOME``), for
-    ``import *`` and linters (``__all__``) and for type checkers (the TYPE_CHECKING
-    imports): the three must agree, and each name must resolve."""
+def test_the_export_table_is_one_list_and_every_name_resolves() -> None:
+    """``__init__.pyi`` is the one list of public names: ``__all__`` is read from it, each
+    name resolves to what the stub says it is, and the package's own ``__init__.py``
+    names none of them."""
     import ast
-    import inspect
+    import pathlib
 
     import pytest_arbiter
 
-    tree = ast.parse(inspect.getsource(pytest_arbiter))
-    typed: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.ImportFrom):
-                    typed.update(alias.name for alias in sub.names)
-    home = set(pytest_arbiter._HOME)
-    assert set(pytest_arbiter.__all__) - {"__version__"} == home
-    assert typed == home
-    for name in sorted(home):
-        assert getattr(pytest_arbiter, name) is not None
+    stub = pathlib.Path(pytest_arbiter.__file__).with_suffix(".pyi")
+    listed: dict[str, str] = {}
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                assert alias.asname == alias.name, f"{alias.name} is not re-exported"
+                listed[alias.name] = f"pytest_arbiter.{node.module}"
+    assert len(listed) > 50
+    assert sorted(pytest_arbiter.__all__) == sorted(listed)
+    for name, home in listed.items():
+        value = getattr(pytest_arbiter, name)
+        assert value is getattr(sys.modules[home], name), name
+    source = pathlib.Path(pytest_arbiter.__file__).read_text()
+    assert not any(f'"{name}"' in source for name in listed)
+    assert "dispatch" in dir(pytest_arbiter) and "__version__" in dir(pytest_arbiter)
+    with pytest.raises(AttributeError, match="module 'pytest_arbiter' has no attribute"):
+        pytest_arbiter.not_a_name  # noqa: B018
+
+
+def test_the_new_public_key_types_name_their_fields() -> None:
+    """Keys are named tuples: read by field, and a plain tuple in the same order still
+    finds the same count or entry."""
+    import numpy as np
+
+    from pytest_arbiter import (
+        Arbiter,
+        CacheKey,
+        CandidateRegistry,
+        DispatchHistogram,
+        FunctionCandidate,
+        HistogramKey,
+    )
+
+    hist = DispatchHistogram({("cpu", "matmul", "blas", "won"): 2})
+    (key,) = hist.counts()
+    assert isinstance(key, HistogramKey)
+    assert (key.target, key.op, key.selected, key.outcome) == ("cpu", "matmul", "blas", "won")
+    assert hist.counts()[("cpu", "matmul", "blas", "won")] == 2
+
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(lambda a, b: a @ b, "at", "matmul", "cpu", 0, None, None))
+    arb = Arbiter(registry=reg, mode="tune")
+    a = np.ones((8, 8), np.float32)
+    arb.dispatch("matmul", a, a)
+    (entry_key,) = [e.key for e in arb.cache.entries()]
+    assert isinstance(entry_key, CacheKey)
+    assert (entry_key.target, entry_key.op, entry_key.dtype) == ("cpu", "matmul", "float32")
+    assert arb.cache.get(tuple(entry_key)) is arb.cache.get(entry_key)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from pytest_arbiter.backends import Backend
 from pytest_arbiter.device import DeviceInfo, cpu_device
-from pytest_arbiter.runtime.cuda import device as gpu
-from pytest_arbiter.runtime.cuda import timer as gpu_timer
+from pytest_arbiter.runtime.cuda import device as gpu, timer as gpu_timer
 
 if TYPE_CHECKING:
     from pytest_arbiter.candidates import Candidate
