@@ -1,4 +1,5 @@
-"""The F4 accuracy gate: a candidate agrees with the reference within the op's budget."""
+"""The F4 gate, the accuracy gate: a candidate agrees with the reference within the op's
+budget ("F4" is the gate's name in this project, not an abbreviation)."""
 
 from __future__ import annotations
 
