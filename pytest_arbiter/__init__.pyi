@@ -64,6 +64,9 @@ from .histogram import (
     HistogramKey as HistogramKey,
     Outcome as Outcome,
 )
+from .hooks import (
+    plugin_manager as plugin_manager,
+)
 from .hookspecs import (
     hookimpl as hookimpl,
 )

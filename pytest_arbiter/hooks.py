@@ -59,7 +59,7 @@ class _ArbiterPluginManager(pluggy.PluginManager):
         return opts
 
 
-def manager() -> pluggy.PluginManager:
+def plugin_manager() -> pluggy.PluginManager:
     """The process's arbiter plugin manager, made (and the entry points loaded) once."""
     if _MANAGER:
         return _MANAGER[0]
@@ -82,7 +82,7 @@ def load_backends() -> None:
     with _LOCK:  # reentrant: a backend's own lookups may come back here meanwhile
         if _STATE["backends"]:
             return
-        pm = manager()
+        pm = plugin_manager()
         from pytest_arbiter import runtime
 
         if not pm.is_registered(runtime):
@@ -108,7 +108,7 @@ def load_candidates() -> None:
         pending, _PENDING[:] = list(_PENDING), []
         for backend in pending:
             REGISTRY.extend(backend.candidates())
-        manager().hook.pytest_arbiter_add_candidates.call_historic(
+        plugin_manager().hook.pytest_arbiter_add_candidates.call_historic(
             result_callback=_install_candidates)
         _STATE["candidates_done"] = True
 
@@ -135,7 +135,7 @@ def call(name: str, **kwargs: Any) -> None:
     """Call the notification hook ``name`` (``pytest_arbiter_gate_failed``, ...).
 
     A plugin that raises is the plugin's bug, not the run's: it propagates."""
-    getattr(manager().hook, name)(**kwargs)
+    getattr(plugin_manager().hook, name)(**kwargs)
 
 
 _RELAY_NAME = "pytest-arbiter-pytest-relay"

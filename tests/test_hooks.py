@@ -64,7 +64,7 @@ def test_a_plugin_registered_outside_pytest_brings_a_backend_candidates_and_repo
         from pytest_arbiter import hooks
         from pytest_arbiter.device import probe_device
         from pytest_arbiter.candidates import REGISTRY, known_targets
-        hooks.manager().register(Plugin())
+        hooks.plugin_manager().register(Plugin())
         arb = pytest_arbiter.Arbiter(mode="tune")
         a = np.ones((8, 8), np.float32)
         arb.dispatch("matmul", a, a)
@@ -84,7 +84,7 @@ def test_a_plugin_registered_after_the_backends_loaded_still_adds_its_own() -> N
         from pytest_arbiter.candidates import REGISTRY
         from pytest_arbiter.device import forget, probe_device
         print(probe_device("npu"), "npu_matmul" in REGISTRY, end=" | ")
-        hooks.manager().register(Plugin())
+        hooks.plugin_manager().register(Plugin())
         forget("npu")
         print(probe_device("npu").tag, "npu_matmul" in REGISTRY, "wrong_matmul" in REGISTRY)
     ''')
