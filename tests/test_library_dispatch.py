@@ -167,12 +167,21 @@ DECLINE_ORDER_CONFTEST = '''
 import numpy as np
 import pytest_arbiter
 
+# an op of its own, so the bundled matmul kernels (as fast as kl_rowmajor) cannot win the
+# key: kl_rowmajor must be the cached winner for its decline on a cache hit to be tested
+pytest_arbiter.op("kl_mm", reference=lambda a, b: np.matmul(a, b, dtype=np.float64))
 
-@pytest_arbiter.candidate("matmul", target="cpu", name="kl_rowmajor", tier=9)
+
+@pytest_arbiter.candidate("kl_mm", target="cpu", name="kl_rowmajor", tier=9)
 def rowmajor(a, b):
     if not a.flags.c_contiguous:
         raise pytest_arbiter.Decline("needs a row-major A")
     return np.matmul(a, b)
+
+
+@pytest_arbiter.candidate("kl_mm", target="cpu", name="kl_rowwise", tier=1)
+def rowwise(a, b):
+    return np.stack([row @ b for row in a])
 '''
 
 ORDER_TEST = '''
@@ -184,7 +193,7 @@ def test_order():
     a = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
     for x in {order}:
-        np.testing.assert_allclose(pytest_arbiter.dispatch("matmul", x, b), a @ b, rtol=1e-4)
+        np.testing.assert_allclose(pytest_arbiter.dispatch("kl_mm", x, b), a @ b, rtol=1e-4)
 '''
 
 
@@ -193,10 +202,18 @@ def test_a_decline_on_a_cache_hit_runs_the_runner_up_in_either_order(
         pytester: pytest.Pytester, order: str) -> None:
     pytester.makeconftest(DECLINE_ORDER_CONFTEST)
     pytester.makepyfile(test_order=ORDER_TEST.format(order=order))
-    result = pytester.runpytest("--arbiter-tune", "--arbiter-histogram=h.json")
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-histogram=h.json",
+                                "--arbiter-cache=c.json")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     counts = _histogram(pytester.path / "h.json")
     assert sum(counts.values()) == 2 and all(k[3] == "won" for k in counts), counts
+    assert counts.get(("cpu", "kl_mm", "kl_rowwise", "won"), 0) >= 1  # the column-major A
+    if order.startswith("(a,"):
+        # measured on the row-major A: kl_rowmajor is the cached winner, and its Decline
+        # on the cache hit that follows hands the column-major A to the runner-up
+        (entry,) = json.loads((pytester.path / "c.json").read_text())["entries"]
+        assert entry["ranking"][0]["name"] == "kl_rowmajor"
+        assert counts[("cpu", "kl_mm", "kl_rowmajor", "won")] == 1
 
 
 RAISING_CONFTEST = '''
