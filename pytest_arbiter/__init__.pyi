@@ -1,6 +1,6 @@
-# The public API of pytest-arbiter, and its one export table: __init__.py reads these
-# imports at run time (lazy_loader.attach_stub), type checkers read them here. A name
-# added here is exported; what lives only in a submodule is internal and may change.
+# The public API of pytest-arbiter, and its one export table: type checkers read these
+# imports here, and __init__.py reads them at run time to import each name on first use.
+# A name added here is exported; what lives only in a submodule is internal and may change.
 
 from .arbiter import (
     MODES as MODES,
@@ -18,6 +18,9 @@ from .arbiter import (
 )
 from .backends import (
     Backend as Backend,
+)
+from .baseline import (
+    BaselineVerdict as BaselineVerdict,
 )
 from .cache import (
     CacheEntry as CacheEntry,

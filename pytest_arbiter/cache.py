@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NamedTuple, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -616,8 +616,9 @@ class MeasureCache:
         with self._lock:
             return dict(self._entries)
 
-    def get(self, key: CacheKey) -> CacheEntry | None:
-        return self._entries.get(key)
+    def get(self, key: tuple[str, str, str, str, str]) -> CacheEntry | None:
+        """The entry of ``key`` (a :class:`CacheKey`, or a plain tuple in its order)."""
+        return cast("dict[tuple[str, str, str, str, str], CacheEntry]", self._entries).get(key)
 
     def put(self, entry: CacheEntry) -> None:
         with self._lock:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, cast
 
 Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
-"""What one dispatch record means (SPEC.md, "outcome")."""
+"""What one dispatch record means (SPEC.md, "outcome"): :data:`OUTCOMES` as a type (a
+test keeps the two equal)."""
 OUTCOMES: tuple[Outcome, ...] = ("won", "degraded", "no_candidate", "error", "rejected",
                                  "stale")
 GATED_OUTCOMES: tuple[Outcome, ...] = ("degraded", "rejected", "error")
@@ -35,8 +36,11 @@ class HistogramKey(NamedTuple):
     outcome: Outcome
 
 
-def keyed(counts: Mapping[HistogramKey, int] | Mapping[tuple[str, str, str, str], int]
-          ) -> dict[HistogramKey, int]:
+AnyCounts = Mapping[HistogramKey, int] | Mapping[tuple[str, str, str, str], int]
+"""Counts keyed by :class:`HistogramKey` or by plain tuples in its order."""
+
+
+def keyed(counts: AnyCounts) -> dict[HistogramKey, int]:
     """``counts`` with each key a :class:`HistogramKey` (a caller may pass plain tuples)."""
     return {k if type(k) is HistogramKey else HistogramKey._make(k): v
             for k, v in counts.items()}
@@ -49,7 +53,7 @@ class DispatchHistogram:
     makes atomic, so the dispatch hot path bumps a counter without taking a lock.
     """
 
-    def __init__(self, counts: Mapping[HistogramKey, int] | None = None) -> None:
+    def __init__(self, counts: AnyCounts | None = None) -> None:
         self._counters: dict[HistogramKey, itertools.count[int]] = {}
         self._base: dict[HistogramKey, int] = {}
         self._extra: dict[HistogramKey, int] = {}
@@ -57,26 +61,26 @@ class DispatchHistogram:
         for key, count in (counts or {}).items():
             self.add(key, count)
 
-    def counter(self, key: HistogramKey) -> Callable[[], int]:
+    def counter(self, key: tuple[str, str, str, str]) -> Callable[[], int]:
         """The bound ``next`` of ``key``'s counter: call it to count one dispatch."""
-        found = self._counters.get(key)
+        # a plain tuple finds its HistogramKey: equal tuples, equal hashes
+        found = cast("dict[tuple[str, str, str, str], itertools.count[int]]",
+                     self._counters).get(key)
         if found is None:
-            if type(key) is not HistogramKey:
-                key = HistogramKey._make(key)
+            named = key if type(key) is HistogramKey else HistogramKey._make(key)
             with self._lock:
-                found = self._counters.setdefault(key, itertools.count())
+                found = self._counters.setdefault(named, itertools.count())
         return found.__next__
 
-    def add(self, key: HistogramKey, count: int = 1) -> None:
+    def add(self, key: tuple[str, str, str, str], count: int = 1) -> None:
         """Count ``key`` ``count`` times (already validated)."""
         if count == 1:
             self.counter(key)()
             return
-        if type(key) is not HistogramKey:
-            key = HistogramKey._make(key)
-        self.counter(key)
+        named = key if type(key) is HistogramKey else HistogramKey._make(key)
+        self.counter(named)
         with self._lock:
-            self._extra[key] = self._extra.get(key, 0) + count
+            self._extra[named] = self._extra.get(named, 0) + count
 
     def _value(self, key: HistogramKey) -> int:
         # repr(count(n)) is "count(n)": n values were handed out
@@ -107,8 +111,8 @@ class DispatchHistogram:
             for key in self._counters:
                 self._base[key] = self._base.get(key, 0) + self._value(key)
 
-    def merge(self, other: DispatchHistogram | Mapping[HistogramKey, int]) -> None:
-        items = other.counts() if isinstance(other, DispatchHistogram) else dict(other)
+    def merge(self, other: DispatchHistogram | AnyCounts) -> None:
+        items = other.counts() if isinstance(other, DispatchHistogram) else keyed(other)
         for key, count in items.items():
             self.add(key, count)
 

@@ -28,7 +28,6 @@ MAX_COUNT = 2**63 - 1
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 Name = Annotated[str, msgspec.Meta(min_length=1)]
-""":data:`pytest_arbiter.histogram.OUTCOMES` as a type (a test keeps the two equal)."""
 
 
 class HistogramEntry(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True,

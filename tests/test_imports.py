@@ -53,7 +53,7 @@ def test_the_export_table_is_one_list_and_every_name_resolves() -> None:
                 assert alias.asname == alias.name, f"{alias.name} is not re-exported"
                 listed[alias.name] = f"pytest_arbiter.{node.module}"
     assert len(listed) > 50
-    assert sorted(pytest_arbiter.__all__) == sorted(listed)
+    assert sorted(pytest_arbiter.__all__) == sorted([*listed, "__version__"])
     for name, home in listed.items():
         value = getattr(pytest_arbiter, name)
         assert value is getattr(sys.modules[home], name), name
