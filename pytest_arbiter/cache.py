@@ -21,9 +21,9 @@ import datetime
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -68,7 +68,14 @@ Since = Annotated[datetime.datetime, Meta(tz=True)]
 K = TypeVar("K")
 V = TypeVar("V")
 
-_KEY = attrgetter("device", "target", "op", "bucket", "dtype")
+KeyTuple = tuple[str, str, str, str, str]
+"""A :class:`CacheKey`'s values as a plain tuple: what a cache's table is keyed by. The
+garbage collector stops tracking exact tuples of strings, not named ones, and a loaded
+corpus holds a key per entry."""
+
+plain_key: Callable[[CacheEntry], KeyTuple] = attrgetter(
+    "device", "target", "op", "bucket", "dtype")
+"""An entry's key as a :data:`KeyTuple` (one C call)."""
 
 
 class FrozenMap(Mapping[K, V], Generic[K, V]):
@@ -598,31 +605,31 @@ class MeasureCache:
     tells the arbiter's hot path when a memoised plan is stale."""
 
     def __init__(self, entries: Iterable[CacheEntry] = ()) -> None:
-        self._entries: dict[CacheKey, CacheEntry] = {}
+        self._entries: dict[KeyTuple, CacheEntry] = {}
         self._lock = threading.Lock()
         self.version = 0
         for entry in entries:
-            self._entries[entry.key] = entry
+            self._entries[plain_key(entry)] = entry
 
     @classmethod
-    def of_keyed(cls, by_key: dict[CacheKey, CacheEntry]) -> MeasureCache:
+    def of_keyed(cls, by_key: dict[KeyTuple, CacheEntry]) -> MeasureCache:
         """A cache that takes ``by_key`` over; each value's ``key`` must be its key."""
         cache = cls()
         cache._entries = by_key
         return cache
 
-    def by_key(self) -> dict[CacheKey, CacheEntry]:
+    def by_key(self) -> dict[KeyTuple, CacheEntry]:
         """A snapshot of the entries by key (a new dict)."""
         with self._lock:
             return dict(self._entries)
 
-    def get(self, key: tuple[str, str, str, str, str]) -> CacheEntry | None:
+    def get(self, key: KeyTuple) -> CacheEntry | None:
         """The entry of ``key`` (a :class:`CacheKey`, or a plain tuple in its order)."""
-        return cast("dict[tuple[str, str, str, str, str], CacheEntry]", self._entries).get(key)
+        return self._entries.get(key)
 
     def put(self, entry: CacheEntry) -> None:
         with self._lock:
-            self._entries[entry.key] = entry
+            self._entries[plain_key(entry)] = entry
             self.version += 1
 
     def clear(self) -> None:
@@ -634,7 +641,7 @@ class MeasureCache:
     def update(self, entries: Iterable[CacheEntry]) -> None:
         with self._lock:
             for entry in entries:
-                self._entries[entry.key] = entry
+                self._entries[plain_key(entry)] = entry
             self.version += 1
 
     def entries(self) -> list[CacheEntry]:
@@ -672,7 +679,7 @@ class MeasureCache:
 def keyed(entries: list[CacheEntry]) -> MeasureCache:
     """A cache of ``entries``; a key listed twice (a hand-resolved git conflict) keeps
     the entry the merge rule prefers."""
-    by_key = dict(zip(map(CacheKey._make, map(_KEY, entries)), entries, strict=True))
+    by_key = dict(zip(map(plain_key, entries), entries, strict=True))
     if len(by_key) != len(entries):
         from pytest_arbiter.corpus import merge
 

@@ -25,7 +25,6 @@ from msgspec import Struct
 
 from pytest_arbiter.cache import (
     _CANONICAL,
-    _KEY,
     CACHE_SCHEMA,
     CACHE_VERSION,
     NO_CONSIDERED,
@@ -46,6 +45,7 @@ from pytest_arbiter.cache import (
     _RunRow,
     _Tables,
     _TablesLater,
+    plain_key,
 )
 
 
@@ -339,7 +339,7 @@ def _sorted(entries: Iterable[CacheEntry]) -> list[CacheEntry]:
             return listed
         return sorted(listed)
     except TypeError:  # one key twice, and the entries alike up to unordered fields
-        return sorted(listed, key=_KEY)
+        return sorted(listed, key=plain_key)
 
 
 def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], _Rows, _Rows, _Rows]:

@@ -17,7 +17,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache
+from pytest_arbiter.cache import CacheEntry, CacheKey, KeyTuple, MeasureCache, plain_key
 
 Rank = tuple[datetime.datetime, float, int, float]
 
@@ -70,14 +70,14 @@ def _evidence_text(entry: CacheEntry) -> str:
 class MergeResult:
     """The merged entries by key, and the conflicts met on the way (sorted by key)."""
 
-    entries: dict[CacheKey, CacheEntry]
+    entries: dict[KeyTuple, CacheEntry]
     conflicts: list[Conflict] = field(default_factory=list)
 
     def cache(self) -> MeasureCache:
         return MeasureCache(self.entries.values())
 
 
-Part = MeasureCache | Iterable[CacheEntry] | Mapping[CacheKey, CacheEntry]
+Part = MeasureCache | Iterable[CacheEntry] | Mapping[KeyTuple, CacheEntry]
 
 
 def _entries_of(part: Part) -> Iterable[CacheEntry]:
@@ -92,10 +92,10 @@ def merge(*parts: Part) -> MergeResult:
     A key only one part has is taken over in bulk (dict operations); only keys that
     several parts hold are compared, entry by entry.
     """
-    merged: dict[CacheKey, CacheEntry] = {}
-    contested: dict[CacheKey, list[CacheEntry]] = {}
+    merged: dict[KeyTuple, CacheEntry] = {}
+    contested: dict[KeyTuple, list[CacheEntry]] = {}
 
-    def meet(key: CacheKey, held: CacheEntry, entry: CacheEntry) -> None:
+    def meet(key: KeyTuple, held: CacheEntry, entry: CacheEntry) -> None:
         if held is entry or held == entry:
             return
         # every clear pick of a key met twice, so conflicts never depend on order
@@ -118,7 +118,7 @@ def merge(*parts: Part) -> MergeResult:
                 meet(key, held_of[key], mine[key])
             continue
         for entry in _entries_of(part):
-            key = entry.key
+            key = plain_key(entry)
             held = merged.get(key)
             if held is None:
                 merged[key] = entry
@@ -136,7 +136,7 @@ def merge(*parts: Part) -> MergeResult:
             if entry.winner != kept.winner and entry.same_basis(kept):
                 best = others.get(entry.winner)
                 others[entry.winner] = entry if best is None else prefer(best, entry)
-        conflicts.extend(Conflict(key, kept, others[w]) for w in others)
+        conflicts.extend(Conflict(CacheKey._make(key), kept, others[w]) for w in others)
     conflicts.sort(key=lambda c: (c.key, c.other.winner))  # by key, then other winner
     return MergeResult(merged, conflicts)
 
@@ -183,14 +183,14 @@ class CacheDiff:
     same: int
 
 
-def _keyed(part: Part) -> Mapping[CacheKey, CacheEntry]:
+def _keyed(part: Part) -> Mapping[KeyTuple, CacheEntry]:
     """The entries of ``part`` by key; a cache's own keys (no new key tuple per entry: a
     million of them are a tenth of a loaded corpus's memory)."""
     if isinstance(part, MeasureCache):
         return part.by_key()
     if isinstance(part, Mapping):
         return part
-    return {e.key: e for e in part}
+    return {plain_key(e): e for e in part}
 
 
 def diff(old: Part, new: Part) -> CacheDiff:
@@ -203,7 +203,7 @@ def diff(old: Part, new: Part) -> CacheDiff:
         if prev is None:
             added.append(entry)
         elif prev.winner != entry.winner:
-            changed.append(WinnerChange(key, prev, entry))
+            changed.append(WinnerChange(CacheKey._make(key), prev, entry))
         else:
             same += 1
     removed = [before[k] for k in sorted(before) if k not in after]

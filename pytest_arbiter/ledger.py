@@ -21,7 +21,7 @@ from pytest_arbiter.histogram import DispatchHistogram, HistogramKey, merge_coun
 
 if TYPE_CHECKING:
     from pytest_arbiter.arbiter import Arbiter, DispatchEvent
-    from pytest_arbiter.cache import CacheEntry, CacheKey
+    from pytest_arbiter.cache import CacheEntry, KeyTuple
 
 EventKey = tuple[str, ...]
 """(target, op, bucket, dtype): a dispatch event's key."""
@@ -38,7 +38,7 @@ class RunLedger:
         self.tests: dict[HistogramKey, list[str]] = {}
         """The tests behind each entry (in the order they ran; workers' appended)."""
         self.arbiter: Arbiter | None = None
-        self.read_entries: dict[CacheKey, CacheEntry] = {}
+        self.read_entries: dict[KeyTuple, CacheEntry] = {}
         """The cache entries the run read: what it measured is everything else."""
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
