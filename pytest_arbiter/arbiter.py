@@ -44,7 +44,12 @@ from pytest_arbiter.candidates import (
 from pytest_arbiter.device import DeviceInfo, probe_device, target_of_array
 from pytest_arbiter.device_lock import measurement_lock
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
-from pytest_arbiter.freshness import DECLINED_BY_ACCEPTS, freshness, vouched
+from pytest_arbiter.freshness import (
+    DECLINED_BY_ACCEPTS,
+    DECLINED_ON_INPUTS,
+    freshness,
+    vouched,
+)
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey, Outcome
 from pytest_arbiter.measure import CPU_TIMER, ComparePolicy, Comparison, Timer, compare_latencies
@@ -322,7 +327,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     subset: set[str] | None = None  # None: time every usable candidate
     stale: set[str] = set()
     if entry is not None and not remeasure:
-        now = freshness(entry, applicable, environment, [c.name for c in usable])
+        now = freshness(entry, applicable, environment, [c.name for c in usable],
+                        retry_declined=True)
         ranked = {r.name for r in entry.ranking}
         cached = [c for c in _by_rank(entry, usable) if c.name in ranked]
         if cached and now.current:
@@ -369,6 +375,14 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     if not survivors:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
                          errors=errors, rejected=rejected, found=findings)
+    if (entry is not None and subset is not None and not now.changed and not now.environment
+            and all(_declined_on_inputs(entry, name) for name in now.unmeasured)
+            and not rejected and not errors
+            and not any(c.name in now.unmeasured for c in survivors)):
+        # to measure were only candidates that declined the inputs they were tried on,
+        # and they declined these too: the entry stands (no write, no plan dropped)
+        return Selection(region, cached[0], cached, "cached", passed_over, entry,
+                         errors=errors)
     timed, timed_inputs = survivors, inputs
     if declined_these and the_op.gate_inputs is not None:
         # a candidate right for the key declined these inputs (their layout, say): time
@@ -418,7 +432,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     for name in comparison.ranking:
         gone.pop(name, None)
     considered = _considered(applicable, {c.name for c in usable}, entry, subset,
-                             set(comparison.ranking), rejected, errors, passed_over)
+                             set(comparison.ranking), rejected, errors, passed_over,
+                             own_inputs_only=the_op.gate_inputs is None)
     new_entry = CacheEntry(device.tag, target, the_op.name, key.bucket, region.dtype,
                            ranking, comparison.confidence, comparison.tie, gone,
                            _provenance(device, inputs, comparison, alone), considered,
@@ -434,10 +449,16 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                      new_entry, comparison, reports, errors, rejected, findings)
 
 
+def _declined_on_inputs(entry: CacheEntry, name: str) -> bool:
+    seen = entry.considered.get(name)
+    return (seen is not None and seen.outcome == "declined"
+            and seen.reason.startswith(DECLINED_ON_INPUTS))
+
+
 def _considered(applicable: Sequence[Candidate], accepting: set[str], old: CacheEntry | None,
                 subset: set[str] | None, timed: set[str], rejected: Mapping[str, str],
-                errors: Mapping[str, str], passed_over: Mapping[str, str]
-                ) -> dict[str, Considered]:
+                errors: Mapping[str, str], passed_over: Mapping[str, str],
+                *, own_inputs_only: bool = False) -> dict[str, Considered]:
     """What became of every candidate considered for the key, with its code's
     fingerprint. A row is ``timed`` only for a candidate timed in this comparison, or
     kept from ``old`` with the same fingerprint; rows of candidates that do not apply
@@ -462,6 +483,11 @@ def _considered(applicable: Sequence[Candidate], accepting: set[str], old: Cache
         elif name not in accepting:
             out[name] = Considered(code, "declined", DECLINED_BY_ACCEPTS + passed_over.get(
                 name, "declined").removeprefix("declined the inputs").lstrip(": "))
+        elif own_inputs_only and passed_over.get(name, "").startswith("declined: "):
+            # declined in the gate, on the only inputs there were to try: tried again
+            # on a later tuning dispatch's inputs
+            out[name] = Considered(code, "declined", DECLINED_ON_INPUTS + passed_over[
+                name].removeprefix("declined: "))
         else:  # it declined in the gate or while timed
             out[name] = Considered(code, "declined",
                                    passed_over.get(name, "not timed for these inputs"))
@@ -508,6 +534,10 @@ class _KeyPlan:
     fresh: dict[str, tuple[Outcome, str]] = field(default_factory=dict)
     """What the measurement that built this plan found wrong (name -> outcome, reason):
     the dispatch that measured reached those candidates, and records them once."""
+    retry: bool = False
+    """Tuning, the key's entry has a candidate that declined the only inputs it was
+    tried on (:data:`~pytest_arbiter.freshness.DECLINED_ON_INPUTS`): each new input
+    signature plans the key again, so the measurement tries it on those inputs."""
 
 
 class _Plan:
@@ -919,7 +949,7 @@ class Arbiter:
         needs = self.registry.alignment_needs(the_op.name, resolved)
         key = DispatchKey(resolved, the_op.name, region.bucket(needs), region.dtype)
         kp = self._keyplans.get((mode, key))
-        if kp is None or kp.stamp != (generation, self.cache.version):
+        if kp is None or kp.stamp != (generation, self.cache.version) or kp.retry:
             kp = self._keyplan(mode, the_op, region, needs, key, inputs)
         start, pre = self._fast_start(kp, inputs)
         if kp.fresh:
@@ -1127,8 +1157,10 @@ class Arbiter:
         if entry is not None and self.gate_enabled and isinstance(found, DeviceInfo) and (
                 selection is None or selection.source == "cached"):
             found_now.update(self._replayed_rejections(entry, pool, region))
+        retry = mode == "tune" and entry is not None and any(
+            _declined_on_inputs(entry, c.name) for c in pool)
         kp = _KeyPlan(the_op, key, mode, tuple(steps), why,
-                      (self.registry.generation, self.cache.version), found_now)
+                      (self.registry.generation, self.cache.version), found_now, retry)
         with self._lock:
             self._keyplans[(mode, key)] = kp
         why_not = {**passed_over, **errors}

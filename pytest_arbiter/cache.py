@@ -581,14 +581,20 @@ def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
 
     What makes a re-measurement of unchanged code compete with the old entry on its
     evidence, and a measurement of changed code (or a new environment, or a candidate
-    added or removed) supersede it (the merge rule, :func:`pytest_arbiter.corpus.prefer`).
+    added or removed, or one timed that had only declined) supersede it (the merge rule,
+    :func:`pytest_arbiter.corpus.prefer`).
     ``supersede``: the new measurement replaces the old one whatever its evidence (a
     recheck found the old winner slower now: the old evidence is of another world).
     """
     if old is None or old.since == NO_SINCE:
         return now
     fingerprints = {name: c.fingerprint for name, c in considered.items()}
-    if (not supersede and dict(old.environment) == dict(environment)
+    # a candidate that had declined the inputs it was tried on, timed now: the old entry
+    # never compared it, whatever its evidence
+    newly_timed = any(row.outcome == "timed" and name in old.considered
+                      and old.considered[name].outcome == "declined"
+                      for name, row in considered.items())
+    if (not supersede and not newly_timed and dict(old.environment) == dict(environment)
             and old.fingerprints() == fingerprints):
         return old.since
     # later than the entry it replaces even when the clock did not move (or went back)

@@ -79,6 +79,12 @@ down the measured inputs: it is measured when it accepts a later dispatch's inpu
 candidate that declined in the gate or while timed counts as measured (until its code
 changes): measuring it again would decline again."""
 
+DECLINED_ON_INPUTS = "it declined the only inputs measured: "
+"""How the reason of a ``declined`` row starts when the candidate declined (raised
+:class:`~pytest_arbiter.Decline`) the dispatch's own inputs, and the op has no inputs of
+its own to gate and time it on (a user op): a later ``--arbiter-tune`` dispatch of the
+key with other inputs tries it again. Plain and strict runs count it as measured."""
+
 
 def vouched(entry: CacheEntry | None, candidate: Candidate,
             environment: Mapping[str, str]) -> bool:
@@ -98,11 +104,13 @@ def vouched(entry: CacheEntry | None, candidate: Candidate,
 
 
 def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
-              environment: Mapping[str, str], accepting: Iterable[str] | None = None
-              ) -> Freshness:
+              environment: Mapping[str, str], accepting: Iterable[str] | None = None,
+              *, retry_declined: bool = False) -> Freshness:
     """``entry`` read against ``candidates`` (those that apply to its key and are
     available) and the current ``environment``. Only candidates named in ``accepting``
-    (all when None: those that accept the inputs at hand) count as never measured."""
+    (all when None: those that accept the inputs at hand) count as never measured.
+    ``retry_declined`` (a tuning dispatch): a candidate that declined the only inputs it
+    was measured on (:data:`DECLINED_ON_INPUTS`) counts as never measured too."""
     can_run = None if accepting is None else set(accepting)
     ranked = {r.name for r in entry.ranking}
     considered = entry.considered
@@ -110,7 +118,9 @@ def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
     # accepts these
     known = ranked | set(entry.rejected) | {
         name for name, seen in considered.items()
-        if seen.outcome != "declined" or not seen.reason.startswith(DECLINED_BY_ACCEPTS)}
+        if seen.outcome != "declined" or not (
+            seen.reason.startswith(DECLINED_BY_ACCEPTS)
+            or (retry_declined and seen.reason.startswith(DECLINED_ON_INPUTS)))}
     changed: list[str] = []
     unmeasured: list[str] = []
     for cand in candidates:

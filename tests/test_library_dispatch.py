@@ -206,14 +206,46 @@ def test_a_decline_on_a_cache_hit_runs_the_runner_up_in_either_order(
                                 "--arbiter-cache=c.json")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     counts = _histogram(pytester.path / "h.json")
-    assert sum(counts.values()) == 2 and all(k[3] == "won" for k in counts), counts
-    assert counts.get(("cpu", "kl_mm", "kl_rowwise", "won"), 0) >= 1  # the column-major A
-    if order.startswith("(a,"):
-        # measured on the row-major A: kl_rowmajor is the cached winner, and its Decline
-        # on the cache hit that follows hands the column-major A to the runner-up
-        (entry,) = json.loads((pytester.path / "c.json").read_text())["entries"]
-        assert entry["ranking"][0]["name"] == "kl_rowmajor"
-        assert counts[("cpu", "kl_mm", "kl_rowmajor", "won")] == 1
+    # the row-major A ran kl_rowmajor, the column-major one the runner-up: measured on
+    # the row-major A first, kl_rowmajor's Decline on the cache hit hands the other on;
+    # measured on the column-major A first, kl_rowmajor declined it and is tried again
+    # (and wins) on the row-major A
+    assert counts == {("cpu", "kl_mm", "kl_rowmajor", "won"): 1,
+                      ("cpu", "kl_mm", "kl_rowwise", "won"): 1}, counts
+    (entry,) = json.loads((pytester.path / "c.json").read_text())["entries"]
+    assert [r["name"] for r in entry["ranking"]] == ["kl_rowmajor", "kl_rowwise"]
+
+
+def test_a_kernel_that_declined_the_only_inputs_tuned_is_measured_only_by_a_later_tune(
+        pytester: pytest.Pytester) -> None:
+    """A user op's kernel that declined the inputs the key was tuned on is not timed; a
+    plain or strict run does not count the key as stale for it, and the next tuning run
+    with inputs it takes measures it."""
+    pytester.makeconftest(DECLINE_ORDER_CONFTEST)
+    pytester.makepyfile(test_order=ORDER_TEST.format(order="(np.asfortranarray(a),)"))
+    tune = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json")
+    assert tune.ret == pytest.ExitCode.OK, tune.stdout.str()
+    (entry,) = json.loads((pytester.path / "c.json").read_text())["entries"]
+    assert [r["name"] for r in entry["ranking"]] == ["kl_rowwise"]
+    for mode in ([], ["--arbiter-strict"]):
+        plain = pytester.runpytest("--arbiter-cache=c.json", "--arbiter-histogram=h.json",
+                                   *mode)
+        assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()
+        assert "never measured" not in plain.stdout.str()
+        assert _histogram(pytester.path / "h.json") == {
+            ("cpu", "kl_mm", "kl_rowwise", "won"): 1}
+    # the same column-major inputs again: declined again, and the file is left alone
+    before = (pytester.path / "c.json").read_bytes()
+    again = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+    assert (pytester.path / "c.json").read_bytes() == before
+    pytester.makepyfile(test_order=ORDER_TEST.format(order="(a,)"))
+    later = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json",
+                               "--arbiter-histogram=h.json")
+    assert later.ret == pytest.ExitCode.OK, later.stdout.str()
+    assert _histogram(pytester.path / "h.json") == {("cpu", "kl_mm", "kl_rowmajor", "won"): 1}
+    (entry,) = json.loads((pytester.path / "c.json").read_text())["entries"]
+    assert [r["name"] for r in entry["ranking"]] == ["kl_rowmajor", "kl_rowwise"]
 
 
 RAISING_CONFTEST = '''
