@@ -351,7 +351,8 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         name: ("error", why) for name, why in errors.items()}
     survivors = []
     declined_these: list[Candidate] = []
-    for cand in measuring:
+
+    def gate(cand: Candidate) -> None:
         if verdict is not None:
             kind, reason = verdict(cand)
         else:
@@ -360,7 +361,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             kind, reason = _gate_verdict(report)
         if kind == "pass":
             survivors.append(cand)
-            continue
+            return
         if kind == "decline-inputs":
             declined_these.append(cand)
         passed_over[cand.name] = {"decline": f"declined: {reason}",
@@ -372,15 +373,30 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         elif kind == "error":
             errors[cand.name] = reason
             findings[cand.name] = ("error", reason)
+
+    for cand in measuring:
+        gate(cand)
+    if subset is not None and not any(c.name in ranked for c in survivors):
+        # the cached leader cannot run these inputs: time the new rows against the next
+        # cached candidate that can, so they are still placed by a side-by-side comparison
+        for cand in cached[1:]:
+            if cand.name not in subset:
+                subset.add(cand.name)
+                measuring.append(cand)
+                gate(cand)
+                if survivors and survivors[-1] is cand:
+                    break
     if not survivors:
         return Selection(region, None, [], "measured", passed_over, gate_reports=reports,
                          errors=errors, rejected=rejected, found=findings)
     if (entry is not None and subset is not None and not now.changed and not now.environment
             and all(_declined_on_inputs(entry, name) for name in now.unmeasured)
-            and not rejected and not errors
+            and not rejected and not any(c.name in errors for c in measuring)
             and not any(c.name in now.unmeasured for c in survivors)):
         # to measure were only candidates that declined the inputs they were tried on,
         # and they declined these too: the entry stands (no write, no plan dropped)
+        for name, why in entry.rejected.items():
+            passed_over.setdefault(name, why)
         return Selection(region, cached[0], cached, "cached", passed_over, entry,
                          errors=errors)
     timed, timed_inputs = survivors, inputs

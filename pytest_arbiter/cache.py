@@ -594,9 +594,11 @@ def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
     newly_timed = any(row.outcome == "timed" and name in old.considered
                       and old.considered[name].outcome == "declined"
                       for name, row in considered.items())
-    if (not supersede and not newly_timed and dict(old.environment) == dict(environment)
+    if (not supersede and dict(old.environment) == dict(environment)
             and old.fingerprints() == fingerprints):
-        return old.since
+        # the same code: a candidate timed that had only declined makes the entry just
+        # newer than the old one, so two runners that time it compete on their evidence
+        return old.since + datetime.timedelta(microseconds=1) if newly_timed else old.since
     # later than the entry it replaces even when the clock did not move (or went back)
     return max(now, old.since + datetime.timedelta(microseconds=1))
 

@@ -20,7 +20,7 @@ import pytest
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
 from pytest_arbiter.arbiter import StaleEntry, measured_arbitrate
 from pytest_arbiter.cache import CacheEntry
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.candidates import CandidateRegistry, Decline, FunctionCandidate
 from pytest_arbiter.corpus import merge
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.ops import OPS
@@ -372,3 +372,104 @@ def test_old_rows_of_a_partial_re_measure_never_outrank_what_was_timed_side_by_s
     new = only_entry(first.cache)
     assert new.key == old.key  # one bucket, two shapes
     assert [r.name for r in new.ranking] == ["fast", "twofold", "tenfold"]
+
+
+# -- a user op's kernel that declined the only inputs it was tried on ------------------
+
+def _user_op(*cands: tuple[Callable[..., Any], str, int]) -> tuple[CandidateRegistry, Any]:
+    from pytest_arbiter.ops import OpRegistry, make_op
+
+    ops = OpRegistry()
+    ops.register(make_op("fr_mm", lambda a, b: np.matmul(a, b, dtype=np.float64)))
+    reg = CandidateRegistry()
+    reg.extend(FunctionCandidate(kernel, name, "fr_mm", "cpu", tier, None, None)
+               for kernel, name, tier in cands)
+    return reg, ops
+
+
+def _row_major_only(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if not a.flags.c_contiguous:
+        raise Decline("needs a row-major A")
+    return np.matmul(a, b)
+
+
+def _rowwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.stack([row @ b for row in a])
+
+
+def test_a_kernel_declining_again_writes_nothing_even_beside_a_broken_candidate() -> None:
+    """Tuning dispatches of new signatures try the kernel that declined again; when it
+    declines again the entry stands: no write, so the process keeps its plans (another
+    candidate's broken accepts() does not change that)."""
+    def broken_accepts(a: np.ndarray, b: np.ndarray) -> bool:
+        raise RuntimeError("accepts() is broken")
+
+    reg, ops = _user_op((_row_major_only, "fr_rowmajor", 9), (_rowwise, "fr_rowwise", 1))
+    reg.add(FunctionCandidate(np.matmul, "fr_broken", "fr_mm", "cpu", 0, broken_accepts,
+                              None))
+    arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)
+    a, b = mats()
+    # two column-major layouts of one key: contiguous, and every other row of a taller one
+    first = np.asfortranarray(a)
+    second = np.asfortranarray(np.concatenate([a, a]))[::2]
+    arb.dispatch("fr_mm", first, b)
+    arb.dispatch("fr_mm", second, b)
+    assert len(arb.cache) == 1
+    version = arb.cache.version
+    for i in range(20):
+        arb.dispatch("fr_mm", first if i % 2 else second, b)
+    assert arb.cache.version == version
+
+
+def test_a_kernel_tried_again_is_placed_against_a_candidate_timed_before() -> None:
+    """The cached leader declines the new inputs: the kernel tried again is timed against
+    the next cached candidate that runs them, never alone and put first."""
+    import time
+
+    def slow_row_major(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not a.flags.c_contiguous:
+            raise Decline("needs a row-major A")
+        time.sleep(0.002)
+        return np.matmul(a, b)
+
+    def column_major_only(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not a.flags.f_contiguous:
+            raise Decline("needs a column-major A")
+        return np.matmul(a, b)
+
+    def any_layout(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        time.sleep(0.0003)
+        return np.matmul(a, b)
+
+    reg, ops = _user_op((slow_row_major, "fr_x", 9), (column_major_only, "fr_l", 5),
+                        (any_layout, "fr_m", 1))
+    cache = MeasureCache()
+    a, b = mats()
+    Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=FAST).dispatch(
+        "fr_mm", np.asfortranarray(a), b)
+    arb = Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=FAST)
+    for _ in range(3):
+        arb.dispatch("fr_mm", a, b)
+    assert arb.histogram.counts() == {("cpu", "fr_mm", "fr_m", "won"): 3}
+    (entry,) = cache.entries()
+    names = [r.name for r in entry.ranking]
+    assert names.index("fr_m") < names.index("fr_x"), names
+
+
+def test_timing_a_kernel_that_had_declined_makes_the_entry_just_newer() -> None:
+    """Its first timing supersedes the entry that never compared it, and two runners
+    that time it compete on their evidence (the same since), not on their clocks."""
+    from pytest_arbiter.cache import Considered, since_for
+
+    reg, ops = _user_op((_row_major_only, "fr_rowmajor", 9), (_rowwise, "fr_rowwise", 1))
+    arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)
+    a, b = mats()
+    arb.dispatch("fr_mm", np.asfortranarray(a), b)
+    (old,) = arb.cache.entries()
+    assert old.considered["fr_rowmajor"].outcome == "declined"
+    timed = {name: Considered(row.fingerprint, "timed") for name, row in
+             old.considered.items()}
+    later = datetime.datetime(2999, 1, 1, tzinfo=datetime.timezone.utc)
+    since = since_for(old, timed, dict(old.environment), later)
+    assert since == old.since + datetime.timedelta(microseconds=1)
+    assert since_for(old, dict(old.considered), dict(old.environment), later) == old.since
