@@ -332,10 +332,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
         ranked = {r.name for r in entry.ranking}
         cached = [c for c in _by_rank(entry, usable) if c.name in ranked]
         if cached and now.current:
-            for name, why in entry.rejected.items():
-                passed_over.setdefault(name, why)
-            return Selection(region, cached[0], cached, "cached", passed_over, entry,
-                             errors=errors)
+            return _cached_selection(region, entry, cached, passed_over, errors)
         if cached and entry.considered and not now.winner_changed:
             # time what is new or changed against the cached leader (and, in a new
             # environment, re-time the leader against the runner-up); the other rows of
@@ -395,10 +392,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             and not any(c.name in now.unmeasured for c in survivors)):
         # to measure were only candidates that declined the inputs they were tried on,
         # and they declined these too: the entry stands (no write, no plan dropped)
-        for name, why in entry.rejected.items():
-            passed_over.setdefault(name, why)
-        return Selection(region, cached[0], cached, "cached", passed_over, entry,
-                         errors=errors)
+        return _cached_selection(region, entry, cached, passed_over, errors)
     timed, timed_inputs = survivors, inputs
     if declined_these and the_op.gate_inputs is not None:
         # a candidate right for the key declined these inputs (their layout, say): time
@@ -463,6 +457,14 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
              and (can_run[r.name] in survivors or r.name not in by_name)]
     return Selection(region, order[0] if order else None, order, "measured", passed_over,
                      new_entry, comparison, reports, errors, rejected, findings)
+
+
+def _cached_selection(region: Region, entry: CacheEntry, cached: list[Candidate],
+                      passed_over: dict[str, str], errors: dict[str, str]) -> Selection:
+    """The pick the cache already holds, with the reasons of the kernels it passed over."""
+    for name, why in entry.rejected.items():
+        passed_over.setdefault(name, why)
+    return Selection(region, cached[0], cached, "cached", passed_over, entry, errors=errors)
 
 
 def _declined_on_inputs(entry: CacheEntry, name: str) -> bool:
