@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -66,6 +67,20 @@ def _reimported(old: Candidate, new: Candidate) -> bool:
     if isinstance(old, FunctionCandidate) and isinstance(new, FunctionCandidate):
         return old.fn is new.fn or old.fn.__globals__ is not new.fn.__globals__
     return True  # one class's instances: the same kernel registered again
+
+
+def definition_site(cand: Candidate) -> str:
+    """``path:line`` of the code that defines ``cand`` (its function, else its class);
+    ``"?"`` when Python cannot tell."""
+    code: Any = cand.fn if isinstance(cand, FunctionCandidate) else type(cand)
+    try:
+        code = inspect.unwrap(code)
+        found = getattr(code, "__code__", None)
+        if found is not None:
+            return f"{found.co_filename}:{found.co_firstlineno}"
+        return f"{inspect.getsourcefile(code)}:{inspect.getsourcelines(code)[1]}"
+    except (OSError, TypeError, ValueError):
+        return "?"
 
 
 class Decline(Exception):
@@ -225,6 +240,11 @@ class CandidateRegistry:
             self.generation += 1
         return cand
 
+    def registered(self) -> list[Candidate]:
+        """The candidates registered so far, without loading the bundled ones."""
+        with self._lock:
+            return list(self._by_name.values())
+
     def remove(self, name: str) -> None:
         with self._lock:
             self._by_name.pop(name, None)
@@ -318,3 +338,13 @@ def candidate(op: str, *, target: str, name: str | None = None, tier: int = 0,
         return fn
 
     return decorate
+
+
+def unknown_op_lines() -> list[str]:
+    """The run summary's lines on candidates registered for an op no ``op()`` registers
+    and no built-in has (:meth:`pytest_arbiter.ops.OpRegistry.unknown_op_lines`); the op
+    registry (and NumPy) is imported only when a candidate was registered."""
+    if not REGISTRY.registered():
+        return []
+    lines: list[str] = importlib.import_module("pytest_arbiter.ops").unknown_op_lines()
+    return lines

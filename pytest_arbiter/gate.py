@@ -9,39 +9,27 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from pytest_arbiter.candidates import Candidate, Decline
 from pytest_arbiter.dtypes import dtype_name, precision, round_to, spacing
 from pytest_arbiter.hooks import call as call_hook
-from pytest_arbiter.ops import ERROR_LAMBDA, ErrorModel, Op, error_model, result_dtype, to_host
+from pytest_arbiter.ops import (
+    ERROR_LAMBDA,
+    ErrorModel,
+    Op,
+    compares_exactly,
+    error_model,
+    result_dtype,
+    to_host,
+)
 from pytest_arbiter.regions import Region
+from pytest_arbiter.user_inputs import is_scalar, same_layout_copy, sensitivity, user_trials
 from pytest_arbiter.watchdog import CallTimeout
 
 GATE_SEED = 20240611
-
-
-def same_layout_copy(x: Any) -> Any:
-    """A copy of ``x`` with the same shape, dtype and strides (a strided or reversed view
-    stays one, over memory of its own); anything but a NumPy array: ``np.array(x,
-    copy=True)``."""
-    if not isinstance(x, np.ndarray) or x.size == 0 or x.flags.c_contiguous \
-            or x.flags.f_contiguous:
-        return np.array(x, copy=True, order="K")
-    low = sum(st * (n - 1) for st, n in zip(x.strides, x.shape, strict=True) if st < 0)
-    high = sum(st * (n - 1) for st, n in zip(x.strides, x.shape, strict=True) if st > 0)
-    # whole items, so the buffer's alignment (NumPy's, at least 16 bytes) is the items'
-    items = -(-(high - low + x.itemsize) // x.itemsize)
-    try:
-        base = np.empty(items, dtype=x.dtype)
-        twin: np.ndarray = np.ndarray(x.shape, x.dtype, buffer=base, offset=-low,
-                                      strides=x.strides)
-    except (TypeError, ValueError):  # strides NumPy will not rebuild: a packed record view
-        return np.array(x, copy=True, order="K")
-    twin[...] = x
-    return twin
 
 
 def _shape_text(inputs: Sequence[Any]) -> str:
@@ -55,7 +43,8 @@ class TrialResult:
     index: int
     seed: int | None
     shapes: str
-    status: str  # "pass", "fail" (out of budget, wrong shape...), "error" (raised), "declined"
+    status: str  # "pass", "fail" (out of budget, wrong shape...), "error" (raised), "declined",
+    # "skipped" (a derived input whose exact result is not representable: nothing checked)
     reason: str = ""
     worst_abs: float = 0.0
     worst_rel: float = 0.0
@@ -145,7 +134,7 @@ def _expected(op: Op, inputs: Sequence[np.ndarray]
     floating dtype the reference computed it in (``None``: not floating point)."""
     if op.builtin:
         return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
-    ref = np.asarray(to_host(op.reference(*[np.array(x, copy=True) for x in inputs])))
+    ref = np.asarray(to_host(op.reference(*[_host_copy(x) for x in inputs])))
     return ref.astype(np.float64), result_dtype(op, inputs, ref), _float_name(ref.dtype)
 
 
@@ -331,34 +320,88 @@ def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: st
     return bias, spread, ""
 
 
-def _check_trial(cand: Candidate, op: Op, index: int, seed: int | None,
-                 inputs: Sequence[np.ndarray],
-                 guard: Guard = contextlib.nullcontext, name: str = "") -> TrialResult:
+TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "user"]
+"""Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
+(``builtin``), or a user op's extra trials (:data:`~pytest_arbiter.user_inputs.TrialKind`)."""
+_DERIVED = ("generated", "conditioned", "special")
+_STAT_SOURCES = ("builtin", "generated", "user")
+
+
+@dataclass(frozen=True)
+class _Trial:
+    seed: int | None
+    inputs: tuple[Any, ...]
+    name: str
+    source: TrialSource = "own"
+
+
+def _host(x: Any) -> Any:
+    """A trial's input on the host; a plain number stays one."""
+    return x if is_scalar(x) else to_host(x)
+
+
+def _host_copy(x: Any) -> Any:
+    return x if is_scalar(x) else np.array(x, copy=True)
+
+
+def _check_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
+                 guard: Guard = contextlib.nullcontext) -> TrialResult:
     """Run ``cand`` on one gate input and judge its output. NumPy's floating-point warnings
     are off meanwhile: the gate feeds NaN, inf and subnormals on purpose, and a kernel's
     ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
     a warning would be raised as one)."""
     with np.errstate(all="ignore"):
-        return _judge_trial(cand, op, index, seed, inputs, guard, name)
+        return _judge_trial(cand, op, index, trial, guard)
 
 
-def _judge_trial(cand: Candidate, op: Op, index: int, seed: int | None,
-                 inputs: Sequence[np.ndarray], guard: Guard, name: str) -> TrialResult:
-    shapes = _shape_text(inputs)
-
-    def result(status: str, reason: str = "", worst: tuple[float, float, float] = (0, 0, 0)
-               ) -> TrialResult:
-        return TrialResult(index, seed, shapes, status, reason, *worst, input=name)
-
+def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
+    """``(status, reason)`` when ``accepts()`` refuses the inputs or raises; else None."""
     try:
         if not cand.accepts(*inputs):
-            return result("declined", "accepts() returned False")
+            return "declined", "accepts() returned False"
     except Decline as dec:
-        return result("declined", f"Decline: {dec.reason}")
+        return "declined", f"Decline: {dec.reason}"
     except Exception as exc:
-        return result("error", f"accepts() raised {type(exc).__name__}: {exc}")
-    originals = [np.array(x, copy=True) for x in inputs]
-    exact, out_dtype, reference_dtype = _expected(op, originals)
+        return "error", f"accepts() raised {type(exc).__name__}: {exc}"
+    return None
+
+
+def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
+    """Why a derived trial checks nothing (``""``: it does): its exact result overflows
+    the output dtype, or is not finite although its inputs are (the reference's own
+    overflow). Special values' NaN and inf are what a kernel must match."""
+    if source not in _DERIVED:
+        return ""
+    finite = np.isfinite(exact)
+    if source != "special" and not bool(finite.all()):
+        return "skipped: the reference is not finite on these finite inputs"
+    float_name = _float_name(out_dtype)
+    if float_name is not None and exact.size and float(np.max(
+            np.abs(np.where(finite, exact, 0.0)))) > precision(float_name).largest:
+        return f"skipped: the exact result overflows {float_name}"
+    return ""
+
+
+def _judge_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
+                 guard: Guard) -> TrialResult:
+    inputs, shapes = trial.inputs, _shape_text(trial.inputs)
+
+    def result(status: str, reason: str = "") -> TrialResult:
+        return TrialResult(index, trial.seed, shapes, status, reason, input=trial.name)
+
+    refused = _declined(cand, inputs)
+    if refused is not None:
+        return result(*refused)
+    originals = [_host_copy(x) for x in inputs]
+    try:
+        exact, out_dtype, reference_dtype = _expected(op, originals)
+    except Exception as exc:
+        if trial.source not in _DERIVED:
+            raise
+        return result("skipped", f"skipped: the reference raised {type(exc).__name__}")
+    skip = _unrepresentable(trial.source, exact, out_dtype)
+    if skip:
+        return result("skipped", skip)
     try:
         # the kernel sees the inputs' own memory layout (strides and all): a kernel
         # wrong on a strided view must fail here, not pass on a contiguous copy
@@ -370,29 +413,54 @@ def _judge_trial(cand: Candidate, op: Op, index: int, seed: int | None,
     except (Exception, CallTimeout) as exc:
         return result("error", f"raised {type(exc).__name__}: {exc}")
     for original, after in zip(originals, prepared, strict=True):
-        if not np.array_equal(original, to_host(after), equal_nan=True):
+        if not np.array_equal(original, _host(after), equal_nan=True):
             return result("fail", "the kernel modified its inputs")
     out = np.asarray(to_host(raw))
     if out.shape != exact.shape:
         return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:
         return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
+    if compares_exactly(op, out_dtype):
+        return result(*_exact_verdict(out, exact))
+    return _judge_values(op, index, trial, originals, exact, reference_dtype, out)
+
+
+def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
+    """An integer or boolean output: equal to the reference's, element for element."""
+    wrong = out.astype(np.float64) != exact
+    if not wrong.any():
+        return "pass", ""
+    where = tuple(int(i) for i in np.argwhere(wrong)[0])
+    return "fail", (f"{int(wrong.sum())} output(s) differ from the reference's exact "
+                    f"{out.dtype} values, first at {where}: got {out[where]}, reference "
+                    f"{exact[where]:g} (integer and boolean outputs are compared exactly)")
+
+
+def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
+                  exact: np.ndarray, reference_dtype: str | None,
+                  out: np.ndarray) -> TrialResult:
+    """A floating-point output against the reference: non-finite values, the elementwise
+    budget, and on the gate's own random inputs the bias and spread checks."""
+    seed, shapes, name = trial.seed, _shape_text(trial.inputs), trial.name
     got = out.astype(np.float64)
-    float_name = _float_name(out_dtype)
+    float_name = _float_name(out.dtype)
     wrong, checked = _non_finite(got, exact, float_name)
     if wrong:
-        return result("fail", wrong)
+        return TrialResult(index, seed, shapes, "fail", wrong, input=name)
     if exact.size and not got.any() and exact.any():
-        return result("fail", "output is all zeros where the reference is not")
+        return TrialResult(index, seed, shapes, "fail",
+                           "output is all zeros where the reference is not", input=name)
     model = error_model(op, originals, exact, generated=seed is not None,
                         out_dtype=float_name, reference_dtype=reference_dtype)
     allowed = model.allowed if model is not None else np.asarray(
         op.budget(originals, exact), dtype=np.float64)
+    if trial.source in ("conditioned", "special"):
+        allowed = allowed + sensitivity(op.reference, tuple(originals), exact, seed or 0)
     err = np.abs(got - exact)
     if checked is not None:
         err = np.where(checked, err, 0.0)
     ratio = err / allowed  # (floating-point warnings are off in the trial)
-    if model is None:
+    if model is None or trial.source in ("conditioned", "special"):
         ratio = np.where(err > 0, ratio, 0.0)  # a user budget may allow 0 somewhere
     rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
     if checked is not None:
@@ -402,14 +470,17 @@ def _judge_trial(cand: Candidate, op: Op, index: int, seed: int | None,
     worst_ratio = float(ratio.max()) if ratio.size else 0.0
     if worst_ratio > 1.0:
         where = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
-        return result("fail", f"error {float(err[where]):.3e} at {where} exceeds the allowed "
-                              f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
-                      (worst_abs, worst_rel, worst_ratio))
+        return TrialResult(
+            index, seed, shapes, "fail",
+            f"error {float(err[where]):.3e} at {where} exceeds the allowed "
+            f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
+            worst_abs, worst_rel, worst_ratio, input=name)
     bias = spread = 0.0
-    if model is not None and seed is not None and float_name in _STAT_DTYPES:
-        # the checks' null model holds for the gate's own i.i.d. random inputs only; the
-        # dispatch's inputs may be structured (equal rows, sorted values) and make a correct
-        # kernel's rounding errors look biased, so they get the elementwise budget alone
+    if (model is not None and seed is not None and float_name in _STAT_DTYPES
+            and trial.source in _STAT_SOURCES):
+        # the checks' null model holds for random inputs only; the dispatch's inputs may
+        # be structured (equal rows, sorted values) and make a correct kernel's rounding
+        # errors look biased, and offsets and specials add errors of their own
         sample = got if checked is None else np.where(checked, got, np.nan)
         bias, spread, why = _statistics(sample, exact, model, float_name, seed)
         if why:
@@ -463,6 +534,44 @@ def _non_finite(got: np.ndarray, exact: np.ndarray,
     return "", finite & ~overflowed
 
 
+def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
+            seed: int) -> tuple[Region, list[_Trial]]:
+    """The region and the gate's inputs: the dispatch's own, then a built-in op's
+    generated ones, or a user op's extra trials (its ``gate_inputs``' or derived)."""
+    trials: list[_Trial] = []
+    if inputs is not None:
+        op.validate(*inputs)
+        own = tuple(_host(x) for x in inputs)
+        trials.append(_Trial(None, own, "the dispatch's own inputs"))
+        if region is None:
+            region = op.region_of(*inputs)
+        if op.gate_inputs is None and not op.builtin:
+            extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
+            trials.extend(_Trial(seed + i, t.inputs, t.name, t.kind)
+                          for i, t in enumerate(extra))
+    if region is None:
+        raise ValueError("f4_gate needs inputs or a region")
+    if op.gate_inputs is not None:
+        generated = op.gate_inputs(region, seed)
+        names = getattr(generated, "names", None) or []
+        trials.extend(_Trial(seed + i, t, names[i] if i < len(names)
+                             else f"generated input {i}", "builtin")
+                      for i, t in enumerate(generated))
+    return region, trials
+
+
+def _nothing_checked(op: Op, trials: Sequence[_Trial], results: Sequence[TrialResult]) -> str:
+    """Why a gate with no failure still does not pass: no trial at all (a user op gated on
+    a region, with no inputs to start from), or every trial declined or skipped."""
+    if not trials:
+        return (f"nothing to check: op {op.name!r} is a user op, whose gate inputs are made "
+                "from a dispatch's inputs; gate the candidate on inputs "
+                "(arbiter.gate(name, *inputs)), not on a region alone")
+    if any(r.status == "declined" for r in results):
+        return "the candidate declined every gate input, so nothing was checked"
+    return "every gate input was skipped, so nothing was checked"
+
+
 def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
             region: Region | None = None, seed: int = GATE_SEED,
             call_timeout_s: float | None = None) -> GateReport:
@@ -471,35 +580,25 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
     and tails, all-positive, mixed-magnitude and offset values, zeros, NaN/inf and
     subnormals: docs/accuracy.md); on those, besides the elementwise budget, the errors
-    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs.
+    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs
+    and on the op's ``gate_inputs(inputs, rng)``, or without one on trials derived from
+    the dispatch's inputs (fresh values, large magnitudes and offsets, special values);
+    the statistical checks run on the random ones (docs/accuracy.md, "User ops").
     A candidate that declines every input does not pass; one that raises does not either
     (its trial's status is ``"error"``).
     ``call_timeout_s``: run each candidate call under :mod:`pytest_arbiter.watchdog`'s
     ``watchdog(seconds)`` when that module is present; a call it stops is an error.
     """
     guard = _call_guard(call_timeout_s)
-    trials: list[tuple[int | None, tuple[np.ndarray, ...], str]] = []
-    if inputs is not None:
-        op.validate(*inputs)
-        trials.append((None, tuple(to_host(x) for x in inputs), "the dispatch's own inputs"))
-        if region is None:
-            region = op.region_of(*inputs)
-    if region is None:
-        raise ValueError("f4_gate needs inputs or a region")
-    if op.gate_inputs is not None:
-        generated = op.gate_inputs(region, seed)
-        names = getattr(generated, "names", None) or []
-        trials.extend((seed + i, t, names[i] if i < len(names) else f"generated input {i}")
-                      for i, t in enumerate(generated))
-    results = [_check_trial(cand, op, i, s, t, guard, name)
-               for i, (s, t, name) in enumerate(trials)]
-    checked = [r for r in results if r.status != "declined"]
+    region, trials = _trials(op, inputs, region, seed)
+    results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(trials)]
+    checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)
     if failing is not None:
         reason = failing.reason
     elif not checked:
-        reason = "the candidate declined every gate input, so nothing was checked"
+        reason = _nothing_checked(op, trials, results)
     else:
         reason = ""
     report = GateReport(

@@ -7,16 +7,20 @@ alike and allocates nothing.
 
 from __future__ import annotations
 
+import difflib
 import math
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from pytest_arbiter.dtypes import dtype_name, numpy_dtype, precision
+from pytest_arbiter.candidates import REGISTRY, definition_site
+from pytest_arbiter.dtypes import DTYPE_NAMES, dtype_name, numpy_dtype, precision
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
+from pytest_arbiter.user_inputs import UserGateInputs, is_scalar
 
 Array = Any
 Reference = Callable[..., Array]
@@ -124,6 +128,10 @@ class Op:
     allow_tf32: frozenset[str] = frozenset()
     """The input dtypes for which a kernel may round its inputs to TF32 (see
     :func:`allow_tf32`); empty by default, so a float32 GEMM on TF32 fails the gate."""
+    user_gate_inputs: UserGateInputs | None = None
+    """A user op's ``gate_inputs(inputs, rng)``: extra input tuples made from one
+    dispatch's inputs; ``None``: the gate derives its own (:mod:`pytest_arbiter.user_inputs`).
+    Built-in ops generate theirs from a region (:attr:`gate_inputs`)."""
 
     def run_reference(self, *inputs: Array) -> Array:
         """The reference's result in :func:`result_dtype`, on the inputs' kind of device.
@@ -143,21 +151,49 @@ class Op:
 def result_dtype(op: Op, inputs: Sequence[Any], reference_out: Any) -> np.dtype:
     """The dtype a candidate's output must have for ``inputs``, given the reference's output.
 
-    The op's declared ``out_dtype`` if any; else, when the reference output and the first
-    input are both floating point (bfloat16 included), the first input's dtype (a float64
-    reference of float32 inputs expects float32); else the reference output's own dtype
-    (an argmax returning int64 stays int64). Built-in ops: the first input's dtype.
+    The op's declared ``out_dtype`` if any; else, when the reference output is floating
+    point (bfloat16 included), the dtype of the first floating-point array input (a float64
+    reference of float32 inputs expects float32; an index array before it does not count);
+    else the reference output's own dtype (an argmax returning int64 stays int64).
+    Built-in ops: the first input's dtype.
     """
     if op.out_dtype is not None:
         return op.out_dtype
     if op.builtin and inputs:
         return _dtype_of(inputs[0])
     ref = _dtype_of(reference_out)
-    if inputs and _is_float(ref):
-        first = getattr(inputs[0], "dtype", None)
-        if first is not None and _is_float(np.dtype(first)):
-            return np.dtype(first)
+    if _is_float(ref):
+        first = _first_float(inputs)
+        if first is not None:
+            return first
     return ref
+
+
+def _first_float(inputs: Sequence[Any]) -> np.dtype | None:
+    """The dtype of the first floating-point array among ``inputs`` (numbers skipped)."""
+    for x in inputs:
+        found = getattr(x, "dtype", None)
+        if found is not None and hasattr(x, "shape") and not is_scalar(x):
+            dtype = np.dtype(found)
+            if _is_float(dtype):
+                return dtype
+    return None
+
+
+def compares_exactly(op: Op, out_dtype: np.dtype) -> bool:
+    """Whether outputs of ``out_dtype`` must equal the reference's exactly: integer and
+    boolean outputs under the default budget (a ``budget=`` of the op's own overrides)."""
+    return op.budget is _default_budget and out_dtype.kind in "biu"
+
+
+def _builtin_dtype(op_name: str, x: Array) -> str:
+    """The dtype name of a built-in op's input; a clear ``ValueError`` for another."""
+    try:
+        return dtype_name(x.dtype)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{op_name} supports {', '.join(DTYPE_NAMES)} inputs, got {x.dtype} (a user op, "
+            f"pytest_arbiter.op(...), takes any dtype its reference does)") from None
 
 
 def _validate_matmul(*inputs: Array) -> None:
@@ -177,7 +213,7 @@ def _validate_matmul(*inputs: Array) -> None:
     if a.dtype != b.dtype:
         raise ValueError(f"matmul dtypes differ: A is {_shape_of(a)} {a.dtype}, "
                          f"B is {_shape_of(b)} {b.dtype}")
-    dtype_name(a.dtype)
+    _builtin_dtype("matmul", a)
 
 
 def _matmul_region(a: Array, b: Array) -> MatmulRegion:
@@ -446,7 +482,7 @@ def _validate_softmax(*inputs: Array) -> None:
     _require_array(x, "softmax input")
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"softmax needs an array with a non-empty last axis, got {_shape_of(x)}")
-    dtype_name(x.dtype)
+    _builtin_dtype("softmax", x)
 
 
 def _softmax_region(x: Array) -> SoftmaxRegion:
@@ -582,7 +618,8 @@ def _softmax_gate_inputs(region: Region, seed: int) -> GateInputs:
 
 
 def _default_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
-    p = precision(inputs[0].dtype) if inputs else precision(np.float64)
+    first = _first_float(inputs)
+    p = precision(first if first is not None else np.float64)
     scale = float(np.max(np.abs(exact))) if exact.size else 0.0
     return 2.0 * p.unit_roundoff * np.abs(exact) + (
         64.0 * p.accumulate_unit_roundoff * scale + p.smallest_normal)
@@ -602,24 +639,55 @@ def _default_model(exact: np.ndarray, out_dtype: str, reference_dtype: str) -> E
     allowed = _with_rounding(magnitude, accumulated, flush, out_dtype)
 
     def scales(index: np.ndarray) -> ErrorScales:
-        return ErrorScales(accumulated.reshape(-1)[index] / ERROR_LAMBDA,
-                           np.zeros(index.shape), np.zeros(index.shape))
+        # the whole accumulated allowance is the random part's scale, not an eighth of
+        # it: the default budget bounds errors of a shape it does not know
+        return ErrorScales(accumulated.reshape(-1)[index], np.zeros(index.shape),
+                           np.zeros(index.shape))
 
     return ErrorModel(allowed, scales, flush=flush)
 
 
+_USER_KINDS = "biuf"
+"""Array dtype kinds a user op takes: boolean, integer, unsigned, floating (and bfloat16)."""
+
+
 def _generic_validate(*inputs: Array) -> None:
+    """A user op's inputs: arrays of boolean, integer or floating dtype, or plain numbers
+    (``bool``, ``int``, ``float``: passed to the kernels as they are)."""
     for i, x in enumerate(inputs):
-        _require_array(x, f"input {i}")
-    if inputs:
-        dtype_name(inputs[0].dtype)
+        if is_scalar(x):
+            continue
+        if not all(hasattr(x, attr) for attr in ("shape", "dtype", "ndim")):
+            raise ValueError(f"input {i} must be an array with shape and dtype or a plain "
+                             f"number (bool, int, float), got {type(x).__name__}")
+        dtype = np.dtype(x.dtype)
+        if dtype.kind not in _USER_KINDS and dtype.name != "bfloat16":
+            raise ValueError(f"input {i}: unsupported dtype {dtype}; a user op takes "
+                             "boolean, integer and floating-point arrays and plain numbers")
+
+
+def input_label(x: Array) -> str:
+    """One input's part of a user op's key dtype: the array's dtype name (``float32``,
+    ``int64``, ``bool``), or ``py_float`` / ``py_int`` / ``py_bool`` for a plain number."""
+    if is_scalar(x):
+        return f"py_{type(x).__name__}"
+    found = getattr(x, "dtype", None)
+    return str(np.dtype(found).name if found is not None else np.asarray(x).dtype.name)
+
+
+def inputs_label(inputs: Sequence[Array]) -> str:
+    """A user op's key dtype: the inputs' one dtype when they share it, else each input's
+    in order, comma-separated (``float32,int64,py_float``)."""
+    labels = [input_label(x) for x in inputs]
+    if not labels:
+        return "float64"
+    return labels[0] if len(set(labels)) == 1 else ",".join(labels)
 
 
 def _generic_region_of(name: str) -> Callable[..., Region]:
     def region_of(*inputs: Array) -> Region:
-        shapes = tuple(tuple(int(d) for d in x.shape) for x in inputs)
-        dtype = dtype_name(inputs[0].dtype) if inputs else "float64"
-        return Region(name, shapes, dtype)
+        shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in inputs)
+        return Region(name, shapes, inputs_label(inputs))
 
     return region_of
 
@@ -631,12 +699,25 @@ def _generic_exact(reference: Reference) -> Callable[..., np.ndarray]:
     return exact
 
 
-class OpRegistry:
-    """Ops by name; the built-in ``matmul`` and ``softmax`` are always present."""
+class UnknownOpWarning(UserWarning):
+    """A candidate is registered for an op that no ``op()`` registers and no built-in has:
+    it is never used (a misspelt op name, or an ``op()`` that never ran)."""
 
-    def __init__(self) -> None:
+
+class OpRegistry:
+    """Ops by name; the built-in ``matmul`` and ``softmax`` are always present.
+
+    ``watch``: the first :meth:`get` after the candidate registry changed warns
+    (:class:`UnknownOpWarning`) once per candidate registered for an op unknown here
+    (the process's registry watches :data:`~pytest_arbiter.candidates.REGISTRY`).
+    """
+
+    def __init__(self, *, watch: bool = False) -> None:
         self._ops: dict[str, Op] = {}
         self._lock = threading.Lock()
+        self._watch = watch
+        self._seen_generation = -1
+        self._warned: set[str] = set()
         for builtin in _builtin_ops():
             self._ops[builtin.name] = builtin
 
@@ -656,11 +737,29 @@ class OpRegistry:
         return op
 
     def get(self, name: str) -> Op:
+        if self._watch and self._seen_generation != REGISTRY.generation:
+            self._warn_unknown()
         try:
             return self._ops[name]
         except KeyError:
             known = ", ".join(sorted(self._ops))
             raise KeyError(f"unknown op {name!r}; registered ops: {known}") from None
+
+    def unknown_op_lines(self) -> list[str]:
+        """One line per registered candidate whose op is unknown here: its name, where it
+        is defined, and the known op names closest to its op's."""
+        known = set(self._ops)
+        return [_unknown_line(c.name, c.op, definition_site(c), known)
+                for c in REGISTRY.registered() if c.op not in known]
+
+    def _warn_unknown(self) -> None:
+        self._seen_generation = REGISTRY.generation
+        known = set(self._ops)
+        for cand in REGISTRY.registered():
+            if cand.op not in known and cand.name not in self._warned:
+                self._warned.add(cand.name)
+                warnings.warn(UnknownOpWarning(_unknown_line(
+                    cand.name, cand.op, definition_site(cand), known)), stacklevel=3)
 
     def __contains__(self, name: object) -> bool:
         return name in self._ops
@@ -701,7 +800,20 @@ def _builtin_ops() -> list[Op]:
 _TF32_BUDGETS: dict[str, tuple[BudgetFn, BudgetFn]] = {
     "matmul": (_matmul_budget, _matmul_budget_tf32)}
 
-OPS = OpRegistry()
+def _unknown_line(name: str, op_name: str, where: str, known: set[str]) -> str:
+    close = difflib.get_close_matches(op_name, sorted(known), n=3, cutoff=0.6)
+    hint = f"; closest known: {', '.join(close)}" if close else (
+        f"; known ops: {', '.join(sorted(known))}")
+    return (f"candidate {name!r} ({where}) is registered for op {op_name!r}, which no "
+            f"op() registers and no built-in has: it is never used{hint}")
+
+
+OPS = OpRegistry(watch=True)
+
+
+def unknown_op_lines() -> list[str]:
+    """The run summary's lines on candidates for unknown ops (see :class:`OpRegistry`)."""
+    return OPS.unknown_op_lines()
 
 
 def allow_tf32(op_name: str = "matmul", dtype: str = "float32", *, allow: bool = True) -> Op:
@@ -743,35 +855,47 @@ def error_model(op: Op, inputs: Sequence[np.ndarray], exact: np.ndarray, *,
 
 
 def make_op(name: str, reference: Reference, *, validate: Callable[..., None] | None = None,
-            budget: BudgetFn | None = None, out_dtype: Any = None) -> Op:
-    """Build a user op whose gate runs on the dispatch's own inputs."""
+            budget: BudgetFn | None = None, out_dtype: Any = None,
+            gate_inputs: UserGateInputs | None = None) -> Op:
+    """Build a user op, gated on the dispatch's own inputs and on ``gate_inputs``' (else
+    on trials derived from the dispatch's inputs)."""
     if not name or not isinstance(name, str):
         raise ValueError(f"op name must be a non-empty string, got {name!r}")
-    if not callable(reference):
-        raise TypeError(f"op {name!r}: reference must be callable, got {type(reference).__name__}")
+    for what, fn in (("reference", reference), ("validate", validate), ("budget", budget),
+                     ("gate_inputs", gate_inputs)):
+        if (fn is not None or what == "reference") and not callable(fn):
+            raise TypeError(f"op {name!r}: {what} must be callable, got {type(fn).__name__}")
     resolved = None if out_dtype is None else _resolve_dtype(name, out_dtype)
     return Op(name, reference, validate or _generic_validate, _generic_region_of(name),
-              _generic_exact(reference), budget or _default_budget, out_dtype=resolved)
+              _generic_exact(reference), budget or _default_budget, out_dtype=resolved,
+              user_gate_inputs=gate_inputs)
 
 
 def op(name: str, *, reference: Reference | None = None,
        validate: Callable[..., None] | None = None,
-       budget: BudgetFn | None = None, out_dtype: Any = None) -> Any:
+       budget: BudgetFn | None = None, out_dtype: Any = None,
+       gate_inputs: UserGateInputs | None = None) -> Any:
     """Register a new op ``name`` whose reference is ``reference``.
 
     Call it (``op("axpy", reference=fn)``) or use it as a decorator on the reference
-    (``@op("axpy")``). ``budget(inputs, exact)`` may give the allowed absolute error
-    per output element; the default is documented in ``docs/accuracy.md``. The reference
+    (``@op("axpy")``). ``validate(*inputs)`` raises ``ValueError`` for inputs the op does
+    not take, before any kernel runs (default: arrays of boolean, integer or floating
+    dtype, and plain numbers). ``budget(inputs, exact)`` may give the allowed absolute
+    error per output element; the default is documented in ``docs/accuracy.md`` (integer
+    and boolean outputs: exact). ``gate_inputs(inputs, rng)`` returns a list of extra
+    input tuples for the gate, made from one dispatch's inputs with the seeded
+    ``numpy.random.Generator`` ``rng``; without it the gate derives its own. The reference
     may compute in any precision: outputs are expected in :func:`result_dtype`, or in
     ``out_dtype`` (a dtype name or NumPy dtype) when given. Registering ``name`` again
     with another reference is ``ValueError``; a re-import of the same code is not.
     """
     if reference is not None:
         return OPS.register(make_op(name, reference, validate=validate, budget=budget,
-                                    out_dtype=out_dtype))
+                                    out_dtype=out_dtype, gate_inputs=gate_inputs))
 
     def decorate(fn: Reference) -> Reference:
-        OPS.register(make_op(name, fn, validate=validate, budget=budget, out_dtype=out_dtype))
+        OPS.register(make_op(name, fn, validate=validate, budget=budget, out_dtype=out_dtype,
+                             gate_inputs=gate_inputs))
         return fn
 
     return decorate

@@ -163,7 +163,9 @@ def test_user_op_gates_on_its_own_inputs(rng: np.random.Generator) -> None:
                   inputs=(x, y))
     assert good.passed, good.summary()
     assert not bad.passed
-    assert len(good.trials) == 1
+    # the dispatch's own inputs first, then the trials derived from them (issue 27)
+    assert good.trials[0].seed is None and good.trials[0].input == "the dispatch's own inputs"
+    assert len(good.trials) == 5
 
 
 # -- gate power: tight bounds, statistical checks, generated inputs, TF32 ---------------------
