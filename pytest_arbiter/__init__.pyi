@@ -2,20 +2,6 @@
 # imports here, and __init__.py reads them at run time to import each name on first use.
 # A name added here is exported; what lives only in a submodule is internal and may change.
 
-from .arbiter import (
-    MODES as MODES,
-    Arbiter as Arbiter,
-    CacheMiss as CacheMiss,
-    DispatchEvent as DispatchEvent,
-    DispatchKey as DispatchKey,
-    Mode as Mode,
-    Selection as Selection,
-    Source as Source,
-    StaleEntry as StaleEntry,
-    arbitrate as arbitrate,
-    measured_arbitrate as measured_arbitrate,
-    register_timer as register_timer,
-)
 from .backends import (
     Backend as Backend,
 )
@@ -41,6 +27,21 @@ from .candidates import (
 from .corpus import (
     MergeResult as MergeResult,
     merge as merge,
+)
+from .decision import (
+    MODES as MODES,
+    Arbiter as Arbiter,
+    CacheMiss as CacheMiss,
+    DispatchEvent as DispatchEvent,
+    DispatchKey as DispatchKey,
+    LowConfidence as LowConfidence,
+    Mode as Mode,
+    Selection as Selection,
+    Source as Source,
+    StaleEntry as StaleEntry,
+    arbitrate as arbitrate,
+    measured_arbitrate as measured_arbitrate,
+    register_timer as register_timer,
 )
 from .device import (
     DeviceInfo as DeviceInfo,

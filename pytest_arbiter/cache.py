@@ -52,8 +52,23 @@ CONFIDENT = 0.99
 of different winners for one key, measured against the same code and environment, are
 a merge conflict."""
 
-OUTCOMES = ("timed", "rejected", "declined", "error")
-"""What happened to a candidate considered for a key (:class:`Considered`)."""
+RowOutcome = Literal["timed", "rejected", "error", "declined", "accepts_declined",
+                     "inputs_declined", "unavailable"]
+"""What became of a candidate considered for a key (:class:`Considered`): ``timed`` (in
+the comparison), ``rejected`` (failed the F4 gate), ``error`` (raised), ``declined``
+(declined in the gate or while timed: measured, until its code changes),
+``accepts_declined`` (its ``accepts()`` turned down the measured inputs: measured when it
+accepts a later dispatch's), ``inputs_declined`` (declined the only inputs there were to
+try, a user op's: a later tuning dispatch tries it on its own), ``unavailable`` (could
+not run on the measuring machine: measured where it can)."""
+OUTCOMES: tuple[RowOutcome, ...] = ("timed", "rejected", "error", "declined",
+                                    "accepts_declined", "inputs_declined", "unavailable")
+RETRIED: frozenset[RowOutcome] = frozenset({"accepts_declined", "inputs_declined",
+                                            "unavailable"})
+"""Row outcomes that leave the candidate to be measured again (see :data:`RowOutcome`)."""
+MIN_ROUNDS = 7
+"""Fewer timed rounds than this behind a pick of two or more candidates is too little
+evidence for any claim: the entry is low-confidence whatever its p-value."""
 
 _UTC = datetime.timezone.utc
 NO_SINCE = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -203,9 +218,8 @@ class Considered(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
 
     fingerprint: Name
     """A short hash of the candidate's code (:func:`pytest_arbiter.fingerprint.fingerprint_of`)."""
-    outcome: Literal["timed", "rejected", "declined", "error"]
-    """``timed`` (in the ranking), ``rejected`` (failed the F4 gate), ``declined`` (cannot
-    run the key's inputs) or ``error`` (raised)."""
+    outcome: RowOutcome
+    """What became of it (:data:`RowOutcome`)."""
     reason: str = ""
     """Why it was not timed (empty when it was)."""
 
@@ -241,18 +255,25 @@ else:  # what the file holds: an index into a table of the file, or the object i
     _RunField = _Index | _RunRow
 
 
-class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    """One timed candidate of an entry, fastest first in the entry's ranking."""
+class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                      omit_defaults=True):
+    """One timed candidate of an entry. The ranking rule (docs/artifacts.md): the rows
+    timed side by side in the entry's latest comparison come first, fastest first; a
+    row kept from an earlier comparison is ``carried`` and ranks after all of them."""
 
     name: Name
     stats: LatencyStats
+    carried: bool = False
+    """Not timed in the entry's latest comparison: its statistics are from an earlier
+    one (another run, maybe another shape of the bucket), and place it nowhere."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **self.stats.to_dict()}
+        return {"name": self.name, **self.stats.to_dict(), "carried": self.carried}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankedCandidate:
-        return cls(str(data["name"]), LatencyStats.from_dict(data))
+        return cls(str(data["name"]), LatencyStats.from_dict(data),
+                   bool(data.get("carried", False)))
 
 
 _RUN_KEYS = ("device_name", "host", "versions")
@@ -496,7 +517,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         for name in self.__struct_fields__:
             force_setattr(self, name, getattr(checked, name))
         force_setattr(self, "ranking", tuple(
-            RankedCandidate(r.name, r.stats.whole()) for r in self.ranking))
+            RankedCandidate(r.name, r.stats.whole(), r.carried) for r in self.ranking))
 
     @property
     def key(self) -> CacheKey:
@@ -521,6 +542,25 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         """A clear pick: not a tie, and the comparison's confidence reached CONFIDENT."""
         return not self.tie and self.confidence >= CONFIDENT
 
+    @property
+    def low_confidence(self) -> bool:
+        """Too little evidence behind a pick among two or more timed candidates: fewer
+        than :data:`MIN_ROUNDS` rounds, or neither a tie nor :data:`CONFIDENT`."""
+        if sum(1 for row in self.ranking if not row.carried) < 2:
+            return False
+        rounds = self.provenance.get("rounds")
+        if isinstance(rounds, int) and rounds < MIN_ROUNDS:
+            return True
+        return not self.tie and self.confidence < CONFIDENT
+
+    @property
+    def timed_count(self) -> int:
+        """How many of the key's candidates were timed for it (its ``timed`` rows; the
+        ranking's length for an entry that does not say)."""
+        if not self.considered:
+            return len(self.ranking)
+        return sum(1 for row in self.considered.values() if row.outcome == "timed")
+
     def fingerprints(self) -> dict[str, str]:
         """Candidate name to the fingerprint of the code it was measured with."""
         return {name: c.fingerprint for name, c in self.considered.items()}
@@ -538,6 +578,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             "bucket": self.bucket, "dtype": self.dtype, "winner": self.winner,
             "ranking": [r.to_dict() for r in self.ranking],
             "confidence": self.confidence, "tie": self.tie,
+            "low_confidence": self.low_confidence,
             "rejected": _sorted_dict(self.rejected),
             "provenance": Provenance.of(self.provenance).to_dict(),
             "considered": {name: c.to_dict() for name, c in _sorted_items(self.considered)},
@@ -577,30 +618,22 @@ def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],
               environment: Mapping[str, str], now: datetime.datetime, *,
               supersede: bool = False) -> datetime.datetime:
     """The ``since`` of a new measurement of a key: the old entry's when it was measured
-    against the same fingerprints and environment, else ``now``.
+    against the same fingerprints and environment, else ``now`` (never before the old
+    one's).
 
     What makes a re-measurement of unchanged code compete with the old entry on its
     evidence, and a measurement of changed code (or a new environment, or a candidate
-    added or removed, or one timed that had only declined) supersede it (the merge rule,
-    :func:`pytest_arbiter.corpus.prefer`).
+    added or removed) supersede it (the merge rule, :func:`pytest_arbiter.corpus.prefer`).
     ``supersede``: the new measurement replaces the old one whatever its evidence (a
     recheck found the old winner slower now: the old evidence is of another world).
     """
     if old is None or old.since == NO_SINCE:
         return now
     fingerprints = {name: c.fingerprint for name, c in considered.items()}
-    # a candidate that had declined the inputs it was tried on, timed now: the old entry
-    # never compared it, whatever its evidence
-    newly_timed = any(row.outcome == "timed" and name in old.considered
-                      and old.considered[name].outcome == "declined"
-                      for name, row in considered.items())
     if (not supersede and dict(old.environment) == dict(environment)
             and old.fingerprints() == fingerprints):
-        # the same code: a candidate timed that had only declined makes the entry just
-        # newer than the old one, so two runners that time it compete on their evidence
-        return old.since + datetime.timedelta(microseconds=1) if newly_timed else old.since
-    # later than the entry it replaces even when the clock did not move (or went back)
-    return max(now, old.since + datetime.timedelta(microseconds=1))
+        return old.since
+    return max(now, old.since)
 
 
 def utc_now() -> datetime.datetime:

@@ -36,6 +36,7 @@ ENTRIES_PER_CHUNK = 4096
 
 
 class _Row(Struct, gc=False):
+    carried: bool
     max_ns: Any
     median_ns: Any
     min_ns: Any
@@ -64,6 +65,7 @@ class _Entry(Struct, gc=False, omit_defaults=True):
     device: str
     dtype: str
     environment: msgspec.Raw
+    low_confidence: bool
     op: str
     provenance: _Provenance
     ranking: list[_Row]
@@ -94,7 +96,7 @@ def _row(row: RankedCandidate) -> _Row:
     values = (s.max_ns, s.median_ns, s.min_ns, s.q1_ns, s.q3_ns)
     if not (1e-4 <= min(values) and max(values) < 1e16):  # else msgspec writes each as repr
         values = tuple(map(_number, values))
-    return _Row(*values[:3], row.name, values[3], values[4], s.samples)
+    return _Row(row.carried, *values[:3], row.name, values[3], values[4], s.samples)
 
 
 class _Shown:
@@ -138,7 +140,7 @@ class _Shown:
             self.json(e.considered) if considered is None else considered[1],
             e.device, e.dtype,
             self.json(e.environment) if environment is None else environment[1],
-            e.op,
+            e.low_confidence, e.op,
             _Provenance(device_name, host, prov.measured_at, _number(prov.p_value),
                         prov.rounds, shapes, prov.spent_ns, prov.timed_ns, versions),
             list(map(_row, e.ranking)),

@@ -69,12 +69,15 @@ SHOW_COLUMNS = ("device", "target", "op", "bucket", "dtype", "winner", "median",
 
 def _show_row(e: CacheEntry) -> tuple[str, ...]:
     best = e.ranking[0].stats
-    if len(e.ranking) > 1 and best.median_ns > 0:
-        second = e.ranking[1]
+    second = e.ranking[1] if len(e.ranking) > 1 else None
+    if second is not None and second.carried:
+        runner = f"{second.name} (carried: not timed with the winner)"
+    elif second is not None and best.median_ns > 0:
         runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
     else:
         runner = "-"
-    conf = f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+    conf = (f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+            + (" low-confidence" if e.low_confidence else ""))
     return (e.device, e.target, e.op, e.bucket, e.dtype, e.winner, format_ns(best.median_ns),
             runner, str(best.samples), f"{e.spread * 100:.1f}%", conf,
             str(e.provenance.get("host", "-")), str(e.provenance.get("measured_at", "-")))

@@ -3,8 +3,9 @@
 The merge rule (docs/artifacts.md): for one key, the entry measured against the newer
 code and environment wins (the later ``since``: when the key was first measured
 against its candidates' fingerprints and its environment), whatever its confidence;
-between entries of the same ``since``, the higher confidence; then more samples behind
-the winner; then the winner's lower relative spread; then the smaller canonical JSON.
+between entries of the same ``since``, the one that timed more of the key's candidates;
+then the higher confidence; then more samples behind the winner; then the winner's
+lower relative spread; then the smaller canonical JSON.
 That is a total order on entries, so :func:`merge` is commutative, associative and
 idempotent, and the result never depends on which runner wrote last. Two clear picks
 (confident, not a tie) of different winners for one key, measured against the same code
@@ -19,15 +20,15 @@ from dataclasses import dataclass, field
 
 from pytest_arbiter.cache import CacheEntry, CacheKey, KeyTuple, MeasureCache, plain_key
 
-Rank = tuple[datetime.datetime, float, int, float]
+Rank = tuple[datetime.datetime, int, float, int, float]
 
 
 def rank(entry: CacheEntry) -> Rank:
     """What the merge rule compares, most important first: ``since`` (the newer code
-    and environment), then the evidence: confidence, samples behind the winner, the
-    winner's spread (lower is better)."""
+    and environment), then the evidence: candidates timed, confidence, samples behind
+    the winner, the winner's spread (lower is better)."""
     stats = entry.ranking[0].stats
-    return (entry.since, entry.confidence, stats.samples, -stats.spread)
+    return (entry.since, entry.timed_count, entry.confidence, stats.samples, -stats.spread)
 
 
 def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
@@ -166,9 +167,10 @@ class WinnerChange:
 
     @property
     def margin(self) -> float | None:
-        """How much slower the old winner was in the new measurement, if it was timed."""
+        """How much slower the old winner was in the new measurement, if it was timed in
+        it (a carried row was not: its median is of another comparison)."""
         for cand in self.new.ranking:
-            if cand.name == self.old.winner and self.new_ns > 0:
+            if cand.name == self.old.winner and not cand.carried and self.new_ns > 0:
                 return cand.stats.median_ns / self.new_ns - 1.0
         return None
 

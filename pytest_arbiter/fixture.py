@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from pytest_arbiter.arbiter import Arbiter
 from pytest_arbiter.candidates import REGISTRY, CandidateRegistry
+from pytest_arbiter.decision import Arbiter
 from pytest_arbiter.gate import GateReport
 from pytest_arbiter.histogram import HistogramKey
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion

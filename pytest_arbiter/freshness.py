@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pytest_arbiter.cache import CacheEntry, Considered
+from pytest_arbiter.cache import RETRIED, CacheEntry, Considered
 from pytest_arbiter.candidates import Candidate
 from pytest_arbiter.fingerprint import fingerprint_of
 
@@ -73,19 +73,6 @@ class Freshness:
         return out
 
 
-DECLINED_BY_ACCEPTS = "its accepts() declined the inputs measured: "
-"""How the reason of a ``declined`` row starts when the candidate's ``accepts()`` turned
-down the measured inputs: it is measured when it accepts a later dispatch's inputs. A
-candidate that declined in the gate or while timed counts as measured (until its code
-changes): measuring it again would decline again."""
-
-DECLINED_ON_INPUTS = "it declined the only inputs measured: "
-"""How the reason of a ``declined`` row starts when the candidate declined (raised
-:class:`~pytest_arbiter.Decline`) the dispatch's own inputs, and the op has no inputs of
-its own to gate and time it on (a user op): a later ``--arbiter-tune`` dispatch of the
-key with other inputs tries it again. Plain and strict runs count it as measured."""
-
-
 def vouched(entry: CacheEntry | None, candidate: Candidate,
             environment: Mapping[str, str]) -> bool:
     """Whether ``entry`` vouches for ``candidate``'s current code here: it passed the F4
@@ -109,18 +96,16 @@ def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
     """``entry`` read against ``candidates`` (those that apply to its key and are
     available) and the current ``environment``. Only candidates named in ``accepting``
     (all when None: those that accept the inputs at hand) count as never measured.
-    ``retry_declined`` (a tuning dispatch): a candidate that declined the only inputs it
-    was measured on (:data:`DECLINED_ON_INPUTS`) counts as never measured too."""
+    A candidate whose row leaves it to be measured again (``accepts_declined``,
+    ``unavailable``: :data:`~pytest_arbiter.cache.RETRIED`) counts as never measured;
+    with ``retry_declined`` (a tuning dispatch), so does one whose row is
+    ``inputs_declined``."""
     can_run = None if accepting is None else set(accepting)
     ranked = {r.name for r in entry.ranking}
     considered = entry.considered
-    # a candidate whose accepts() turned down other inputs of the key is measured when it
-    # accepts these
+    retried = RETRIED if retry_declined else RETRIED - {"inputs_declined"}
     known = ranked | set(entry.rejected) | {
-        name for name, seen in considered.items()
-        if seen.outcome != "declined" or not (
-            seen.reason.startswith(DECLINED_BY_ACCEPTS)
-            or (retry_declined and seen.reason.startswith(DECLINED_ON_INPUTS)))}
+        name for name, seen in considered.items() if seen.outcome not in retried}
     changed: list[str] = []
     unmeasured: list[str] = []
     for cand in candidates:

@@ -46,6 +46,20 @@ def keyed(counts: AnyCounts) -> dict[HistogramKey, int]:
             for k, v in counts.items()}
 
 
+FindingKey = tuple[str, str, str, str, str, Outcome]
+"""(target, op, bucket, dtype, candidate, outcome): a failing kernel that a measurement
+or a replay of the corpus found for one dispatch key (docs/contract.md, "Counting")."""
+
+
+def finding_counts(findings: Iterable[FindingKey]) -> dict[HistogramKey, int]:
+    """How many findings count under each histogram entry."""
+    out: dict[HistogramKey, int] = {}
+    for found in findings:
+        key = HistogramKey(found[0], found[1], found[4], found[5])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
 class DispatchHistogram:
     """Thread-safe outcome counters, convertible to and from plain JSON-able dicts.
 

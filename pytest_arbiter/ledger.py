@@ -17,11 +17,18 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_arbiter.histogram import DispatchHistogram, HistogramKey, merge_counts
+from pytest_arbiter.histogram import (
+    OUTCOMES,
+    DispatchHistogram,
+    FindingKey,
+    HistogramKey,
+    finding_counts,
+    merge_counts,
+)
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Arbiter, DispatchEvent
     from pytest_arbiter.cache import CacheEntry, KeyTuple
+    from pytest_arbiter.decision import Arbiter, DispatchEvent
 
 EventKey = tuple[str, ...]
 """(target, op, bucket, dtype): a dispatch event's key."""
@@ -52,6 +59,14 @@ class RunLedger:
         """What the session end did with the artifacts, for the summary."""
         self.junit_recorded: dict[HistogramKey, int] = {}
         """The ``arbiter:`` counts the JUnit report's testcases hold (controller only)."""
+        self.worker_findings: dict[FindingKey, str] = {}
+        """The workers' findings (see :mod:`pytest_arbiter.decision.record`)."""
+        self.worker_reached: set[FindingKey] = set()
+        """The findings a worker's dispatch reached."""
+        self.expected_findings: set[FindingKey] = set()
+        """Findings made by tests that degrade on purpose."""
+        self._attributed: set[FindingKey] = set()
+        self._excluded: set[FindingKey] = set()
 
     def use(self, arbiter: Arbiter) -> None:
         """The run's arbiter, built at the first dispatch; its cache as read now."""
@@ -60,12 +75,40 @@ class RunLedger:
 
     # -- counts -----------------------------------------------------------------------
 
+    def own_findings(self) -> dict[FindingKey, str]:
+        return self.arbiter.record.findings if self.arbiter is not None else {}
+
+    def own_reached(self) -> set[FindingKey]:
+        return self.arbiter.record.reached if self.arbiter is not None else set()
+
+    def dispatch_counts(self) -> dict[HistogramKey, int]:
+        """This process's counts without the findings no dispatch of it reached: what
+        its dispatches alone did."""
+        counts = self.histogram.counts()
+        reached = self.own_reached()
+        unreached = [f for f in self.own_findings() if f not in reached]
+        for key, found in finding_counts(unreached).items():
+            left = counts.pop(key, 0) - found
+            if left > 0:
+                counts[key] = left
+        return counts
+
+    def findings(self) -> dict[FindingKey, str]:
+        """Every finding of the run no dispatch of the run reached, each once."""
+        reached = self.worker_reached | self.own_reached()
+        return {f: why for f, why in {**self.worker_findings, **self.own_findings()}.items()
+                if f not in reached}
+
     def counts(self) -> dict[HistogramKey, int]:
-        """All dispatch counts of the run (this process plus the workers')."""
-        return merge_counts([self.histogram.counts(), *self.worker_counts])
+        """All counts of the run: every dispatch once (this process plus the workers'),
+        and every finding no dispatch reached once per key and run, whichever process
+        found it (the counting rule: :mod:`pytest_arbiter.decision.record`)."""
+        return merge_counts([self.dispatch_counts(), *self.worker_counts,
+                             finding_counts(self.findings())])
 
     def expected_counts(self) -> dict[HistogramKey, int]:
-        return merge_counts([self.expected.counts(), *self.worker_expected])
+        found = finding_counts(f for f in self.findings() if f in self.expected_findings)
+        return merge_counts([self.expected.counts(), *self.worker_expected, found])
 
     def gated_counts(self) -> dict[HistogramKey, int]:
         """Counts minus the entries of tests that degrade on purpose."""
@@ -85,8 +128,30 @@ class RunLedger:
     def record_test(self, nodeid: str, before: Mapping[HistogramKey, int],
                     expected: bool) -> list[tuple[HistogramKey, int]]:
         """What test ``nodeid`` dispatched since the counts were ``before``, recorded
-        under its name, or as expected when it degrades on purpose; sorted."""
-        delta = sorted(self.histogram.minus(before).items())
+        under its name, or as expected when it degrades on purpose; sorted. Findings
+        made meanwhile name the test but are not in what it dispatched (they are counted
+        once per key and run, outside any test's count)."""
+        reached = self.own_reached()
+        made = [f for f in self.own_findings() if f not in self._attributed]
+        self._attributed.update(made)
+        delta_counts = self.histogram.minus(before)
+        # a finding made now that no dispatch reached is counted once per run, outside
+        # any test; one made earlier that a dispatch of this test reached is its dispatch
+        unreached = [f for f in made if f not in reached]
+        self._excluded.update(unreached)
+        taken = [f for f in self._excluded if f in reached]
+        self._excluded.difference_update(taken)
+        for key, count in finding_counts(unreached).items():
+            left = delta_counts.pop(key, 0) - count
+            if left > 0:
+                delta_counts[key] = left
+            if not expected:
+                self.tests.setdefault(key, []).append(nodeid)
+        for key, count in finding_counts(taken).items():
+            delta_counts[key] = delta_counts.get(key, 0) + count
+        if expected:
+            self.expected_findings.update(unreached)
+        delta = sorted(delta_counts.items())
         if expected and delta:
             # its entries do not count against the gate: never named behind a failing one
             self.expected.merge(dict(delta))
@@ -108,11 +173,12 @@ class RunLedger:
             previous = merged.get(key)
             if previous is None or previous.source != "measured":
                 merged[key] = event
-            if event.recheck.startswith("stale:"):
+            if event.recheck_status == "stale":
                 stale.setdefault(key, event.recheck)
         # a worker that found the key stale is heard, whatever another one found after
         for key, line in stale.items():
-            merged[key] = dataclasses.replace(merged[key], recheck=line)
+            merged[key] = dataclasses.replace(merged[key], recheck=line,
+                                              recheck_status="stale")
         return merged
 
     def stale_keys(self, events: Mapping[EventKey, DispatchEvent] | None = None
@@ -122,7 +188,7 @@ class RunLedger:
         return [f"{'/'.join(key)}: {event.recheck}"
                 for key, event in sorted((self.events() if events is None
                                           else events).items())
-                if event.recheck.startswith("stale:")]
+                if event.recheck_status == "stale"]
 
     def measured_entries(self) -> list[CacheEntry]:
         """The entries this run (and its workers) measured, not those it read."""
@@ -157,7 +223,10 @@ class RunLedger:
             # only what this worker measured: the controller read the same cache file
             measured = MeasureCache(self.measured_entries()).to_dict()
         return {
-            "histogram": self.histogram.to_dict(),
+            "histogram": DispatchHistogram(self.dispatch_counts()).to_dict(),
+            "findings": [[*found, why, found in self.expected_findings,
+                          found in self.own_reached()]
+                         for found, why in self.own_findings().items()],
             "expected": self.expected.to_dict(),
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,
@@ -180,13 +249,14 @@ class RunLedger:
                 payload["histogram"], source=f"worker {name}").counts())
             self.worker_expected.append(DispatchHistogram.from_dict(
                 payload["expected"], source=f"worker {name}").counts())
+            self._absorb_findings(payload.get("findings", []))
             for key, why in _keyed(payload.get("reasons", []), "reasons"):
                 self.worker_reasons.setdefault(key, str(why))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):
                 self.tests.setdefault(key, []).extend(str(n) for n in nodeids)
             if payload["cache"] is not None:
-                from pytest_arbiter.arbiter import DispatchEvent
                 from pytest_arbiter.cache import MeasureCache
+                from pytest_arbiter.decision import DispatchEvent
 
                 entries = MeasureCache.from_dict(payload["cache"],
                                                  source=f"worker {name}").entries()
@@ -195,6 +265,21 @@ class RunLedger:
                                           for e in payload.get("events", []))
         except (KeyError, TypeError, ValueError) as exc:
             self.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
+
+
+    def _absorb_findings(self, rows: Any) -> None:
+        for row in rows:
+            if (not isinstance(row, list) or len(row) != 9
+                    or not all(isinstance(part, str) for part in row[:7])
+                    or row[5] not in OUTCOMES
+                    or not all(isinstance(flag, bool) for flag in row[7:])):
+                raise ValueError(f"bad findings row {row!r}")
+            found: FindingKey = tuple(row[:6])
+            self.worker_findings.setdefault(found, row[6])
+            if row[7]:
+                self.expected_findings.add(found)
+            if row[8]:
+                self.worker_reached.add(found)
 
 
 def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:

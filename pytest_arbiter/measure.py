@@ -141,27 +141,34 @@ class ComparePolicy:
 
     Candidates run interleaved: every round times each once, in a shuffled order, so
     the slow drifts and bursts of a shared machine hit all of them alike, and they are
-    compared round by round (paired). After ``warmup`` calls each, and at least
-    ``min_rounds`` rounds, the comparison stops as soon as the leader beats every other
-    candidate in a one-sided sign test at ``alpha``, or before a round that would take
-    it past ``budget_s`` (wall time of the whole comparison, warmup included), or at
-    ``max_rounds``. A pick that the rounds do not support at ``tie_alpha`` and that is
-    ahead by less than ``tie_margin`` is a tie: the higher tier is preferred.
-    ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
+    compared round by round (paired). After ``warmup`` calls each, the rounds stop:
+
+    * on a clear gap: after ``min_rounds``, as soon as the leader beats every other
+      candidate in a one-sided sign test at ``alpha``;
+    * at the soft budget: after ``min_rounds``, before a round that would take the
+      comparison past ``budget_s`` once the pick is confident (its sign test below
+      ``confident_p``); a near tie or a slow pair keeps going;
+    * at the cap: before a round that would take it past ``cap_s`` (the most one key's
+      comparison may cost: ``--arbiter-tune-budget``), or at ``max_rounds``.
+
+    There is always one timed round. A pick that the rounds do not support at
+    ``tie_alpha`` and that is ahead by less than ``tie_margin`` is a tie: the higher tier
+    is preferred. ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
 
     Bad kernels are contained: ``call_timeout_s`` arms a per-call watchdog around every
     call (see ``pytest_arbiter.watchdog``); a candidate that raises is out of the
     comparison; a candidate with one call over ``crawl_factor`` times the budget and
     over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
-    ranked last; and no round starts once the comparison has run ``crawl_factor`` times
-    its budget, even before ``min_rounds`` (there is always one timed round).
+    ranked last.
     """
 
     warmup: int = 2
     min_rounds: int = 7
     max_rounds: int = 200
     budget_s: float = 0.01
+    cap_s: float = 2.0
     alpha: float = 1e-3
+    confident_p: float = 0.01
     tie_alpha: float = 0.05
     tie_margin: float = 0.01
     seed: int | None = 0
@@ -180,6 +187,8 @@ class Comparison:
     names the candidates that raised (``"Type: message"``): they are in neither the
     ranking nor the stats, and an empty ranking means every candidate failed.
     ``dropped`` names the crawlers and why: ranked last, on the samples they have.
+    ``declined`` names the candidates that raised one of the ``declines`` exceptions
+    (a kernel handing the work on), with the exception's text: out, like ``failed``.
     """
 
     ranking: list[str]
@@ -193,6 +202,7 @@ class Comparison:
     p_value: float = 1.0
     failed: dict[str, str] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)
 
 
 def _sign_test_p(wins: int, trials: int) -> float:
@@ -209,8 +219,8 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
                       tiers: Mapping[str, int] | None = None,
                       policy: ComparePolicy | None = None,
                       timer: Timer | None = None,
-                      on_round: Callable[[Mapping[str, float]], bool] | None = None
-                      ) -> Comparison:
+                      on_round: Callable[[Mapping[str, float]], bool] | None = None,
+                      declines: tuple[type[BaseException], ...] = ()) -> Comparison:
     """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds.
 
     The ranking follows each candidate's median paired ratio to the leader (its time
@@ -220,13 +230,15 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     a crawler is ranked last (``dropped``); this never raises for a kernel's sake.
     ``on_round`` sees each kept round's times (name to nanoseconds) and stops the
     rounds by returning True: a caller's own stop rule (an ``alpha`` of 0 turns the
-    built-in one off); the budget still bounds the rounds.
+    built-in one off); the budget still bounds the rounds. ``declines``: exception
+    types that mean "not for these inputs" rather than a failure (``Comparison.declined``).
     """
     if not fns:
         raise ValueError("nothing to compare")
     pol = policy or ComparePolicy()
     contest = _Contest(fns, pol, timer or CPU_TIMER)
     contest.on_round = on_round
+    contest.declines = declines
     gc_was_enabled = gc.isenabled()
     if pol.disable_gc:
         gc.disable()
@@ -264,6 +276,8 @@ class _Contest:
         self.names = list(fns)
         self.alive = list(self.names)
         self.failed: dict[str, str] = {}
+        self.declined: dict[str, str] = {}
+        self.declines: tuple[type[BaseException], ...] = ()
         self.dropped: dict[str, str] = {}
         self.calls: dict[str, list[float]] = {n: [] for n in self.names}
         self.fastest: dict[str, float] = {}
@@ -290,7 +304,10 @@ class _Contest:
             took = self.watched(lambda: sample(fn))
         except (Exception, CallTimeout) as exc:
             self.alive.remove(name)
-            self.failed[name] = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, self.declines):
+                self.declined[name] = str(exc)
+            else:
+                self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None
         self.calls[name].append(took)
         self.fastest[name] = min(took, self.fastest.get(name, took))
@@ -321,33 +338,13 @@ class _Contest:
         """Time interleaved rounds into ``kept`` until a stop rule fires."""
         pol = self.pol
         shuffle = random.Random(pol.seed)
-        budget_ns = pol.budget_s * 1e9
-        hard_ns = pol.crawl_factor * budget_ns
-        lone_rounds = max(3, pol.min_rounds // 2)
         index = {n: i for i, n in enumerate(self.names)}
         wins = [[0] * len(self.names) for _ in self.names]
         round_times: list[float] = []
         order = list(range(len(self.names)))
         while self.alive:
-            rounds = len(self.kept)
-            if len(self.alive) == 1:
-                # a lone candidate is the pick whatever it measures: a few samples do
-                if rounds >= lone_rounds:
-                    break
-            elif rounds >= max(1, pol.max_rounds):
+            if self._enough(wins, index, round_times):
                 break
-            if rounds >= 1 and self.elapsed() > hard_ns:
-                break
-            if len(self.alive) > 1 and rounds >= max(1, pol.min_rounds):
-                # stop before a round that could overrun the budget, not after it: three
-                # typical rounds (the median, so one preempted round does not end it
-                # early; before three rounds, the sum of each one's median call, warmup
-                # included) leave room for a slower round and the final bookkeeping
-                typical = (statistics.median(round_times) if len(round_times) >= 3 else
-                           sum(statistics.median(self.calls[n]) for n in self.alive))
-                spent = max(float(time.perf_counter_ns() - self.started), self.timed)
-                if spent + 3.0 * typical > budget_ns:
-                    break
             round_start = time.perf_counter_ns()
             shuffle.shuffle(order)
             times: dict[str, float] = {}
@@ -376,12 +373,32 @@ class _Contest:
                     if ta < tb:
                         row[index[b]] += 1
             live = [index[n] for n in self.alive]
-            if pol.alpha > 0 and len(live) > 1 and len(self.kept) >= pol.min_rounds:
-                # the candidate whose weakest pairwise record is best leads; stop when
-                # even that weakest record is significant
-                weakest = max(min(wins[i][j] for j in live if j != i) for i in live)
-                if _sign_test_p(weakest, len(self.kept)) < pol.alpha:
-                    break
+            if (pol.alpha > 0 and len(live) > 1 and len(self.kept) >= pol.min_rounds
+                    and _leader_p(wins, live, len(self.kept)) < pol.alpha):
+                break  # a clear gap
+
+    def _enough(self, wins: list[list[int]], index: Mapping[str, int],
+                round_times: list[float]) -> bool:
+        """Whether to stop before the next round (the rules of :class:`ComparePolicy`)."""
+        pol, rounds = self.pol, len(self.kept)
+        if len(self.alive) == 1:
+            # a lone candidate is the pick whatever it measures: a few samples do
+            return rounds >= max(3, pol.min_rounds // 2)
+        if rounds >= max(1, pol.max_rounds):
+            return True
+        if rounds == 0:
+            return False
+        # the next round's cost: the median round (so one preempted round does not end
+        # the comparison early); before three rounds, the sum of each one's median call
+        typical = (statistics.median(round_times) if len(round_times) >= 3 else
+                   sum(statistics.median(self.calls[n]) for n in self.alive))
+        spent = self.elapsed()
+        if spent + 1.5 * typical > pol.cap_s * 1e9:
+            return True
+        if rounds < pol.min_rounds or spent + 3.0 * typical <= pol.budget_s * 1e9:
+            return False
+        live = [index[n] for n in self.alive]
+        return _leader_p(wins, live, rounds) < pol.confident_p
 
     def samples(self, name: str) -> list[float]:
         """The kept rounds' times of ``name``; for a crawler with none, every call it
@@ -404,7 +421,7 @@ class _Contest:
         elif len(finishers) <= 1:
             if not finishers and not crawlers:
                 return Comparison([], {}, 0.0, False, rounds, self.timed, {}, spent, 1.0,
-                                  dict(self.failed), dict(self.dropped))
+                                  dict(self.failed), dict(self.dropped), dict(self.declined))
             # one candidate left (a lone crawler only if all else failed): the pick, as
             # when there is one candidate from the start
             ranked = finishers or crawlers
@@ -420,7 +437,8 @@ class _Contest:
                 ratios[n] = self._ratio_to(n, pick)
         crawlers.sort(key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
         return Comparison(ranked + crawlers, stats, confidence, tie, rounds, self.timed,
-                          ratios, spent, p_worst, dict(self.failed), dict(self.dropped))
+                          ratios, spent, p_worst, dict(self.failed), dict(self.dropped),
+                          dict(self.declined))
 
     def _rank(self, names: list[str], tier_of: Mapping[str, int]
               ) -> tuple[list[str], dict[str, float], bool, float]:
@@ -452,6 +470,13 @@ class _Contest:
             return statistics.median(pairs)
         lead = statistics.median(self.samples(pick))
         return statistics.median(self.samples(name)) / lead if lead > 0 else 1.0
+
+
+def _leader_p(wins: list[list[int]], live: list[int], rounds: int) -> float:
+    """The sign test's p-value of the candidate whose weakest pairwise record is best,
+    against its closest competitor."""
+    weakest = max(min(wins[i][j] for j in live if j != i) for i in live)
+    return _sign_test_p(weakest, rounds)
 
 
 def _human_ns(ns: float) -> str:

@@ -37,10 +37,10 @@ from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 from pytest_arbiter.summary import RunVerdict, render
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Arbiter
     from pytest_arbiter.artifacts import Stamp
     from pytest_arbiter.cache import CacheEntry, MeasureCache
     from pytest_arbiter.completeness import RunScope
+    from pytest_arbiter.decision import Arbiter
     from pytest_arbiter.fixture import ArbiterFixture
 
 MARKERS = (
@@ -371,9 +371,9 @@ class ArbiterSession:
 
 def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
                    histogram: DispatchHistogram) -> Arbiter:
-    from pytest_arbiter.arbiter import Arbiter
     from pytest_arbiter.cache import MeasureCache
     from pytest_arbiter.candidates import REGISTRY
+    from pytest_arbiter.decision import Arbiter
 
     recheck, budget = None, None
     if settings.recheck != "off":
@@ -383,8 +383,11 @@ def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
             key_budget_s=settings.recheck_key_budget or RecheckPolicy.key_budget_s,
             call_timeout_s=settings.call_timeout)
         budget = RunBudget(settings.recheck_budget) if settings.recheck_budget else None
+    from pytest_arbiter.measure import ComparePolicy
+
+    policy = ComparePolicy(cap_s=settings.tune_budget or float("inf"))
     return Arbiter(registry=REGISTRY, cache=cache if cache is not None else MeasureCache(),
-                   mode=settings.mode, histogram=histogram, gate=True,
+                   mode=settings.mode, histogram=histogram, gate=True, policy=policy,
                    call_timeout_s=settings.call_timeout, recheck=recheck,
                    recheck_budget=budget)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Arbiter, Mode
     from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.decision import Arbiter, Mode
     from pytest_arbiter.histogram import HistogramKey
 
 ENV_CACHE = "PYTEST_ARBITER_CACHE"
@@ -122,7 +122,7 @@ def _flag(name: str, text: str) -> bool:
 
 
 def _from_environment() -> Arbiter:
-    from pytest_arbiter.arbiter import MODES, is_mode
+    from pytest_arbiter.decision import MODES, is_mode
 
     mode = os.environ.get(ENV_MODE, "").strip() or "static"
     if not is_mode(mode):
@@ -147,8 +147,8 @@ def _read_corpus(path: str | os.PathLike[str], source: str) -> MeasureCache:
 
 def _build(cache: str | os.PathLike[str] | MeasureCache | None, mode: Mode, gate: bool,
            *, source: str, call_timeout_s: float | None = None) -> Arbiter:
-    from pytest_arbiter.arbiter import DEFAULT_CALL_TIMEOUT_S, Arbiter
     from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.decision import DEFAULT_CALL_TIMEOUT_S, Arbiter
 
     if cache is None:
         store = MeasureCache()
@@ -171,7 +171,7 @@ def configure(*, cache: str | os.PathLike[str] | MeasureCache | None = None,
     Returns the new process arbiter; its histogram starts empty.
     """
     global _configured, _current
-    from pytest_arbiter.arbiter import MODES, is_mode
+    from pytest_arbiter.decision import MODES, is_mode
 
     if not is_mode(mode):
         raise ConfigurationError(f"configure(mode={mode!r}): modes are {', '.join(MODES)}")
@@ -228,7 +228,7 @@ def default_arbiter(mode: Mode | None = None) -> Arbiter | ModeView:
     arb = current()
     if mode is None or mode == arb.mode:
         return arb
-    from pytest_arbiter.arbiter import MODES, is_mode
+    from pytest_arbiter.decision import MODES, is_mode
 
     if not is_mode(mode):
         raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")

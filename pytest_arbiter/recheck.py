@@ -76,7 +76,7 @@ class RecheckPolicy:
         # ranking and summarising ~150 rounds costs ~0.3-0.5 ms in pure Python
         budget = self.key_budget_s * (1.0 - _BOOKKEEPING)
         return ComparePolicy(warmup=self.warmup, min_rounds=1, max_rounds=self.max_rounds,
-                             budget_s=budget, alpha=0.0, seed=self.seed,
+                             budget_s=budget, cap_s=budget, alpha=0.0, seed=self.seed,
                              disable_gc=self.disable_gc, call_timeout_s=self.call_timeout_s)
 
 

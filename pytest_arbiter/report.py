@@ -55,9 +55,10 @@ class Speedup:
 
 def speedup(entry: CacheEntry) -> Speedup:
     best = entry.ranking[0].stats.median_ns
-    if len(entry.ranking) < 2 or best <= 0:
+    # only rows timed side by side with the winner say how much slower they are
+    medians = [r.stats.median_ns for r in entry.ranking[1:] if not r.carried]
+    if not medians or best <= 0:
         return Speedup(None, None)
-    medians = [r.stats.median_ns for r in entry.ranking[1:]]
     return Speedup(medians[0] / best, max(medians) / best)
 
 
@@ -67,6 +68,10 @@ def due_for_remeasurement(entry: CacheEntry) -> str | None:
         return "the environment changed since it was measured (reverify)"
     if not entry.considered:
         return "it does not record what it was measured against (no considered candidates)"
+    if entry.low_confidence:
+        return (f"low-confidence pick (confidence {entry.confidence:.3f}, "
+                f"{entry.provenance.get('rounds', '?')} rounds): re-tune with a larger "
+                "--arbiter-tune-budget")
     return None
 
 
@@ -250,7 +255,8 @@ def _entry_rows(entries: Sequence[CacheEntry]) -> list[list[str]]:
             _cell(e.bucket), _cell(e.dtype), _cell(e.winner), _cell(runner),
             _cell("-" if s.runner_up is None else f"{s.runner_up:.2f}x", num=True),
             _cell("-" if s.slowest is None else f"{s.slowest:.2f}x", num=True),
-            _cell(f"{e.confidence:.3f}" + (" tie" if e.tie else ""), num=True),
+            _cell(f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+                  + (" low" if e.low_confidence else ""), num=True),
             _cell(f"\u00b1{e.spread * 50:.1f}%", num=True),
             _cell(e.samples, num=True), _cell(len(e.ranking), num=True),
             _cell(e.provenance.get("measured_at", "-"))])

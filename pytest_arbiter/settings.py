@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import Mode
+    from pytest_arbiter.decision import Mode
 
 HELP_TUNE = "measure at the first cache miss and record the winners (arbiter mode 'tune')"
 HELP_CACHE = "the MeasureCache artifact to read and, with --arbiter-tune, write"
@@ -37,6 +37,11 @@ HELP_RECHECK_KEY_BUDGET = ("seconds of timing one key's recheck may take (defaul
 HELP_RECHECK_BUDGET = ("seconds of recheck timing one process may take in all (default 30; "
                        "0: no limit); the keys after it are not rechecked, and the summary "
                        "says how many")
+HELP_TUNE_BUDGET = ("seconds of timing one key's comparison may take at most, under "
+                    "--arbiter-tune (default 2; 0: no limit): slow kernels and near ties get "
+                    "more rounds up to it, a clear gap stops early; a pick that ends below "
+                    "the confidence target is marked low-confidence")
+TUNE_BUDGET_S = 2.0
 HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
                        "worker gwN sees only device N mod their number")
 
@@ -79,6 +84,7 @@ OPTIONS = (
     OptionSpec("recheck", "choice", HELP_RECHECK, ("off", "report", "fail")),
     OptionSpec("recheck_key_budget", "seconds", HELP_RECHECK_KEY_BUDGET, 0.01),
     OptionSpec("recheck_budget", "seconds", HELP_RECHECK_BUDGET, 30.0),
+    OptionSpec("tune_budget", "seconds", HELP_TUNE_BUDGET, TUNE_BUDGET_S),
 )
 DEFAULT_CALL_TIMEOUT_S = 60.0
 
@@ -121,6 +127,8 @@ class ArbiterSettings:
     """``off``, ``report`` or ``fail``."""
     recheck_key_budget: float | None = 0.01
     recheck_budget: float | None = 30.0
+    tune_budget: float | None = TUNE_BUDGET_S
+    """Seconds one key's comparison may take when tuning; None: no limit."""
 
     @property
     def mode(self) -> Mode:

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytest_arbiter.candidates import unknown_op_lines
 from pytest_arbiter.histogram import GATED_OUTCOMES, OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.safetext import line as safe_line
 
 if TYPE_CHECKING:
-    from pytest_arbiter.arbiter import DispatchEvent
     from pytest_arbiter.baseline import BaselineVerdict
+    from pytest_arbiter.decision import DispatchEvent
     from pytest_arbiter.ledger import EventKey, RunLedger
     from pytest_arbiter.settings import ArbiterSettings
 
@@ -66,6 +67,7 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
             for src, label in (("measured", "measured"), ("cached", "reused from cache"),
                                ("static", "static tier order on a miss"))))
     lines.extend(_stale_lines(events))
+    lines.extend(_low_confidence_lines(events))
     if settings.recheck != "off":
         lines.extend(_recheck_lines(events, ledger.stale_keys(events), settings.recheck))
     if settings.explain:
@@ -75,6 +77,7 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
     for name in ledger.crashed:
         lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
     lines.extend(ledger.notes)
+    lines.extend(unknown_op_lines())
     for error in ledger.errors:
         lines.append(f"artifact error: {error}")
     verdict = end.verdict
@@ -145,6 +148,7 @@ def _new_entry_lines(verdict: BaselineVerdict, ledger: RunLedger) -> list[str]:
 
 def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
                   most: int = MAX_KEYS_SHOWN) -> list[str]:
+    """Each key's candidate that ran, and the cached winner when that is another one."""
     picked = [(key, event) for key, event in sorted(events.items())
               if event.order and event.source in ("measured", "cached")]
     if not picked:
@@ -153,11 +157,13 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
     lines = ["winners:"]
     for key, event in picked[:most]:
         how = "measured" if event.source == "measured" else "reused from cache"
-        # the key's winner as cached; the last dispatch may have run another candidate
-        # (the winner declined those inputs)
-        winner = cached.get(key, event.order[0])
-        ran = "" if winner == event.order[0] else f"; last dispatch ran {event.order[0]}"
-        lines.append(f"  {_key_text(key)}: {winner} ({how}{ran})")
+        ran = event.ran or event.order[0]
+        winner = cached.get(key, ran)
+        if event.fallback:
+            how += f"; the cached winner {winner} could not run here: degraded"
+        elif winner != ran:
+            how += f"; the cached winner {winner} declined these inputs"
+        lines.append(f"  {_key_text(key)}: {ran} ({how})")
     if len(picked) > most:
         lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")
     return lines
@@ -175,6 +181,20 @@ def _cached_winners(ledger: RunLedger, keys: set[EventKey]) -> dict[EventKey, st
     return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
                   else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
             for key, by_device in found.items()}
+
+
+def _low_confidence_lines(events: dict[EventKey, DispatchEvent],
+                          most: int = MAX_KEYS_SHOWN) -> list[str]:
+    """The keys whose pick has too little evidence behind it (docs/artifacts.md)."""
+    low = [key for key, event in sorted(events.items()) if event.low_confidence]
+    if not low:
+        return []
+    lines = [f"low-confidence picks: {len(low)} key{'' if len(low) == 1 else 's'} (re-tune "
+             "with a larger --arbiter-tune-budget; --arbiter-strict fails on them):"]
+    lines.extend(f"  {_key_text(key)}" for key in low[:most])
+    if len(low) > most:
+        lines.append(f"  ... and {len(low) - most} more")
+    return lines
 
 
 def _stale_lines(events: dict[EventKey, DispatchEvent],
@@ -198,14 +218,14 @@ def _stale_lines(events: dict[EventKey, DispatchEvent],
 
 def _recheck_lines(events: dict[EventKey, DispatchEvent], stale: list[str],
                    mode: str) -> list[str]:
-    found = [e.recheck.split(":", 1)[0].split(" ", 1)[0]
-             for e in events.values() if e.recheck]
-    kinds = {kind: found.count(kind) for kind in ("current", "stale", "no", "not")}
-    lines = [f"recheck: {len(found) - kinds['not']} cached keys re-timed: "
+    found = [e.recheck_status for e in events.values() if e.recheck_status]
+    kinds = {kind: found.count(kind) for kind in ("current", "stale", "no_verdict",
+                                                   "not_retimed")}
+    lines = [f"recheck: {len(found) - kinds['not_retimed']} cached keys re-timed: "
              f"{kinds['stale']} stale, {kinds['current']} current, "
-             f"{kinds['no']} without a verdict"
-             + (f"; {kinds['not']} not re-timed (the run's recheck budget was spent)"
-                if kinds["not"] else "")]
+             f"{kinds['no_verdict']} without a verdict"
+             + (f"; {kinds['not_retimed']} not re-timed (the run's recheck budget was spent)"
+                if kinds["not_retimed"] else "")]
     lines.extend(f"  {line}" for line in stale)
     if kinds["stale"] and mode != "fail":
         lines.append("  (report only: --arbiter-recheck=fail gates stale keys)")
@@ -215,11 +235,13 @@ def _recheck_lines(events: dict[EventKey, DispatchEvent], stale: list[str],
 def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
     lines = []
     for key, event in sorted(events.items()):
-        # the key's order: a dispatch its first candidate declines runs the next (the
-        # histogram says what ran)
-        picked = (f"first {event.order[0]}" if event.order
-                  else "nothing (the reference ran)")
+        ran = event.ran or (event.order[0] if event.order else "")
+        picked = f"ran {ran}" if ran else "nothing (the reference ran)"
+        if event.low_confidence:
+            picked += " (low-confidence pick)"
         lines.append(f"{_key_text(key)} [{event.source}]: {picked}")
+        if event.fallback:
+            lines.append(f"  degraded: {event.fallback}")
         for name in event.order[1:]:
             ratio = event.ratios.get(name)
             why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None

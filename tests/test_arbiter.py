@@ -323,7 +323,7 @@ def test_import_and_dispatch_leave_pytest_and_cupy_out() -> None:
 def test_loading_the_plugin_imports_neither_numpy_nor_the_kernels() -> None:
     code = ("import sys, pytest_arbiter.plugin; "
             "print(sorted(m for m in ('numpy', 'pytest_arbiter.runtime', "
-            "'pytest_arbiter.arbiter') if m in sys.modules))")
+            "'pytest_arbiter.decision') if m in sys.modules))")
     assert _fresh_python(code) == "[]"
 
 

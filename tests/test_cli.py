@@ -90,7 +90,8 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     code, text = run("show", "--json", path)
     data = json.loads(text)
     assert code == 0 and [d["winner"] for d in data] == ["cublas", "wmma"]
-    assert data[1]["ranking"][1] == {"name": "cublas", **stats(1500.0).to_dict()}
+    assert data[1]["ranking"][1] == {"name": "cublas", **stats(1500.0).to_dict(),
+                                     "carried": False}
 
 
 def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter import artifacts
-from pytest_arbiter.arbiter import measured_arbitrate
 from pytest_arbiter.cache import (
     CACHE_VERSION,
     NO_SINCE,
@@ -37,6 +36,7 @@ from pytest_arbiter.cache import (
 from pytest_arbiter.cache_file import decode_document, encode_document
 from pytest_arbiter.candidates import CandidateRegistry
 from pytest_arbiter.corpus import diff, merge, prefer
+from pytest_arbiter.decision import measured_arbitrate
 from pytest_arbiter.device import cpu_device
 from pytest_arbiter.measure import ComparePolicy, LatencyStats
 
@@ -527,9 +527,10 @@ def test_the_provenance_reads_like_the_dict_it_was() -> None:
 def test_show_json_form_keeps_its_keys_and_reads_back() -> None:
     built = entry(fingerprints={"a": "f" * 16}, environment={"numpy": "2"}, since=T0)
     data = built.to_dict()
-    assert list(data)[:11] == ["device", "target", "op", "bucket", "dtype", "winner",
-                               "ranking", "confidence", "tie", "rejected", "provenance"]
-    assert data["ranking"][0] == {"name": "a", **stats(1000.0).to_dict()}
+    assert list(data)[:12] == ["device", "target", "op", "bucket", "dtype", "winner",
+                               "ranking", "confidence", "tie", "low_confidence", "rejected",
+                               "provenance"]
+    assert data["ranking"][0] == {"name": "a", **stats(1000.0).to_dict(), "carried": False}
     assert data["considered"] == {"a": {"fingerprint": "f" * 16, "outcome": "timed"}}
     assert data["since"] == "2026-12-01T06:00:00Z" and data["environment"] == {"numpy": "2"}
     json.dumps(data, allow_nan=False)

@@ -327,7 +327,7 @@ def test_event_timer_flushes_l2_outside_the_timed_span(cupy_as: Callable[[Any], 
 
 
 def test_event_timer_is_the_gpu_targets_timer() -> None:
-    from pytest_arbiter.arbiter import timer_for
+    from pytest_arbiter.decision import timer_for
 
     assert isinstance(timer_for("nvidia"), CudaEventTimer)
     assert timer_for("nvidia") is timer_for("amd")

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache, arbiter as arbiter_module
+from pytest_arbiter import Arbiter, CacheMiss, ComparePolicy, Decline, MeasureCache
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.decision import plans as plans_module
 from pytest_arbiter.ops import OpRegistry, make_op
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
@@ -324,7 +325,7 @@ def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
 
 def test_the_plan_table_is_bounded_and_cycling_shapes_keeps_hitting(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arbiter_module, "MAX_PLANS", 8)
+    monkeypatch.setattr(plans_module, "MAX_PLANS", 8)
     arb = Arbiter(registry=registry(fn(library, "lib")), mode="static")
     planned = {"n": 0}
     real = arb._plan
@@ -341,7 +342,7 @@ def test_the_plan_table_is_bounded_and_cycling_shapes_keeps_hitting(
     assert planned["n"] == 6  # planned once each, then every dispatch hits
     for m in range(7, 40):  # a burst of one-off shapes: the table stays bounded
         arb.dispatch("matmul", *mats(m, 4, 4))
-        assert len(arb._plans) <= 8 and len(arb._older) <= 8
+        assert len(arb.plans.young("tune")) <= 8 and len(arb.plans._old["tune"]) <= 8
     assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 30 + 33}
 
 
@@ -363,7 +364,7 @@ def test_a_user_op_with_a_float64_reference_serves_float32() -> None:
 
 def test_strict_mode_still_raises_on_a_miss_and_hits_are_gated() -> None:
     arb = Arbiter(registry=registry(fn(library, "lib")), mode="strict", cache=MeasureCache())
-    with pytest.raises(arbiter_module.CacheMiss, match="strict mode"):
+    with pytest.raises(CacheMiss, match="strict mode"):
         arb.dispatch("matmul", *mats(8, 8, 8))
 
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
-from pytest_arbiter.arbiter import StaleEntry, measured_arbitrate
 from pytest_arbiter.cache import CacheEntry
 from pytest_arbiter.candidates import CandidateRegistry, Decline, FunctionCandidate
 from pytest_arbiter.corpus import merge
+from pytest_arbiter.decision import StaleEntry, measured_arbitrate
 from pytest_arbiter.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.ops import OPS
 
@@ -89,7 +89,7 @@ def test_an_entry_records_every_candidate_considered_and_the_environment() -> No
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     entry = only_entry(tuned(*cands).cache)
     assert {name: seen.outcome for name, seen in entry.considered.items()} == {
-        "library": "timed", "tenfold": "timed", "zeros": "rejected", "picky": "declined"}
+        "library": "timed", "tenfold": "timed", "zeros": "rejected", "picky": "accepts_declined"}
     assert entry.fingerprints() == {c.name: fingerprint_of(c) for c in cands}
     assert "all zeros" in entry.considered["zeros"].reason
     assert "accepts() returned False" in entry.considered["picky"].reason
@@ -111,12 +111,12 @@ def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
                                    first.cache, policy=FAST)
     assert selection.source == "measured"
     assert selection.comparison is not None
-    # only what is new, against the leader; the runner-up's row stands
-    assert set(selection.comparison.stats) == {"fourfold", "library"}
+    # what is new, against the leader and the runner-up, side by side
+    assert set(selection.comparison.stats) == {"fourfold", "library", "tenfold"}
     new = only_entry(first.cache)
     assert new.winner == "library"
     assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
-    assert new.ranking[2] == old.ranking[1]
+    assert not any(r.carried for r in new.ranking)
     assert set(new.considered) == {"fourfold", "tenfold", "library"}
     assert new.since > old.since  # measured against more candidates: a new basis
     # measured against the newer set of candidates: it wins the merge, whatever the
@@ -153,7 +153,7 @@ def test_changed_code_is_timed_again_and_its_old_timing_dropped() -> None:
     selection = measured_arbitrate(OPS.get("matmul"), mats(), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.comparison is not None
-    assert set(selection.comparison.stats) == {"library", "slower"}
+    assert set(selection.comparison.stats) == {"library", "slow", "slower"}
     new = only_entry(first.cache)
     assert new.considered["slower"].fingerprint == fingerprint_of(now.get("slower"))
     assert new.considered["slower"].fingerprint != old.considered["slower"].fingerprint
@@ -205,7 +205,7 @@ def test_a_new_environment_keeps_the_ranking_and_re_times_winner_against_runner_
     new = only_entry(first.cache)
     assert dict(new.environment) == current_environment("cpu")
     assert [r.name for r in new.ranking] == ["library", "fourfold", "tenfold"]
-    assert new.ranking[2] == old.ranking[2]
+    assert new.ranking[2].carried and new.ranking[2].stats == old.ranking[2].stats
 
 
 def test_an_entry_marked_for_reverification_is_re_timed_by_the_next_tune() -> None:
@@ -322,8 +322,8 @@ def test_a_candidate_that_declines_when_run_is_measured_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """It declines in the gate: recorded as declined, not measured again on every plan
     (two keys bump the cache in turn), and strict replays the tuned corpus."""
-    from pytest_arbiter import arbiter as arbiter_module
     from pytest_arbiter.candidates import Decline
+    from pytest_arbiter.decision import tuning as arbiter_module
 
     def work_stealing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise Decline("no work to steal")
@@ -355,23 +355,32 @@ def twofold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-def test_old_rows_of_a_partial_re_measure_never_outrank_what_was_timed_side_by_side() -> None:
+def threefold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    np.matmul(a, b)
+    np.matmul(a, b)
+    return np.matmul(a, b)
+
+
+def test_a_row_not_timed_in_the_latest_comparison_is_carried_after_every_timed_row() -> None:
     """The key was tuned on a smaller shape of its bucket; a candidate added since is
-    timed with the leader on a larger one: the runner-up's old (smaller-shape) median
-    must not crown it."""
-    first = Arbiter(registry=registry(fn(library, "fast"), fn(twofold, "twofold")),
-                    mode="tune", policy=FAST)
+    timed with the leader and the runner-up on a larger one: the third row's old
+    (smaller-shape) median places it nowhere: it is carried, after the slower newcomer."""
+    first = Arbiter(registry=registry(fn(library, "fast"), fn(twofold, "twofold"),
+                                      fn(threefold, "threefold")), mode="tune", policy=FAST)
     first.dispatch("matmul", *mats(96))
     old = only_entry(first.cache)
-    assert [r.name for r in old.ranking] == ["fast", "twofold"]
-    now = registry(fn(library, "fast"), fn(twofold, "twofold"), fn(tenfold, "tenfold"))
+    assert [r.name for r in old.ranking] == ["fast", "twofold", "threefold"]
+    now = registry(fn(library, "fast"), fn(twofold, "twofold"), fn(threefold, "threefold"),
+                   fn(tenfold, "tenfold"))
     selection = measured_arbitrate(OPS.get("matmul"), mats(128), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.comparison is not None
-    assert set(selection.comparison.stats) == {"fast", "tenfold"}
+    assert set(selection.comparison.stats) == {"fast", "twofold", "tenfold"}
     new = only_entry(first.cache)
     assert new.key == old.key  # one bucket, two shapes
-    assert [r.name for r in new.ranking] == ["fast", "twofold", "tenfold"]
+    assert [(r.name, r.carried) for r in new.ranking] == [
+        ("fast", False), ("twofold", False), ("tenfold", False), ("threefold", True)]
+    assert new.ranking[3].stats == old.ranking[2].stats  # its data is kept
 
 
 # -- a user op's kernel that declined the only inputs it was tried on ------------------
@@ -456,20 +465,24 @@ def test_a_kernel_tried_again_is_placed_against_a_candidate_timed_before() -> No
     assert names.index("fr_m") < names.index("fr_x"), names
 
 
-def test_timing_a_kernel_that_had_declined_makes_the_entry_just_newer() -> None:
-    """Its first timing supersedes the entry that never compared it, and two runners
-    that time it compete on their evidence (the same since), not on their clocks."""
+def test_timing_a_kernel_that_had_declined_wins_the_merge_on_the_same_basis() -> None:
+    """Its first timing keeps the entry's since (the same code and environment) and
+    wins the merge because it timed more of the key's candidates; two runners that time
+    it compete on their evidence, not on their clocks."""
     from pytest_arbiter.cache import Considered, since_for
+    from pytest_arbiter.corpus import prefer
 
     reg, ops = _user_op((_row_major_only, "fr_rowmajor", 9), (_rowwise, "fr_rowwise", 1))
     arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)
     a, b = mats()
     arb.dispatch("fr_mm", np.asfortranarray(a), b)
     (old,) = arb.cache.entries()
-    assert old.considered["fr_rowmajor"].outcome == "declined"
+    assert old.considered["fr_rowmajor"].outcome == "inputs_declined"
     timed = {name: Considered(row.fingerprint, "timed") for name, row in
              old.considered.items()}
     later = datetime.datetime(2999, 1, 1, tzinfo=datetime.timezone.utc)
-    since = since_for(old, timed, dict(old.environment), later)
-    assert since == old.since + datetime.timedelta(microseconds=1)
-    assert since_for(old, dict(old.considered), dict(old.environment), later) == old.since
+    assert since_for(old, timed, dict(old.environment), later) == old.since
+    arb.dispatch("fr_mm", a, b)
+    (new,) = arb.cache.entries()
+    assert new.since == old.since and new.considered["fr_rowmajor"].outcome == "timed"
+    assert prefer(old, new) is new and prefer(new, old) is new

@@ -178,7 +178,7 @@ def test_the_older_registration_calls_still_override_a_backend() -> None:
     code = textwrap.dedent('''
         import json
         from pytest_arbiter import register_device_probe, register_timer
-        from pytest_arbiter.arbiter import timer_for
+        from pytest_arbiter.decision import timer_for
         from pytest_arbiter.candidates import known_targets
         from pytest_arbiter.device import DeviceInfo, probe_device, register_array_target
         from pytest_arbiter.device import target_of_array

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_arbiter.arbiter import DispatchEvent
 from pytest_arbiter.baseline import gate_fleet
 from pytest_arbiter.completeness import RunScope, baseline_to_write
 from pytest_arbiter.controller import Controller, failing_outcomes
+from pytest_arbiter.decision import DispatchEvent
 from pytest_arbiter.histogram import DispatchHistogram
 from pytest_arbiter.ledger import RunLedger
 from pytest_arbiter.settings import ArbiterSettings
@@ -22,7 +22,9 @@ STALE_LINE = "stale: the cached winner a now takes 3x the time of b (sign test p
 
 def event(recheck: str, source: str = "cached") -> DispatchEvent:
     return DispatchEvent(*KEY, source=source, order=["a", "b"], passed_over={},
-                         recheck=recheck)
+                         recheck=recheck,
+                         recheck_status="stale" if recheck.startswith("stale:") else
+                         "current" if recheck else "")
 
 
 def payload(events: list[DispatchEvent], counts: dict[tuple[str, ...], int]) -> dict[str, Any]:

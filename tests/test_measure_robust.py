@@ -191,7 +191,7 @@ def test_a_real_crawler_costs_about_one_call() -> None:
 
 
 def test_real_slow_candidates_stop_after_one_round() -> None:
-    """Two 50 ms kernels and a 1 ms budget: warmup and one round, not 7 rounds."""
+    """Two 50 ms kernels and a 0.1 s cap: warmup and one round, not 7 rounds."""
     calls = {"a": 0, "b": 0}
 
     def make(name: str) -> Callable[[], object]:
@@ -202,7 +202,8 @@ def test_real_slow_candidates_stop_after_one_round() -> None:
         return run
 
     start = time.perf_counter()
-    comp = compare_latencies({n: make(n) for n in calls}, policy=ComparePolicy(budget_s=0.001))
+    comp = compare_latencies({n: make(n) for n in calls},
+                             policy=ComparePolicy(budget_s=0.001, cap_s=0.1))
     assert time.perf_counter() - start < 3.0
     assert calls == {"a": 3, "b": 3}
     assert comp.rounds == 1 and comp.dropped == {}

@@ -217,14 +217,24 @@ def test_small_but_significant_difference_is_not_a_tie() -> None:
     assert comp.ranking[0] == "fast"
 
 
-def test_budget_stops_before_a_round_would_overrun_it() -> None:
-    """Each round claims 2 ms; with 10 ms the tuner stops at the minimum rounds' end."""
+def test_the_cap_stops_before_a_round_would_overrun_it() -> None:
+    """Each round claims 2 ms; a tie never gets confident, so only the 10 ms cap ends it."""
     timer = ScriptedTimer({"a": 1e6, "b": 1e6})
-    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.01)
+    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=0.01)
     comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
-    assert comp.rounds == 3
-    assert comp.timed_ns <= policy.budget_s * 1e9
+    assert 1 <= comp.rounds < 100
+    assert comp.timed_ns <= policy.cap_s * 1e9
     assert comp.spent_ns > 0
+
+
+def test_the_soft_budget_stops_a_clear_pick_once_it_is_confident() -> None:
+    """Rounds of 3 ms past a 1 ms budget: a 2x gap stops when the sign test first reaches
+    the confidence target (7 rounds), not before and not at the cap."""
+    timer = ScriptedTimer({"a": 1e6, "b": 2e6})
+    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=10.0,
+                           alpha=1e-9)
+    comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
+    assert comp.ranking[0] == "a" and comp.rounds == 7 and comp.confidence >= 0.99
 
 
 def test_paired_ratios_follow_the_leader_per_round() -> None:
@@ -353,12 +363,13 @@ def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
 
 def test_memoised_plans_stay_bounded_and_dispatch_keeps_working(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_arbiter.arbiter as arbiter_module
+    import pytest_arbiter.decision as arbiter_module
+    from pytest_arbiter.decision import plans
 
-    monkeypatch.setattr(arbiter_module, "MAX_PLANS", 8)
+    monkeypatch.setattr(plans, "MAX_PLANS", 8)
     arb = arbiter_module.Arbiter(mode="static")
     for n in range(1, 30):
         out = arb.dispatch("softmax", np.zeros((2, n), np.float32))
         np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-6)
-        assert len(arb._plans) <= 8
+        assert len(arb.plans.young("static")) <= 8
     assert sum(arb.histogram.counts().values()) == 29

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import REGISTRY, artifacts, gate_matrix
-from pytest_arbiter.arbiter import Arbiter
 from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.cli import main
+from pytest_arbiter.decision import Arbiter
 from pytest_arbiter.fixture import ArbiterFixture, GateCase
 from pytest_arbiter.runtime import register_bundled
 from pytest_arbiter.settings import OPTIONS, ArbiterSettings, resolve
@@ -644,7 +644,7 @@ def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester
             pass
 
         def test_zz_last():
-            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.arbiter" in sys.modules)
+            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.decision" in sys.modules)
     """)
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider",
                                            "--arbiter-histogram=h.json")

@@ -1,5 +1,5 @@
-"""The summary's ``winners:`` line names each key's winner as cached, not the candidate
-the last dispatch of the key happened to run."""
+"""The summary's ``winners:`` line names the candidate each key's dispatches ran, and the
+cached winner when that is another one."""
 
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def test_tune():
     pytest_arbiter.dispatch("summary_scale", np.ones(8))
 """
 
-# the same key, but the cached winner declines these inputs: the other candidate runs
+# the same key and shapes, but the cached winner declines these inputs: the other
+# candidate runs, a silent fallback from the measured winner (degraded)
 DECLINED_TEST = TUNE_TEST.replace("np.ones(8)", "-np.ones(8)")
 
 
-def test_winner_line_shows_the_cached_winner(pytester: pytest.Pytester) -> None:
+def test_winner_line_names_the_candidate_that_ran(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_one=TUNE_TEST)
     result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json")
@@ -53,8 +54,12 @@ def test_winner_line_shows_the_cached_winner(pytester: pytest.Pytester) -> None:
 
     pytester.makepyfile(test_one=DECLINED_TEST)
     result = pytester.runpytest("--arbiter-cache=c.json")
-    assert result.ret == 0, result.stdout.str()
+    assert result.ret == 1, result.stdout.str()
     result.stdout.fnmatch_lines([
         "winners:",
-        "  cpu/summary_scale/*: summary_fast (reused from cache; last dispatch ran "
-        "summary_slow)"])
+        "  cpu/summary_scale/*: summary_slow (reused from cache; the cached winner "
+        "summary_fast could not run here: degraded)",
+        "new degraded: target=cpu op=summary_scale candidate=summary_fast (1 dispatches)",
+        "    reason: the measured winner summary_fast could not run here (it declined "
+        "inputs of the shapes it was measured on: *); summary_slow ran instead, *x slower "
+        "when measured"])

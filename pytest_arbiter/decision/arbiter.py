@@ -1,0 +1,413 @@
+"""The arbiter: dispatches an op to the candidate its key's plan names, and records it.
+
+``Arbiter.dispatch`` is the hot path: a memoised plan per input signature, the serving
+candidate's ``accepts`` re-check, the call and one histogram count. Everything slow
+(validation, the F4 gate, timing, cache writes, declines, errors) happens once per
+signature in planning (:mod:`pytest_arbiter.decision.planner`), or on the slow path
+(:meth:`Arbiter._run_steps`).
+
+Lead-safety: with the gate on (every pytest run), a candidate runs for a dispatch key
+only after it passed the F4 gate for that key in this process; one that fails is
+passed over and recorded as ``rejected`` on every dispatch it would have served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pytest_arbiter.cache import MeasureCache
+from pytest_arbiter.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
+from pytest_arbiter.decision.gating import GateMemo, layout
+from pytest_arbiter.decision.planner import build_keyplan
+from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
+from pytest_arbiter.decision.rechecking import Rechecker
+from pytest_arbiter.decision.record import Record
+from pytest_arbiter.decision.selection import DispatchEvent
+from pytest_arbiter.decision.states import (
+    ACCEPTS_FALSE,
+    DEFAULT_CALL_TIMEOUT_S,
+    MODES,
+    DispatchKey,
+    Mode,
+    exc_text,
+    is_mode,
+)
+from pytest_arbiter.device import target_of_array
+from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
+from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
+from pytest_arbiter.measure import ComparePolicy
+from pytest_arbiter.ops import OPS, OpRegistry
+from pytest_arbiter.recheck import RecheckPolicy, RunBudget
+from pytest_arbiter.regions import Region
+
+StepOutcome = Literal["ran", "declined", "passed", "error", "rejected"]
+"""What one step did with a dispatch: ran it, declined it, was passed over having been
+recorded already (blocked), or the outcome to record."""
+_Tried = tuple[StepOutcome, str, Any]
+
+
+@dataclass(frozen=True)
+class ArbiterConfig:
+    """How an arbiter measures and gates (fixed for its life)."""
+
+    policy: ComparePolicy | None = None
+    gate_seed: int = GATE_SEED
+    gate: bool = True
+    call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
+
+    def compare_policy(self) -> ComparePolicy:
+        policy = self.policy or ComparePolicy()
+        if self.call_timeout_s is not None and policy.call_timeout_s is None:
+            policy = replace(policy, call_timeout_s=self.call_timeout_s)
+        return policy
+
+
+class Arbiter:
+    """Dispatches ops to candidates and records every dispatch in a histogram.
+
+    ``mode``: ``tune`` measures at the first cache miss; ``static`` uses the tier order
+    on a miss; ``strict`` makes a miss an error (CI replay of a committed cache).
+    ``recheck``: re-time each key dispatched from the cache, its winner against the
+    runner-up, once per process (:mod:`pytest_arbiter.recheck`); a winner now slower is
+    recorded as ``stale`` and, in tune mode, the key is measured again.
+    ``gate``: F4-gate every candidate for a dispatch key before it first runs for it
+    (on in every pytest run). Off (production's default), a candidate runs ungated only
+    when the key's cache entry vouches for its current code (it was gated and timed
+    with it); any other candidate (no entry, code changed since, never measured) is
+    still gated before its first run. ``call_timeout_s``: the per-call watchdog of
+    gate and timing calls.
+    """
+
+    def __init__(self, *, registry: CandidateRegistry | None = None,
+                 ops: OpRegistry | None = None, cache: MeasureCache | None = None,
+                 histogram: DispatchHistogram | None = None, mode: Mode = "tune",
+                 policy: ComparePolicy | None = None, gate_seed: int = GATE_SEED,
+                 gate: bool = True, call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S,
+                 recheck: RecheckPolicy | None = None, recheck_budget: RunBudget | None = None,
+                 ) -> None:
+        if not is_mode(mode):
+            raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
+        self.registry = registry if registry is not None else REGISTRY
+        self.ops = ops if ops is not None else OPS
+        self.cache = cache if cache is not None else MeasureCache()
+        self.mode = mode
+        self.config = ArbiterConfig(policy, gate_seed, gate, call_timeout_s)
+        self.record = Record(histogram if histogram is not None else DispatchHistogram())
+        self.plans = PlanTables()
+        self._hot = self.plans.young(mode)
+        self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop)
+        self.recheck = Rechecker(recheck, recheck_budget)
+        self.events: dict[DispatchKey, DispatchEvent] = {}
+
+    # -- what others read -------------------------------------------------------------
+
+    @property
+    def histogram(self) -> DispatchHistogram:
+        return self.record.histogram
+
+    @property
+    def reasons(self) -> dict[HistogramKey, str]:
+        """Why each degraded, rejected, error and no_candidate entry happened (the first
+        reason seen): the decline's reason, the gate's report line, the exception."""
+        return self.record.reasons
+
+    @property
+    def gate_enabled(self) -> bool:
+        return self.config.gate
+
+    @property
+    def gate_seed(self) -> int:
+        return self.config.gate_seed
+
+    @property
+    def rechecks(self) -> dict[Any, Any]:
+        """Each key dispatched from the cache and re-timed: its result (None: the run's
+        recheck budget was spent before it)."""
+        return self.recheck.results
+
+    def _reasons_of(self, outcome: str) -> dict[tuple[str, str, str], str]:
+        return {(k.target, k.op, k.selected): v for k, v in self.reasons.items()
+                if k.outcome == outcome}
+
+    @property
+    def declines(self) -> dict[tuple[str, str, str], str]:
+        """(target, op, candidate) -> the reason of its first recorded degrade."""
+        return self._reasons_of("degraded")
+
+    @property
+    def errors(self) -> dict[tuple[str, str, str], str]:
+        """(target, op, candidate) -> its first recorded exception."""
+        return self._reasons_of("error")
+
+    # -- the hot path -------------------------------------------------------------------
+
+    def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
+        """Run ``op`` on ``inputs`` with the arbitrated candidate and record the outcome."""
+        return self.dispatch_inputs(op, inputs, target)
+
+    def dispatch_inputs(self, op: str, inputs: tuple[Any, ...], target: str | None) -> Any:
+        """:meth:`dispatch` with the inputs as one tuple (what ``pytest_arbiter.dispatch``
+        calls: no argument repacking on the way)."""
+        try:
+            if len(inputs) == 1:
+                x = inputs[0]
+                sig: Any = (op, target, x.__class__, x.shape, x.dtype, x.strides)
+            elif len(inputs) == 2:
+                a, b = inputs
+                sig = (op, target, a.__class__, a.shape, a.dtype, a.strides,
+                       b.__class__, b.shape, b.dtype, b.strides)
+            else:
+                sig = (op, target, *[(x.__class__, x.shape, x.dtype, x.strides)
+                                     for x in inputs])
+            plan = self._hot.get(sig)
+        except (AttributeError, TypeError):
+            sig, plan = signature(op, target, inputs), None
+        if (plan is None or plan.generation != self.registry.generation
+                or plan.cache_version != self.cache.version):
+            plan = self._find_plan(self.mode, op, inputs, target, sig)
+        run = plan.run
+        if run is None:
+            return self._run_steps(plan.keyplan, inputs, -1, None)
+        pre = plan.pre
+        if pre is not None:
+            try:
+                if any(check(*inputs) for check in pre):
+                    return self._run_steps(plan.keyplan, inputs, -1, None)
+            except Exception:
+                return self._run_steps(plan.keyplan, inputs, -1, None)  # it records them
+        accepts = plan.accepts
+        try:
+            if accepts is None or accepts(*inputs):
+                out = run(*inputs)
+                plan.won()  # type: ignore[misc]
+                return out
+        except Exception as exc:
+            return self._run_steps(plan.keyplan, inputs, plan.start, exc)
+        return self._run_steps(plan.keyplan, inputs, plan.start, False)
+
+    def dispatch_as(self, mode: Mode, op: str, *inputs: Any, target: str | None = None) -> Any:
+        """:meth:`dispatch` in another mode, on this arbiter's cache, gate and histogram."""
+        if mode == self.mode:
+            return self.dispatch_inputs(op, inputs, target)
+        if not is_mode(mode):
+            raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
+        sig = signature(op, target, inputs)
+        plan = self.plans.young(mode).get(sig) if sig is not None else None
+        if (plan is None or plan.generation != self.registry.generation
+                or plan.cache_version != self.cache.version):
+            plan = self._find_plan(mode, op, inputs, target, sig)
+        return self._run_steps(plan.keyplan, inputs, -1, None)
+
+    # -- the slow path --------------------------------------------------------------------
+
+    def _run_steps(self, kp: KeyPlan, inputs: Sequence[Any], start: int,
+                   first: BaseException | bool | None) -> Any:
+        """Every dispatch but the fast step's success: declines, errors, candidates that
+        are blocked (recorded when the dispatch reaches them), the gate of a candidate
+        not yet gated for these inputs' layout, and the reference when nothing could run.
+
+        ``first``: what the fast step ``start`` already did (raised, or ``False``:
+        declined through ``accepts``); ``None``: nothing ran yet.
+        """
+        target, op_name = kp.key.target, kp.key.op
+        declined: tuple[str, str] | None = None
+        reached = False
+        for index, step in enumerate(kp.steps):
+            name = step.cand.name
+            if index == start and first is not None:
+                outcome = _first_outcome(first)
+            else:
+                outcome = self._try_step(kp, step, inputs)
+            if outcome[0] == "declined":
+                declined = declined or (name, outcome[1])
+                continue
+            reached = True
+            if outcome[0] == "ran":
+                return self._served(kp, step, inputs, declined, outcome[2])
+            if outcome[0] == "error" or outcome[0] == "rejected":
+                self.record.add(HistogramKey(target, op_name, name, outcome[0]), outcome[1],
+                                kp.key)
+        if declined is not None:
+            self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])
+        elif not reached:
+            self.record.add(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"),
+                            kp.no_candidate)
+        return kp.op.run_reference(*inputs)
+
+    def _try_step(self, kp: KeyPlan, step: Step, inputs: Sequence[Any]) -> _Tried:
+        """One step on these inputs: ``("ran", "", output)``, ``("declined", why, None)``,
+        or the outcome to record (``error``, ``rejected``) with its reason."""
+        try:
+            if step.accepts is not None and not step.accepts(*inputs):
+                return "declined", ACCEPTS_FALSE, None
+        except Decline as dec:
+            return "declined", dec.reason, None
+        except Exception as exc:
+            return "error", f"accepts() raised {exc_text(exc)}", None
+        if step.blocked is not None:
+            self.record.add(*step.blocked, kp.key)
+            return "passed", "", None
+        if not self._ungated(kp, step, inputs):
+            kind, reason = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
+            if kind in ("decline", "decline_inputs"):
+                return "declined", reason, None
+            if kind != "pass":
+                return ("rejected" if kind == "reject" else "error"), reason, None
+        try:
+            return "ran", "", step.run(*inputs)
+        except Decline as dec:
+            return "declined", dec.reason, None
+        except Exception as exc:
+            return "error", exc_text(exc), None
+
+    def _served(self, kp: KeyPlan, step: Step, inputs: Sequence[Any],
+                declined: tuple[str, str] | None, out: Any) -> Any:
+        """Count a dispatch ``step`` served: ``won``, or ``degraded`` under the key's
+        measured winner when it could not run here (:class:`~.plans.Fallback`)."""
+        why = self._fallback_why(kp, step, inputs, declined)
+        if why is None:
+            step.won()
+            return out
+        assert kp.fallback is not None
+        self.record.add(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner, "degraded"),
+                        kp.fallback.reason(why, step.cand.name))
+        return out
+
+    @staticmethod
+    def _fallback_why(kp: KeyPlan, step: Step, inputs: Sequence[Any],
+                      declined: tuple[str, str] | None) -> str | None:
+        """Why the key's winner did not serve these inputs, when that is a silent
+        fallback (None: it is not one)."""
+        fb = kp.fallback
+        if fb is None or step.cand.name == fb.winner:
+            return None
+        if fb.unavailable:
+            return fb.unavailable
+        if declined is not None and declined[0] == fb.winner and fb.measured_on(inputs):
+            return f"it declined inputs of the shapes it was measured on: {declined[1]}"
+        return None
+
+    def _ungated(self, kp: KeyPlan, step: Step, inputs: Sequence[Any]) -> bool:
+        """Whether ``step`` runs these inputs without the gate: only with the gate off, a
+        candidate the corpus vouches for, on row-major inputs (what it was gated on when
+        measured), and not rejected in this process."""
+        return (not self.config.gate and step.vouched
+                and all(c == "C" for c in layout(inputs))
+                and not self.gates.known_bad(kp.key, step.cand, inputs))
+
+    # -- planning -------------------------------------------------------------------------
+
+    def _find_plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None,
+                   sig: Any) -> Plan:
+        stamp = (self.registry.generation, self.cache.version)
+        if sig is not None:
+            found = self.plans.older(mode, sig, stamp)
+            if found is not None:
+                return found
+        plan = self._plan(mode, op_name, inputs, target)
+        if sig is not None:
+            self.plans.remember(mode, sig, plan)
+        return plan
+
+    def _plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None
+              ) -> Plan:
+        the_op = self.ops.get(op_name)
+        the_op.validate(*inputs)
+        if target is not None and target not in known_targets():
+            raise ValueError(f"dispatch of {op_name!r}: unknown target {target!r}; known "
+                             f"targets: {', '.join(known_targets())}")
+        resolved = target if target is not None else (
+            target_of_array(inputs[0]) if inputs else "cpu")
+        stamp = (self.registry.generation, self.cache.version)
+        region = the_op.region_of(*inputs)
+        needs = self.registry.alignment_needs(the_op.name, resolved)
+        key = DispatchKey(resolved, the_op.name, region.bucket(needs), region.dtype)
+        kp = self.plans.keyplans.get((mode, key))
+        if kp is None or kp.stamp != stamp or kp.retry:
+            kp = build_keyplan(self, mode, the_op, region, needs, key, inputs)
+            self.plans.keyplans[(mode, key)] = kp
+        start, pre, declined = self._fast_start(kp, inputs)
+        won = self._plan_counter(kp, start, inputs, declined)
+        return Plan(kp, start, pre, (self.registry.generation, self.cache.version), won)
+
+    def _plan_counter(self, kp: KeyPlan, start: int, inputs: Sequence[Any],
+                      declined: tuple[str, str] | None) -> Callable[[], int] | None:
+        """The fast step's counter when it serves in the winner's place (a silent
+        fallback: ``degraded``); None for its own ``won``. Notes what ran on the event."""
+        if not 0 <= start < len(kp.steps):
+            return None
+        step = kp.steps[start]
+        event = self.events.get(kp.key)
+        if event is not None:
+            event.ran = step.cand.name
+        why = self._fallback_why(kp, step, inputs, declined)
+        if why is None or kp.fallback is None:
+            return None
+        reason = kp.fallback.reason(why, step.cand.name)
+        self.record.note(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner,
+                                      "degraded"), reason)
+        if event is not None:
+            event.fallback = reason
+        return kp.degraded
+
+    def _fast_start(self, kp: KeyPlan, inputs: Sequence[Any]
+                    ) -> tuple[int, tuple[Callable[..., bool], ...], tuple[str, str] | None]:
+        """The step that serves inputs of this signature on the fast path, gated now if
+        it was not (-1: the slow path every time); the ``accepts`` of the steps above it
+        that declined these inputs, and the first of them with its reason."""
+        pre: list[Callable[..., bool]] = []
+        first: tuple[str, str] | None = None
+        for index, step in enumerate(kp.steps):
+            try:
+                if step.accepts is not None and not step.accepts(*inputs):
+                    pre.append(step.accepts)
+                    first = first or (step.cand.name, ACCEPTS_FALSE)
+                    continue
+            except Exception:
+                return -1, (), None  # recorded on each dispatch, by the slow path
+            if step.blocked is not None:
+                return -1, (), None  # reached by every such dispatch: charged each time
+            if self._ungated(kp, step, inputs):
+                return index, tuple(pre), first
+            kind, _ = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
+            if kind == "pass":
+                return index, tuple(pre), first
+            if kind in ("decline", "decline_inputs"):
+                held = self.gates.known(kp.key, step.cand, inputs)
+                if held is not None and held.kind == "pass":
+                    # right for the key, raised Decline on these inputs: it stays the fast
+                    # step, so inputs of this signature it can run reach it
+                    return index, tuple(pre), first
+                if held is None:
+                    return -1, (), None  # nothing checked yet: gated again on the next inputs
+                continue  # it declined the key's own generated inputs: not for this key
+            return -1, (), None  # just blocked: charged on the slow path
+        return -1, (), None
+
+    # -- explicit gate ----------------------------------------------------------------------
+
+    def gate(self, candidate_name: str, *inputs: Any, seed: int | None = None) -> GateReport:
+        """F4-gate one registered candidate on ``inputs`` (and the op's generated inputs)."""
+        cand = self.registry.get(candidate_name)
+        the_op = self.ops.get(cand.op)
+        return f4_gate(cand, the_op, inputs=inputs,
+                       seed=self.config.gate_seed if seed is None else seed,
+                       call_timeout_s=self.config.call_timeout_s)
+
+    def gate_region(self, candidate_name: str, region: Region,
+                    seed: int | None = None) -> GateReport:
+        cand = self.registry.get(candidate_name)
+        return f4_gate(cand, self.ops.get(cand.op), region=region,
+                       seed=self.config.gate_seed if seed is None else seed,
+                       call_timeout_s=self.config.call_timeout_s)
+
+
+def _first_outcome(first: BaseException | bool) -> _Tried:
+    """What the fast step already did, as :meth:`Arbiter._try_step` would say it."""
+    if first is False:
+        return "declined", ACCEPTS_FALSE, None
+    if isinstance(first, Decline):
+        return "declined", first.reason, None
+    return "error", exc_text(first), None  # type: ignore[arg-type]

@@ -1,0 +1,155 @@
+"""The F4 gate as the decision core uses it: one typed verdict per candidate, key and
+layout of the inputs, memoised for the process.
+
+Lead-safety: a candidate runs for a dispatch key only after it passed the gate for that
+key and layout in this process (or, with the gate off, the corpus vouches for its code);
+a ``reject`` or ``error`` holds for the whole key.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.decision.states import DispatchKey, GateKind
+from pytest_arbiter.gate import GateReport, f4_gate
+from pytest_arbiter.ops import Op
+
+
+class Verdict(NamedTuple):
+    """The gate's verdict on one candidate, and the reason for people."""
+
+    kind: GateKind
+    reason: str = ""
+
+
+PASS = Verdict("pass")
+
+
+def verdict_of(report: GateReport) -> Verdict:
+    """One gate report as a :class:`Verdict`."""
+    if report.error:
+        return Verdict("error", f"in the F4 gate: {report.error}")
+    if report.rejected:
+        return Verdict("reject", f"failed the F4 gate: {_gate_line(report)}")
+    if not report.passed:
+        return Verdict("decline",
+                       _decline_text(report) or report.reason or "declined every gate input")
+    if report.declined_inputs:
+        return Verdict("decline_inputs", _decline_text(report))
+    return PASS
+
+
+def _decline_text(report: GateReport) -> str:
+    """The reason the dispatch's own inputs were declined (trial 0), if they were."""
+    first = report.trials[0] if report.trials else None
+    if first is None or first.seed is not None or first.status != "declined":
+        return ""
+    return first.reason.removeprefix("Decline: ")
+
+
+def _gate_line(report: GateReport) -> str:
+    """One line: what failed, how far out of budget, on which input and seed."""
+    failing = report.failing
+    where = f" (input #{failing.index}: {failing.shapes}, seed {failing.seed})" if failing else ""
+    return f"{report.reason}{where}"
+
+
+MemoKey = tuple[DispatchKey, str, tuple[str, ...]]
+
+
+@dataclass(eq=False)
+class _Held:
+    cand: Candidate  # the verdict holds for this object: a re-registered name is gated again
+    verdict: Verdict
+
+
+class GateMemo:
+    """Per-process verdicts, keyed by (dispatch key, candidate, layout of the inputs).
+
+    ``on_block`` is called with the key when a candidate is rejected or errors for it
+    (the arbiter drops the key's plans)."""
+
+    def __init__(self, seed: int, call_timeout_s: float | None,
+                 on_block: Callable[[DispatchKey], None]) -> None:
+        self.seed = seed
+        self.call_timeout_s = call_timeout_s
+        self._held: dict[MemoKey, _Held] = {}
+        self._on_block = on_block
+        self._lock = threading.Lock()
+
+    def known(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> Verdict | None:
+        """The verdict already held for ``cand`` on these inputs' layout, if any."""
+        held = self._held.get((key, cand.name, layout(inputs)))
+        return held.verdict if held is not None and held.cand is cand else None
+
+    def known_bad(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> bool:
+        found = self.known(key, cand, inputs)
+        return found is not None and found.kind in ("reject", "error")
+
+    def verdict(self, op: Op, key: DispatchKey, cand: Candidate,
+                inputs: Sequence[Any]) -> Verdict:
+        """The verdict on ``cand`` for ``key`` and these inputs, gated now if unknown."""
+        found = self.known(key, cand, inputs)
+        if found is not None:
+            return found
+        report = f4_gate(cand, op, inputs=inputs, region=op.region_of(*inputs),
+                         seed=self.seed, call_timeout_s=self.call_timeout_s)
+        found = verdict_of(report)
+        self._remember(op, key, cand, inputs, found)
+        return found
+
+    def _remember(self, op: Op, key: DispatchKey, cand: Candidate, inputs: Sequence[Any],
+                  found: Verdict) -> None:
+        memo_key = (key, cand.name, layout(inputs))
+        if found.kind in ("reject", "error"):
+            with self._lock:
+                self._held[memo_key] = _Held(cand, found)
+            self._on_block(key)
+        elif found.kind in ("pass", "decline_inputs"):
+            # right for the key: later inputs of this layout run it (a decline of theirs
+            # is the dispatch's to handle)
+            with self._lock:
+                self._held[memo_key] = _Held(cand, PASS)
+        elif op.gate_inputs is not None:
+            # it declined the key's own generated inputs too: not run for this layout
+            with self._lock:
+                self._held[memo_key] = _Held(cand, found)
+        # a user op's decline checked nothing: gated again on the next inputs
+
+
+def layout(inputs: Sequence[Any]) -> tuple[str, ...]:
+    """Each input's memory layout class: C- or F-contiguous, strided, or unknown. A pass
+    of the gate holds for the layout it was checked on. A strided input's class says, per
+    axis, whether it steps as a C-contiguous array would (``c``), backwards (``-``), with
+    gaps (``g``), not at all (``0``: broadcast) or into itself (``o``: overlapping
+    windows): rows taken two by two, columns two by two, a reversed and a broadcast array
+    are layouts each gated on its own."""
+    out = []
+    for x in inputs:
+        flags = getattr(x, "flags", None)
+        if flags is None:
+            out.append("?")
+        elif flags.c_contiguous:
+            out.append("C")
+        elif flags.f_contiguous:
+            out.append("F")
+        else:
+            out.append("S" + _strided_class(x))
+    return tuple(out)
+
+
+def _strided_class(x: Any) -> str:
+    try:
+        step = int(x.itemsize)
+        classes = []
+        for stride, n in zip(reversed(x.strides), reversed(x.shape), strict=True):
+            classes.append("c" if stride == step or n == 1 else "-" if stride < 0
+                           else "0" if stride == 0 else "o" if stride < step else "g")
+            step *= max(int(n), 1)
+        return "".join(reversed(classes))
+    except (AttributeError, TypeError, ValueError):
+        return "?"

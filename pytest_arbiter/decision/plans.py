@@ -1,0 +1,177 @@
+"""Memoised dispatch plans: per dispatch key its ordered steps (:class:`KeyPlan`), per
+input signature the step that serves it on the hot path (:class:`Plan`), and the
+two-generation tables that hold them (:class:`PlanTables`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
+from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.ops import Op
+
+
+@dataclass(eq=False)
+class Step:
+    """One candidate of a key's order, with its counter.
+
+    ``blocked``: the histogram key and reason of a candidate whose ``available()``
+    raised: it never runs for the key, and every dispatch that reaches it records the
+    error. ``vouched``: the key's cache entry vouches for its current code (gated and
+    timed with it): a run with the gate off runs it ungated.
+    """
+
+    cand: Candidate
+    accepts: Callable[..., bool] | None  # None: it accepts everything
+    run: Callable[..., Any]
+    won: Callable[[], int]
+    blocked: tuple[HistogramKey, str] | None = None
+    vouched: bool = False
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The key's measured winner, for telling a silent fallback from a measured order:
+    a dispatch another candidate serves is ``degraded`` when the winner is unavailable
+    here, or declined inputs of the shapes its entry measured it on."""
+
+    winner: str
+    unavailable: str
+    """Why the winner cannot run here at all (empty: it can)."""
+    shapes: tuple[tuple[int, ...], ...]
+    medians: dict[str, float]
+    """The entry's median per candidate, for the measured slowdown."""
+
+    def measured_on(self, inputs: Sequence[Any]) -> bool:
+        """Whether ``inputs`` are what the entry measured: its shapes, row-major (a
+        tuning dispatch's inputs; another layout is a decline the key does not vouch
+        for)."""
+        try:
+            return (all(x.flags.c_contiguous for x in inputs)
+                    and tuple(tuple(int(d) for d in x.shape) for x in inputs) == self.shapes)
+        except (AttributeError, TypeError, ValueError):
+            return False
+
+    def reason(self, why: str, ran: str) -> str:
+        """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
+        mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
+        slower = (f", {theirs / mine:.3g}x slower when measured" if mine > 0 and theirs > 0
+                  else ", never timed against it")
+        return (f"the measured winner {self.winner} could not run here ({why}); "
+                f"{ran} ran instead{slower}")
+
+
+@dataclass(eq=False)
+class KeyPlan:
+    """The order of one dispatch key in one mode."""
+
+    op: Op
+    key: DispatchKey
+    mode: Mode
+    steps: tuple[Step, ...]
+    no_candidate: str  # why nothing could run, when there are no steps
+    stamp: tuple[int, int]
+    retry: bool = False
+    """Tuning, the key's entry has a candidate that declined the only inputs it was
+    tried on: each new input signature plans the key again, so the measurement tries it."""
+    fallback: Fallback | None = None
+    degraded: Callable[[], int] | None = None
+    """The counter of a dispatch the winner did not serve (``fallback``)."""
+
+
+class Plan:
+    """The memoised dispatch of one input signature: a key plan plus its fast step.
+
+    ``run`` is ``None`` when the signature must take the slow path every time (a
+    candidate above to charge, one not gated yet, or none that ran its first inputs).
+    ``pre``: the ``accepts`` of higher steps that declined the first inputs; inputs of
+    the same signature that one of them accepts take the slow path, so every input gets
+    the same candidate and outcome whatever came first. ``won`` counts a dispatch the
+    fast step served: ``won`` under its name, or ``degraded`` under the winner's.
+    """
+
+    __slots__ = ("accepts", "cache_version", "generation", "keyplan", "pre", "run", "start",
+                 "won")
+
+    def __init__(self, keyplan: KeyPlan, start: int, pre: tuple[Callable[..., bool], ...],
+                 stamp: tuple[int, int], won: Callable[[], int] | None = None) -> None:
+        self.keyplan = keyplan
+        self.start = start
+        self.pre = pre or None
+        self.generation, self.cache_version = stamp
+        fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
+        if fast is None or fast.blocked is not None:
+            self.accepts: Callable[..., bool] | None = None
+            self.run: Callable[..., Any] | None = None
+            self.won: Callable[[], int] | None = None
+        else:
+            self.accepts, self.run, self.won = fast.accepts, fast.run, won or fast.won
+
+
+class PlanTables:
+    """Plans by input signature, per mode, in two generations: a plan used since the
+    last rotation survives it, so the cost stays flat for any working set of up to
+    :data:`MAX_PLANS` signatures."""
+
+    def __init__(self) -> None:
+        self.keyplans: dict[tuple[Mode, DispatchKey], KeyPlan] = {}
+        self._young: dict[Mode, dict[Any, Plan]] = {}
+        self._old: dict[Mode, dict[Any, Plan]] = {}
+        self._lock = threading.RLock()
+
+    def young(self, mode: Mode) -> dict[Any, Plan]:
+        """The table the hot path reads (the arbiter keeps a reference to its own mode's)."""
+        found = self._young.get(mode)
+        if found is None:
+            found = self._young.setdefault(mode, {})
+            self._old.setdefault(mode, {})
+        return found
+
+    def older(self, mode: Mode, sig: Any, stamp: tuple[int, int]) -> Plan | None:
+        """A current plan of the older generation, moved to the young one."""
+        found = self._old.get(mode, {}).get(sig)
+        if found is None or (found.generation, found.cache_version) != stamp:
+            return None
+        self.remember(mode, sig, found)
+        return found
+
+    def remember(self, mode: Mode, sig: Any, plan: Plan) -> None:
+        with self._lock:
+            young = self.young(mode)
+            if len(young) >= MAX_PLANS:
+                old = self._old[mode]
+                old.clear()
+                old.update(young)
+                young.clear()
+            young[sig] = plan
+
+    def drop(self, key: DispatchKey) -> None:
+        """Forget the plans of one dispatch key (a candidate of it was just blocked)."""
+        with self._lock:
+            for mode, k in [mk for mk in self.keyplans if mk[1] == key]:
+                self.keyplans.pop((mode, k), None)
+            for table in (*self._young.values(), *self._old.values()):
+                for sig in [s for s, p in table.items() if p.keyplan.key == key]:
+                    del table[sig]
+
+
+def signature(op: str, target: str | None, inputs: Sequence[Any]) -> Any:
+    """A signature for inputs without strides (other array types), None if unhashable."""
+    try:
+        sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
+        hash(sig)
+    except (AttributeError, TypeError):
+        return None
+    return sig
+
+
+def default_accepts(cand: Candidate) -> Callable[..., bool] | None:
+    """``None`` when ``cand`` keeps the base class's accept-everything ``accepts``."""
+    method = cand.accepts
+    if getattr(method, "__func__", None) is Candidate.accepts:
+        return None
+    return method

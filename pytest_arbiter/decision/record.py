@@ -1,0 +1,66 @@
+"""What an arbiter records: the dispatch counts, the first reason behind each entry, and
+the findings of measurements and replays.
+
+The counting rule (docs/contract.md, "Counting"): every dispatch counts once, under the
+outcome it had. A failing kernel (``rejected`` or ``error``) that a measurement or a
+replay of the corpus found for a key counts once per key and run, unless a dispatch of
+the run reached it: then that dispatch is what counts. Findings are kept with their
+key and whether a dispatch reached them, so the controller of an xdist run counts a key
+that two workers found once, and one a worker's dispatch reached not at all.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pytest_arbiter.decision.states import DispatchKey
+from pytest_arbiter.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
+
+
+class Record:
+    """Counts, reasons and findings of one process.
+
+    The histogram holds every dispatch and every finding no dispatch has reached yet: a
+    dispatch that reaches a finding's kernel takes its place (it is not counted twice).
+    """
+
+    def __init__(self, histogram: DispatchHistogram) -> None:
+        self.histogram = histogram
+        self.reasons: dict[HistogramKey, str] = {}
+        """Why each degraded, rejected, error and no_candidate entry happened (the first
+        reason seen): the decline's reason, the gate's report line, the exception."""
+        self.findings: dict[FindingKey, str] = {}
+        """The findings of this process, in the order found, with their reasons."""
+        self.reached: set[FindingKey] = set()
+        """The findings a dispatch of this process reached."""
+        self._lock = threading.Lock()
+
+    def add(self, key: HistogramKey, reason: str, at: DispatchKey | None = None) -> None:
+        """Count one dispatch of ``key`` (of dispatch key ``at``); keep ``reason`` if it
+        is the first. The first dispatch to reach a found kernel takes its count."""
+        self.reasons.setdefault(key, reason)
+        if at is not None and key.outcome in ("rejected", "error"):
+            found: FindingKey = (*at, key.selected, key.outcome)
+            with self._lock:
+                if found in self.findings and found not in self.reached:
+                    self.reached.add(found)
+                    return
+        self.histogram.add(key)
+
+    def note(self, key: HistogramKey, reason: str) -> None:
+        """Keep ``reason`` for ``key`` if none is kept yet (nothing counted)."""
+        self.reasons.setdefault(key, reason)
+
+    def finding(self, at: DispatchKey, name: str, outcome: Outcome, reason: str) -> None:
+        """Count a failing kernel found for ``at``: once per key in the process."""
+        found: FindingKey = (*at, name, outcome)
+        with self._lock:
+            if found in self.findings:
+                return
+            self.findings[found] = reason
+        self.reasons.setdefault(HistogramKey(at.target, at.op, name, outcome), reason)
+        self.histogram.add(HistogramKey(at.target, at.op, name, outcome))
+
+    def unreached(self) -> list[FindingKey]:
+        """The findings no dispatch of this process reached."""
+        return [f for f in self.findings if f not in self.reached]
