@@ -753,6 +753,18 @@ class Bench:
                                    for t in self.inputs(case, seed)]
         return self._refs[key]
 
+    def _user_references(self, op: Any, case: Case, seed: int, report: Any
+                         ) -> list[np.ndarray]:
+        """The exact results of the trials the gate ran the user op's kernel on (the
+        dispatch's and the derived ones), rounded to the case's dtype."""
+        from pytest_arbiter.dtypes import round_to
+
+        trials = _user_trial_inputs(op, self.inputs(case, seed)[0], seed)
+        ran = [t for t, r in zip(trials, report.trials, strict=True)
+               if r.status not in ("skipped", "declined")]
+        with np.errstate(all="ignore"):
+            return [round_to(np.asarray(op.exact(*t)), case.dtype) for t in ran]
+
     def check(self, variant: Variant, case: Case, seed: int, *,
               baselines: bool = True) -> Verdicts:
         from pytest_arbiter.dtypes import numpy_dtype
@@ -773,7 +785,8 @@ class Bench:
         rejected = {"F4": not report.passed}
         if baselines:
             want_dtype = numpy_dtype(case.dtype)
-            refs = self.references(case, seed)
+            refs = (self._user_references(op, case, seed, report) if case.op == USER_OP
+                    else self.references(case, seed))
             outs = cand.outputs
             wrong = len(outs) != len(refs) or any(
                 isinstance(o, BaseException) or o.dtype != want_dtype for o in outs)
@@ -783,6 +796,15 @@ class Bench:
             rejected["torch"] = wrong or not all(
                 _tolerance_ok(o, r, rtol, atol) for o, r in zip(outs, refs, strict=True))
         return Verdicts(rejected, cand.outputs, report, seconds)
+
+
+def _user_trial_inputs(op: Any, own: tuple[np.ndarray, ...], seed: int
+                      ) -> list[tuple[Any, ...]]:
+    """The user op's gate inputs in the gate's order: the dispatch's, then the derived."""
+    from pytest_arbiter.user_inputs import user_trials
+
+    extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
+    return [own, *(t.inputs for t in extra)]
 
 
 def _changed(mutant: list[Any], base: list[Any]) -> bool:
