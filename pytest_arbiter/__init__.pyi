@@ -84,6 +84,7 @@ from .measure import (
 from .ops import (
     OPS as OPS,
     Op as Op,
+    UnknownOpWarning as UnknownOpWarning,
     allow_tf32 as allow_tf32,
     op as op,
 )

@@ -650,3 +650,32 @@ def test_findings_planned_by_one_thread_are_recorded_under_their_own_op() -> Non
     counts = replay.histogram.counts()
     assert counts.get(("cpu", "matmul", "zeros", "rejected")) == 1
     assert ("cpu", "softmax", "zeros", "rejected") not in counts
+
+
+def test_a_plain_number_input_is_planned_once_per_type(monkeypatch: pytest.MonkeyPatch,
+                                                       clean_registry: None) -> None:
+    """A user op's plain-number argument (an ``eps``, a scale) is part of the plan's
+    signature by its type: repeat dispatches hit the memoised plan."""
+    import pytest_arbiter
+
+    pytest_arbiter.op("td_scale", reference=lambda x, s: x * s)
+
+    @pytest_arbiter.candidate("td_scale", target="cpu", name="td_mul")
+    def mul(x: np.ndarray, s: float) -> np.ndarray:
+        return x * s
+
+    arb = Arbiter(mode="static")
+    planned = {"n": 0}
+    real = arb._plan
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        planned["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arb, "_plan", counting)
+    x = np.ones(8)
+    for scale in (2.0, 3.0, 4.0):
+        np.testing.assert_allclose(arb.dispatch("td_scale", x, scale), x * scale)
+    arb.dispatch("td_scale", x, 2)  # another type: another plan
+    assert planned["n"] == 2
+    assert arb.histogram.counts() == {("cpu", "td_scale", "td_mul", "won"): 4}

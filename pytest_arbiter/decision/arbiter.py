@@ -163,7 +163,8 @@ class Arbiter:
                                      for x in inputs])
             plan = self._hot.get(sig)
         except (AttributeError, TypeError):
-            sig, plan = signature(op, target, inputs), None
+            sig = signature(op, target, inputs)
+            plan = self._hot.get(sig) if sig is not None else None
         if (plan is None or plan.generation != self.registry.generation
                 or plan.cache_version != self.cache.version):
             plan = self._find_plan(self.mode, op, inputs, target, sig)

@@ -159,10 +159,17 @@ class PlanTables:
                     del table[sig]
 
 
+_SCALARS = (bool, int, float, complex)
+
+
 def signature(op: str, target: str | None, inputs: Sequence[Any]) -> Any:
-    """A signature for inputs without strides (other array types), None if unhashable."""
+    """The plan signature of inputs the hot path's own cannot read: arrays without
+    strides (other array types) and plain numbers (their type: the value is passed
+    through); None if unhashable."""
     try:
-        sig = (op, target, *[(x.__class__, x.shape, x.dtype) for x in inputs])
+        sig = (op, target, *[x.__class__ if isinstance(x, _SCALARS) else
+                             (x.__class__, x.shape, x.dtype, getattr(x, "strides", None))
+                             for x in inputs])
         hash(sig)
     except (AttributeError, TypeError):
         return None
