@@ -22,10 +22,16 @@ _UNSAFE = re.compile(r"[^a-z0-9]+")
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    """A device tag plus the human-readable name kept in cache provenance."""
+    """A device tag plus the human-readable name kept in cache provenance.
+
+    ``uuid``: the physical device (a GPU's UUID), where the backend knows it; several
+    devices share a tag (eight H100s are all ``sm_90``), and a measurement lock is
+    per physical device (:func:`lock_identity`).
+    """
 
     tag: str
     name: str
+    uuid: str = ""
 
 
 DeviceProbe = Callable[[], "DeviceInfo | str"]
@@ -56,7 +62,10 @@ def cpu_device() -> DeviceInfo:
     return DeviceInfo(f"cpu-{machine.lower()}-{_slug(model)}", model)
 
 
-_RESOLVED: dict[str, DeviceInfo | str] = {}
+_RESOLVED: dict[tuple[str, object], DeviceInfo | str] = {}
+_UNUSABLE: dict[str, str] = {}
+_SELECTORS: dict[str, Callable[[], object]] = {}
+_GENERATION = [0]
 _LOCK = threading.Lock()
 
 
@@ -69,16 +78,60 @@ def register_device_probe(target: str, probe: DeviceProbe) -> None:
     register_target(target)
     with _LOCK:
         BACKENDS.probe_overrides[target] = probe
-        _RESOLVED.pop(target, None)
+        _drop(target)
+
+
+def register_device_selector(target: str, current: Callable[[], object] | None) -> None:
+    """Say which of ``target``'s devices is current (``current()``: a device index, a
+    hashable), so probe results are cached per device, not per target: a process that
+    switches GPUs gets the tag of the one it now uses. ``None`` removes it."""
+    with _LOCK:
+        if current is None:
+            _SELECTORS.pop(target, None)
+        else:
+            _SELECTORS[target] = current
+
+
+def _drop(target: str | None) -> None:
+    for key in [k for k in _RESOLVED if target is None or k[0] == target]:
+        del _RESOLVED[key]
+    _GENERATION[0] += 1
 
 
 def forget(target: str | None = None) -> None:
-    """Drop cached probe results (all targets, or one), e.g. after changing devices."""
+    """Drop cached probe results (all targets, or one), e.g. after changing devices.
+    A lane marked unusable stays so (:func:`mark_unusable`)."""
     with _LOCK:
-        if target is None:
-            _RESOLVED.clear()
-        else:
-            _RESOLVED.pop(target, None)
+        _drop(target)
+
+
+def mark_unusable(target: str, reason: str) -> None:
+    """``target``'s device lane cannot be used again in this process (a sticky CUDA
+    error poisoned its context, a kernel still runs past the watchdog): from now on
+    :func:`probe_device` returns ``reason`` for it, so nothing more is sent there and
+    the arbiter records ``no_candidate`` with the reason. The first reason stays."""
+    with _LOCK:
+        _UNUSABLE.setdefault(target, reason)
+        _GENERATION[0] += 1
+
+
+def unusable_reason(target: str) -> str | None:
+    """Why ``target``'s lane was marked unusable in this process, or ``None``."""
+    return _UNUSABLE.get(target)
+
+
+def reset_unusable(target: str | None = None) -> None:
+    """Forget :func:`mark_unusable` (tests; a real poisoned context stays poisoned)."""
+    with _LOCK:
+        for name in [t for t in _UNUSABLE if target is None or t == target]:
+            del _UNUSABLE[name]
+        _GENERATION[0] += 1
+
+
+def probe_generation() -> int:
+    """A counter that moves whenever a probe result may have changed (:func:`forget`,
+    :func:`mark_unusable`): a plan built from an older probe should be built again."""
+    return _GENERATION[0]
 
 
 def _probe(target: str) -> DeviceInfo | str:
@@ -92,17 +145,38 @@ def _probe(target: str) -> DeviceInfo | str:
     return backend.probe(target)
 
 
+def _current(target: str) -> object:
+    """Which of ``target``'s devices is current (``None``: the target has one, or its
+    selector cannot say)."""
+    select = _SELECTORS.get(target)
+    if select is None:
+        return None
+    try:
+        return select()
+    except Exception:  # a poisoned or lost context: probe again, and say why
+        return _PROBE_AGAIN
+
+
+_PROBE_AGAIN = object()  # never a cache key that was stored: forces a fresh probe
+
+
 def probe_device(target: str) -> DeviceInfo | str:
-    """The device for ``target``, or a string saying why there is none."""
-    found = _RESOLVED.get(target)
+    """The device for ``target``, or a string saying why there is none. Cached per
+    target and current device; a lane marked unusable gives its reason."""
+    lost = _UNUSABLE.get(target)
+    if lost is not None:
+        return lost
+    found = _RESOLVED.get((target, _current(target)))
     if found is not None:
         return found
     try:
         found = _probe(target)
     except Exception as exc:  # a broken driver must not take the dispatch down
         found = f"device probe for {target!r} failed: {type(exc).__name__}: {exc}"
+    current = _current(target)  # the probe may have just loaded the selector's library
     with _LOCK:
-        _RESOLVED[target] = found
+        if current is not _PROBE_AGAIN:
+            _RESOLVED[(target, current)] = found
     return found
 
 
@@ -110,6 +184,18 @@ def device_tag(target: str) -> str | None:
     """The device tag for ``target``, or ``None`` when this machine has no such device."""
     found = probe_device(target)
     return found.tag if isinstance(found, DeviceInfo) else None
+
+
+def lock_identity(tag: str) -> str:
+    """What the measurement lock of device ``tag`` is keyed by: the tag and the UUID of
+    the current device of a probed target with that tag, where its backend gave one
+    (eight H100s under xdist time in parallel, one per GPU); else the tag alone.
+    Probes nothing."""
+    for (target, current), found in list(_RESOLVED.items()):
+        if (isinstance(found, DeviceInfo) and found.tag == tag and found.uuid
+                and target not in _UNUSABLE and _current(target) == current):
+            return f"{tag}-{found.uuid}"
+    return tag
 
 
 def register_array_target(module: str, target_of: Callable[[object], str]) -> None:

@@ -407,15 +407,17 @@ def _judge_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
         # wrong on a strided view must fail here, not pass on a contiguous copy
         prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in inputs])
         with guard():
-            raw = cand.run(*prepared)
+            # the copies back wait for a device candidate's work: under the guard, so a
+            # fault or a hang there is this candidate's, never escapes nor blames the next
+            out = np.asarray(to_host(cand.run(*prepared)))
+            afterwards = [_host(x) for x in prepared]
     except Decline as dec:
         return result("declined", f"Decline: {dec.reason}")
     except (Exception, CallTimeout) as exc:
         return result("error", f"raised {type(exc).__name__}: {exc}")
-    for original, after in zip(originals, prepared, strict=True):
-        if not np.array_equal(original, _host(after), equal_nan=True):
+    for original, after in zip(originals, afterwards, strict=True):
+        if not np.array_equal(original, after, equal_nan=True):
             return result("fail", "the kernel modified its inputs")
-    out = np.asarray(to_host(raw))
     if out.shape != exact.shape:
         return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:

@@ -1,12 +1,14 @@
 """Host-free proof: every bundled .cu compiles for each declared NVIDIA arch, GEMMs spill-free.
 
-The compile uses the text and options the runtime hands to CuPy's RawModule
-(``KernelSource.text()`` / ``.options()``), with the ``nvcc`` on the machine (ptxas
-statistics) or, without one, CuPy's NVRTC (compiles only: no ptxas statistics).
+The compile uses the text the runtime hands to CuPy's RawModule and the options CuPy
+then hands the compiler (``KernelSource.text()`` / ``.nvrtc_options()``): with the
+``nvcc`` on the machine (ptxas statistics), and with NVRTC itself through CuPy's bindings
+wherever libnvrtc loads (no driver, no GPU needed; compiles only, no ptxas statistics).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -33,8 +35,12 @@ def find_nvcc() -> str | None:
 
 
 def nvrtc_reason() -> str | None:
+    """Why CuPy's NVRTC bindings cannot compile here (no CuPy, no libnvrtc), or None.
+    NVRTC needs no driver and no GPU."""
     try:
-        import cupy.cuda.compiler  # noqa: F401
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
@@ -165,16 +171,80 @@ def test_gemm_register_budgets(compiled: dict[str, Compiled]) -> None:
             assert s.registers <= 65536 // (2 * 256), (fn, arch, s)
 
 
-@pytest.mark.skipif(NVCC is not None or nvrtc_reason() is not None,
-                    reason="nvcc is present, so the ptxas tests cover the compile"
-                    if NVCC is not None else f"CuPy's NVRTC is not importable: {nvrtc_reason()}")
+def nvrtc_compile(text: str, options: tuple[str, ...]) -> bytes:
+    """A cubin from NVRTC through CuPy's bindings, without the driver (CuPy's own
+    ``compile_using_nvrtc`` asks the current device for its architecture first)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(text, "kern.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError as exc:
+            raise AssertionError(f"{exc}\n{nvrtc.getProgramLog(prog)}") from exc
+        return bytes(nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@pytest.mark.skipif(nvrtc_reason() is not None,
+                    reason=f"CuPy's NVRTC cannot be loaded: {nvrtc_reason()}")
 @pytest.mark.parametrize("src", sources.SOURCES, ids=lambda s: s.file)
-def test_compiles_with_nvrtc_without_nvcc(src: KernelSource) -> None:
+def test_compiles_with_nvrtc_with_cupys_options(src: KernelSource) -> None:
+    """NVRTC, with exactly the options CuPy's RawModule passes, for each declared arch
+    this NVRTC can target, on a machine with no GPU and no driver."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    version = nvrtc.getVersion()
+    archs = [a for a in (80, 90, 100, 120) if a <= 90 or version >= (12, 8)]
+    for arch in archs:
+        assert nvrtc_compile(src.text(), src.nvrtc_options(arch))
+
+
+def test_options_are_cupys() -> None:
+    """CuPy 14 adds -ftz=true, the arch and --device-as-default-execution-space."""
+    assert sources.SOFTMAX.nvrtc_options(120) == (
+        "-std=c++17", "-ftz=true", "-arch=sm_120", "--device-as-default-execution-space")
+    cmd = sources.SGEMM.nvcc_command("nvcc", ("sm_90",), "out")
+    assert "-ftz=true" in cmd and cmd.index("-ftz=true") < cmd.index("-fatbin")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is None,
+                    reason="CuPy is not installed: the options are pinned by the test above")
+def test_options_match_what_the_installed_cupy_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The options the installed CuPy's compile path (RawModule's callee) hands NVRTC,
+    captured at the NVRTC program, with the driver-dependent parts stubbed."""
     from cupy.cuda import compiler
 
-    for arch in ("80", "90", "120"):
-        ptx = compiler.compile_using_nvrtc(src.text(), options=src.options(), arch=arch)
-        assert ptx
+    captured: list[tuple[str, ...]] = []
+
+    class Captured(Exception):
+        pass
+
+    class Program:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def compile(self, options: tuple[str, ...] = (), log_stream: object = None) -> None:
+            captured.append(tuple(options))
+            raise Captured
+
+    class NoCache:
+        def load(self, name: str) -> None:
+            return None
+
+    monkeypatch.setattr(compiler, "_NVRTCProgram", Program)
+    monkeypatch.setattr(compiler, "_get_nvrtc_version", lambda: (13, 0))
+    monkeypatch.setattr(compiler, "_preprocess", lambda *a, **k: "")
+    monkeypatch.setattr(compiler, "_get_cupy_cache_key", lambda: "key")
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc",
+                        lambda arch=None: (f"-arch=sm_{arch}", "cubin"))
+    monkeypatch.setattr(compiler, "_kernel_cache_backend", NoCache())
+    src = sources.MMA_GEMM
+    with pytest.raises(Captured):
+        compiler._compile_module_with_cache(src.text(), src.options(), arch="90",
+                                            backend="nvrtc", jitify=False)
+    assert captured == [src.nvrtc_options(90)]
 
 
 def test_a_compiler_exists_or_the_skip_says_why() -> None:

@@ -62,8 +62,10 @@ class FakeRuntime:
         return self._props
 
 
-def fake_cupy(props: dict[str, Any], **kw: Any) -> Any:
-    return SimpleNamespace(cuda=SimpleNamespace(runtime=FakeRuntime(props, **kw)))
+def fake_cupy(props: dict[str, Any], *, nvrtc: tuple[int, int] = (13, 0), **kw: Any) -> Any:
+    """A CuPy whose NVRTC (``nvrtc``) and cuBLAS load."""
+    libs = {"nvrtc": SimpleNamespace(getVersion=lambda: nvrtc), "cublas": SimpleNamespace()}
+    return SimpleNamespace(cuda=SimpleNamespace(runtime=FakeRuntime(props, **kw), **libs))
 
 
 H200 = {"name": b"NVIDIA H200", "major": 9, "minor": 0, "l2CacheSize": 60 << 20}
@@ -242,7 +244,8 @@ def test_sgemm_takes_any_float32_shape() -> None:
     assert sgemm.problem(np.zeros((2, 2), np.float16), np.zeros((2, 2), np.float16))
 
 
-def test_emitted_lane_needs_sm80_on_nvidia(no_cupy: None) -> None:
+def test_emitted_lane_needs_sm80_on_nvidia(cupy_as: Callable[[Any], None]) -> None:
+    cupy_as(fake_cupy(H200))
     mma = gpu_candidates()["mma_matmul"]
     assert isinstance(mma, emitted.EmittedCandidate)
     assert "sm_80 or newer" in str(mma.device_problem(DeviceInfo("sm_75", "Tesla T4")))
@@ -294,8 +297,10 @@ class FakeEvent:
     def record(self) -> None:
         self.log.append(f"record {self.name}")
 
-    def synchronize(self) -> None:
-        self.log.append(f"sync {self.name}")
+    @property
+    def done(self) -> bool:
+        self.log.append(f"query {self.name}")
+        return True
 
 
 def timer_cupy(log: list[str], l2: int) -> Any:
@@ -306,8 +311,11 @@ def timer_cupy(log: list[str], l2: int) -> Any:
         log.append(f"alloc {size}")
         return SimpleNamespace(data=memory, nbytes=size)
 
+    def event(disable_timing: bool = False) -> FakeEvent:
+        return FakeEvent(log, "wait" if disable_timing else next(events))
+
     runtime = FakeRuntime({"l2CacheSize": l2})
-    cuda_ns = SimpleNamespace(Event=lambda: FakeEvent(log, next(events)), runtime=runtime,
+    cuda_ns = SimpleNamespace(Event=event, runtime=runtime,
                               get_elapsed_time=lambda start, stop: 1.5)
     return SimpleNamespace(cuda=cuda_ns, empty=empty, uint8=np.uint8)
 
@@ -318,12 +326,17 @@ def test_event_timer_flushes_l2_outside_the_timed_span(cupy_as: Callable[[Any], 
     log: list[str] = []
     cupy_as(timer_cupy(log, 50 << 20))
     timer = CudaEventTimer(flush_l2=flush)
-    assert timer.sample(lambda: log.append("call")) == pytest.approx(1.5e6)
-    timer.sample(lambda: log.append("call"))
+
+    def call() -> None:
+        log.append("call")
+
+    assert timer.sample(call) == pytest.approx(1.5e6)
+    timer.sample(call)
     rep = ["flush 104857600"] if flush else []
+    timed = [*rep, "record start", "call", "record stop", "query stop"]
+    # the first sample of a function starts with one untimed call, waited for
     assert log == [*(["alloc 104857600"] if flush else []),
-                   *rep, "record start", "call", "record stop", "sync stop",
-                   *rep, "record start", "call", "record stop", "sync stop"]
+                   "call", "record wait", "query wait", *timed, *timed]
 
 
 def test_event_timer_is_the_gpu_targets_timer() -> None:

@@ -9,11 +9,15 @@ crashing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from pytest_arbiter import device as core_device
 from pytest_arbiter.device import DeviceInfo
+from pytest_arbiter.runtime.cuda import install
 
 EXTRAS_HINT = "install pytest-arbiter[cuda12], [cuda13] or [rocm]"
+GPU_TARGETS = ("nvidia", "amd")
 
 
 class GpuUnavailable(RuntimeError):
@@ -30,19 +34,40 @@ def _import_cupy() -> Any:
     return cupy
 
 
+def _try_import() -> Any:
+    """CuPy, or why not. Several CuPy distributions in one environment overwrite each
+    other's files (CuPy warns at import, which ``filterwarnings = error`` turns into a
+    failed import): that is found first, from the installed distributions."""
+    duplicate = install.duplicate_reason(install.installed_cupy())
+    if duplicate is not None:
+        return duplicate
+    try:
+        return _import_cupy()
+    except ImportError as exc:
+        return f"CuPy is not importable ({exc}); {EXTRAS_HINT}"
+    except Exception as exc:  # a broken install must not take the run down
+        return f"CuPy failed to import: {type(exc).__name__}: {exc}"
+
+
 def cupy_or_reason() -> Any:
     """The CuPy module, or a string saying why it cannot be used (tried once)."""
     if not _CUPY:
         with _LOCK:
             if not _CUPY:
-                try:
-                    found: Any = _import_cupy()
-                except ImportError as exc:
-                    found = f"CuPy is not importable ({exc}); {EXTRAS_HINT}"
-                except Exception as exc:  # a broken install must not take the run down
-                    found = f"CuPy failed to import: {type(exc).__name__}: {exc}"
+                found = _try_import()
+                if not isinstance(found, str):
+                    _select_current_device(found)
                 _CUPY.append(found)
     return _CUPY[0]
+
+
+def _select_current_device(cp: Any) -> None:
+    """Probe results per device: the core caches them by CuPy's current device."""
+    def current() -> object:
+        return int(cp.cuda.runtime.getDevice())
+
+    for target in GPU_TARGETS:
+        core_device.register_device_selector(target, current)
 
 
 def load_cupy() -> Any:
@@ -53,10 +78,24 @@ def load_cupy() -> Any:
     return found
 
 
+_RESETS: list[Callable[[], None]] = []
+
+
+def on_reset(forget: Callable[[], None]) -> None:
+    """Call ``forget`` on :func:`reset` (the lane's caches of what CuPy said)."""
+    _RESETS.append(forget)
+
+
 def reset() -> None:
-    """Forget the import attempt (tests swap CuPy in and out)."""
+    """Forget the import attempt and everything the lane learnt from CuPy: the toolkit
+    checks, the timers, a lane marked unusable (tests swap CuPy in and out)."""
     with _LOCK:
         _CUPY.clear()
+    for target in GPU_TARGETS:
+        core_device.register_device_selector(target, None)
+        core_device.reset_unusable(target)
+    for forget in _RESETS:
+        forget()
 
 
 def _text(value: object) -> str:
@@ -99,8 +138,21 @@ def describe_device(cp: Any, target: str) -> DeviceInfo | str:
         arch = _text(props.get("gcnArchName")).split(":")[0]
         if not arch:
             return f"ROCm device {name!r} reports no gcnArchName"
-        return DeviceInfo(arch, name)
-    return DeviceInfo(f"sm_{int(props['major'])}{int(props['minor'])}", name)
+        return DeviceInfo(arch, name, _uuid(props))
+    return DeviceInfo(f"sm_{int(props['major'])}{int(props['minor'])}", name, _uuid(props))
+
+
+def _uuid(props: Any) -> str:
+    """The device's UUID as hex, else its PCI address, else ``""``."""
+    uuid = props.get("uuid")
+    if isinstance(uuid, bytes) and uuid.strip(b"\x00"):
+        return uuid.hex()
+    if uuid and not isinstance(uuid, bytes):
+        return str(uuid)
+    if "pciBusID" in props:
+        return (f"pci-{int(props.get('pciDomainID', 0)):04x}:{int(props['pciBusID']):02x}:"
+                f"{int(props.get('pciDeviceID', 0)):02x}")
+    return ""
 
 
 def probe(target: str) -> DeviceInfo | str:

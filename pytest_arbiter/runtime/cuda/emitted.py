@@ -76,7 +76,7 @@ class EmittedCandidate(GpuCandidate):
         if cc is None or cc < sources.MIN_COMPUTE_CAPABILITY:
             return (f"the emitted kernels need sm_{sources.MIN_COMPUTE_CAPABILITY} or newer, "
                     f"this device is {device.tag} ({device.name})")
-        return None
+        return super().device_problem(device)
 
 
 class TiledSgemm(EmittedCandidate):

@@ -3,7 +3,9 @@
 ``run`` takes NumPy or CuPy arrays. It checks the inputs before it imports CuPy or
 touches the device; host inputs are copied to the device and the result is copied
 back, device inputs stay there. ``prepare_inputs`` does the copy once, so the F4 gate
-and the timer see the kernel alone.
+and the timer see the kernel alone. ``run`` returns after its device work is done
+(polled, so the watchdog can stop a hang), except inside the event timer's span; a
+sticky CUDA error ends the lane for the process (:mod:`.faults`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from pytest_arbiter.candidates import Candidate
 from pytest_arbiter.device import DeviceInfo, probe_device
 from pytest_arbiter.dtypes import dtype_name, numpy_dtype
+from pytest_arbiter.runtime.cuda import faults, toolkit
 from pytest_arbiter.runtime.cuda.device import cupy_or_reason, load_cupy
 
 _BF16_LOCK = threading.Lock()
@@ -53,6 +56,9 @@ class GpuCandidate(Candidate):
 
     lane = ""  # "shipped" (a library call) or "emitted" (a bundled kernel)
     arity = 1
+    needs: tuple[str, ...] = ("nvrtc",)
+    """The CUDA libraries it calls: ``nvrtc`` (compiled kernels, CuPy's elementwise and
+    reduction kernels too), ``cublas``."""
 
     def __init__(self, name: str, op: str, target: str, tier: int,
                  dtypes: tuple[str, ...]) -> None:
@@ -66,8 +72,12 @@ class GpuCandidate(Candidate):
         raise NotImplementedError
 
     def device_problem(self, device: DeviceInfo) -> str | None:
-        """Why this candidate cannot run on ``device`` although CuPy found it."""
-        return None
+        """Why this candidate cannot run on ``device`` although CuPy found it: a library
+        in :attr:`needs` missing, or NVRTC unable to build code the device loads."""
+        cp = cupy_or_reason()
+        if isinstance(cp, str):
+            return cp
+        return toolkit.toolkit_problem(cp, device, self.needs)
 
     def launch(self, cp: Any, *inputs: Any) -> Any:
         """Run on device arrays that passed :meth:`problem`; return a device array."""
@@ -98,15 +108,19 @@ class GpuCandidate(Candidate):
     def prepare_inputs(self, *inputs: Any) -> tuple[Any, ...]:
         self.check(*inputs)
         cp = load_cupy()
-        return tuple(cp.ascontiguousarray(cp.asarray(x)) for x in inputs)
+        with faults.device_work(self.target, self.name):
+            return tuple(cp.ascontiguousarray(cp.asarray(x)) for x in inputs)
 
     def run(self, *inputs: Any) -> Any:
         self.check(*inputs)
         cp = load_cupy()
-        on_host = isinstance(inputs[0], np.ndarray)
-        device_inputs = [cp.asarray(x) for x in inputs] if on_host else list(inputs)
-        out = self.launch(cp, *device_inputs)
-        return cp.asnumpy(out) if on_host else out
+        with faults.device_work(self.target, self.name):
+            on_host = isinstance(inputs[0], np.ndarray)
+            device_inputs = [cp.asarray(x) for x in inputs] if on_host else list(inputs)
+            out = self.launch(cp, *device_inputs)
+            if not faults.in_timed_span():
+                faults.wait_for_stream(cp)
+            return cp.asnumpy(out) if on_host else out
 
     @staticmethod
     def _needs_bfloat16(inputs: tuple[Any, ...]) -> bool:

@@ -22,6 +22,7 @@ class LibraryMatmul(GpuCandidate):
 
     lane = "shipped"
     arity = 2
+    needs = ("cublas",)
 
     def problem(self, *inputs: Any) -> str | None:
         return matmul_inputs_problem(inputs, self.dtypes)

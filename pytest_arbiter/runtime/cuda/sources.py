@@ -45,14 +45,32 @@ class KernelSource:
         return _expand(self.path)
 
     def options(self) -> tuple[str, ...]:
-        """Compiler options shared by NVRTC and nvcc."""
+        """The options the runtime hands to ``RawModule`` (CuPy adds its own to them:
+        :meth:`nvrtc_options`)."""
         return ("-std=c++17", *(f"-D{name}={value}" for name, value in self.defines))
 
+    def nvrtc_options(self, arch: int) -> tuple[str, ...]:
+        """Exactly what CuPy 14's ``RawModule`` hands NVRTC for a cubin of ``sm_<arch>``:
+        :meth:`options`, then ``-ftz=true`` (``_compile_with_cache_cuda``), the
+        architecture and ``--device-as-default-execution-space``
+        (``_compile_using_nvrtc``), in that order."""
+        return (*self.options(), *CUPY_NVRTC_OPTIONS, f"-arch=sm_{arch}", CUPY_DEFAULT_DEVICE)
+
     def nvcc_command(self, nvcc: str, archs: tuple[str, ...], out: str) -> list[str]:
-        """An nvcc call that compiles this source to a cubin per arch, with ptxas stats."""
+        """An nvcc call that compiles this source to a cubin per arch, with ptxas stats,
+        with CuPy's code-generation options. ``--device-as-default-execution-space`` has
+        no nvcc spelling; it only changes functions declared without an execution space,
+        and nvcc refuses to call one of those from a kernel, so a source nvcc compiles
+        gets the same device code (the NVRTC test compiles with the flag itself)."""
         gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in archs]
-        return [nvcc, *self.options(), *gencode, "-fatbin", "-Xptxas", "-v", "-o", out,
-                str(self.path)]
+        return [nvcc, *self.options(), *CUPY_NVRTC_OPTIONS, *gencode, "-fatbin",
+                "-Xptxas", "-v", "-o", out, str(self.path)]
+
+
+CUPY_NVRTC_OPTIONS = ("-ftz=true",)
+"""What CuPy 14 adds to every CUDA compile (``cupy/cuda/compiler.py``): subnormal float32
+results flushed to zero. The F4 gate's budget allows for that flush."""
+CUPY_DEFAULT_DEVICE = "--device-as-default-execution-space"
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*$', re.MULTILINE)
