@@ -76,10 +76,10 @@ class RunLedger:
     # -- counts -----------------------------------------------------------------------
 
     def own_findings(self) -> dict[FindingKey, str]:
-        return self.arbiter.record.findings if self.arbiter is not None else {}
+        return self.arbiter.record.snapshot()[0] if self.arbiter is not None else {}
 
     def own_reached(self) -> set[FindingKey]:
-        return self.arbiter.record.reached if self.arbiter is not None else set()
+        return self.arbiter.record.snapshot()[1] if self.arbiter is not None else set()
 
     def dispatch_counts(self) -> dict[HistogramKey, int]:
         """This process's counts without the findings no dispatch of it reached: what

@@ -249,7 +249,7 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
             # memory allocator reach the state the timed rounds will see
             for _ in range(pol.warmup):
                 for name in contest.names:
-                    if name in contest.alive:
+                    if name in contest.alive and contest.elapsed() <= pol.cap_s * 1e9:
                         contest.warm += contest.call(name) or 0.0
             contest.run_rounds()
     finally:
@@ -381,11 +381,6 @@ class _Contest:
                 round_times: list[float]) -> bool:
         """Whether to stop before the next round (the rules of :class:`ComparePolicy`)."""
         pol, rounds = self.pol, len(self.kept)
-        if len(self.alive) == 1:
-            # a lone candidate is the pick whatever it measures: a few samples do
-            return rounds >= max(3, pol.min_rounds // 2)
-        if rounds >= max(1, pol.max_rounds):
-            return True
         if rounds == 0:
             return False
         # the next round's cost: the median round (so one preempted round does not end
@@ -394,6 +389,11 @@ class _Contest:
                    sum(statistics.median(self.calls[n]) for n in self.alive))
         spent = self.elapsed()
         if spent + 1.5 * typical > pol.cap_s * 1e9:
+            return True
+        if len(self.alive) == 1:
+            # a lone candidate is the pick whatever it measures: a few samples do
+            return rounds >= max(3, pol.min_rounds // 2)
+        if rounds >= max(1, pol.max_rounds):
             return True
         if rounds < pol.min_rounds or spent + 3.0 * typical <= pol.budget_s * 1e9:
             return False

@@ -16,11 +16,12 @@ from pytest_arbiter.runtime.cuda import device as cuda_device, lane
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that starts xdist workers or runs the CUDA emulator is slow too, so the
-    quick tier is ``-m "not slow"`` (or, saying it all, ``-m "not slow and not
-    emulated"``)."""
+    """A test that starts xdist workers, runs the CUDA emulator or asserts what a timed
+    comparison picked (``timing``) is slow too, so the quick tier is ``-m "not slow"``
+    (or, saying it all, ``-m "not slow and not emulated"``)."""
     for item in items:
-        if any(item.get_closest_marker(name) is not None for name in ("xdist", "emulated")):
+        if any(item.get_closest_marker(name) is not None
+               for name in ("xdist", "emulated", "timing")):
             item.add_marker(pytest.mark.slow)
 
 

@@ -29,7 +29,7 @@ from pytest_arbiter.measure import CPU_TIMER, LatencyStats
 from pytest_arbiter.ops import OPS
 from pytest_arbiter.regions import bucket_dims
 
-FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
+FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
 
 
 class CountingTimer:

@@ -20,7 +20,7 @@ from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.decision import plans as plans_module
 from pytest_arbiter.ops import OpRegistry, make_op
 
-FAST = ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005)
+FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
 
 
 def mats(m: int, n: int, k: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:

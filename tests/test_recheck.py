@@ -116,6 +116,7 @@ def test_the_budget_stops_the_rounds_and_too_few_rounds_give_no_verdict() -> Non
     assert result.timed_ns <= 12e6
 
 
+@pytest.mark.timing
 def test_real_kernels_stop_at_the_budget() -> None:
     slow, quick = sin_work(20_000), sin_work(10_000)
     tight = recheck("w", {"w": slow, "o": quick}, policy=RecheckPolicy(key_budget_s=0.005))

@@ -21,7 +21,7 @@ from pytest_arbiter.cache import MeasureCache
 from pytest_arbiter.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
 from pytest_arbiter.decision.gating import GateMemo, layout
 from pytest_arbiter.decision.planner import build_keyplan
-from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
+from pytest_arbiter.decision.plans import REFERENCE, KeyPlan, Plan, PlanTables, Step, signature
 from pytest_arbiter.decision.rechecking import Rechecker
 from pytest_arbiter.decision.record import Record
 from pytest_arbiter.decision.selection import DispatchEvent
@@ -230,8 +230,13 @@ class Arbiter:
             if outcome[0] == "error" or outcome[0] == "rejected":
                 self.record.add(HistogramKey(target, op_name, name, outcome[0]), outcome[1],
                                 kp.key)
+        fb = kp.fallback
         if declined is not None:
             self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])
+        elif fb is not None and fb.unavailable:
+            # the measured winner cannot run here, and nothing else could: the reference
+            self.record.add(HistogramKey(target, op_name, fb.winner, "degraded"),
+                            fb.reason(fb.unavailable, REFERENCE))
         elif not reached:
             self.record.add(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"),
                             kp.no_candidate)
@@ -272,8 +277,12 @@ class Arbiter:
             step.won()
             return out
         assert kp.fallback is not None
+        reason = kp.fallback.reason(why, step.cand.name)
         self.record.add(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner, "degraded"),
-                        kp.fallback.reason(why, step.cand.name))
+                        reason)
+        event = self.events.get(kp.key)
+        if event is not None:
+            event.ran, event.fallback = step.cand.name, reason
         return out
 
     @staticmethod
@@ -328,7 +337,7 @@ class Arbiter:
         kp = self.plans.keyplans.get((mode, key))
         if kp is None or kp.stamp != stamp or kp.retry:
             kp = build_keyplan(self, mode, the_op, region, needs, key, inputs)
-            self.plans.keyplans[(mode, key)] = kp
+            self.plans.set_keyplan(mode, key, kp)
         start, pre, declined = self._fast_start(kp, inputs)
         won = self._plan_counter(kp, start, inputs, declined)
         return Plan(kp, start, pre, (self.registry.generation, self.cache.version), won)
@@ -372,10 +381,11 @@ class Arbiter:
                 return -1, (), None  # reached by every such dispatch: charged each time
             if self._ungated(kp, step, inputs):
                 return index, tuple(pre), first
-            kind, _ = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
+            kind, reason = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
             if kind == "pass":
                 return index, tuple(pre), first
             if kind in ("decline", "decline_inputs"):
+                first = first or (step.cand.name, reason)
                 held = self.gates.known(kp.key, step.cand, inputs)
                 if held is not None and held.kind == "pass":
                     # right for the key, raised Decline on these inputs: it stays the fast

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.cache import CacheEntry, CacheKey
 from pytest_arbiter.candidates import Candidate
-from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accepts
+from pytest_arbiter.decision.plans import NOT_REGISTERED, Fallback, KeyPlan, Step, default_accepts
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen, usable
 from pytest_arbiter.decision.selection import DispatchEvent, Selection
@@ -150,8 +150,8 @@ def _maybe_recheck(p: _Planning) -> None:
                              lambda c: arb.gates.verdict(p.op, p.key, c, p.inputs))
     if result is None or not result.stale:
         return
-    arb.record.add(HistogramKey(p.key.target, p.op.name, result.winner, "stale"),
-                   f"{'/'.join(p.ckey)}: {recheck_text(result)}")
+    arb.record.finding(p.key, result.winner, "stale",
+                       f"{'/'.join(p.ckey)}: {recheck_text(result)}")
     if p.mode == "tune":
         p.measure(remeasure=True)
         p.entry = arb.cache.get(p.ckey)
@@ -244,7 +244,7 @@ def _fallback(p: _Planning) -> Fallback | None:
     cand = next((c for c in p.pool if c.name == winner), None)
     why = ""
     if cand is None:
-        why = "not registered in this run: its module, or a package it needs, is missing"
+        why = f"{NOT_REGISTERED}: its module, or a package it needs, is missing"
     else:
         own = Notes()
         if not usable(cand, p.region, own):

@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pytest_arbiter.candidates import Candidate
 from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
 from pytest_arbiter.histogram import HistogramKey
@@ -33,6 +35,13 @@ class Step:
     vouched: bool = False
 
 
+REFERENCE = "the reference"
+"""Who ran, in a degrade's reason, when no candidate could."""
+NOT_REGISTERED = "not registered in this run"
+"""How the reason of a winner missing from the registry starts (its module, or a package
+it needs, is missing; or it was removed)."""
+
+
 @dataclass(frozen=True)
 class Fallback:
     """The key's measured winner, for telling a silent fallback from a measured order:
@@ -47,12 +56,14 @@ class Fallback:
     """The entry's median per candidate, for the measured slowdown."""
 
     def measured_on(self, inputs: Sequence[Any]) -> bool:
-        """Whether ``inputs`` are what the entry measured: its shapes, row-major (a
-        tuning dispatch's inputs; another layout is a decline the key does not vouch
-        for)."""
+        """Whether ``inputs`` are what the entry measured: its shapes, arrays row-major
+        (a tuning dispatch's inputs; another layout is a decline the key does not vouch
+        for; a plain number has shape ``()``)."""
         try:
-            return (all(x.flags.c_contiguous for x in inputs)
-                    and tuple(tuple(int(d) for d in x.shape) for x in inputs) == self.shapes)
+            return (all(getattr(x, "flags", None) is None or x.flags.c_contiguous
+                        for x in inputs)
+                    and tuple(tuple(int(d) for d in np.shape(x)) for x in inputs)
+                    == self.shapes)
         except (AttributeError, TypeError, ValueError):
             return False
 
@@ -60,9 +71,11 @@ class Fallback:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
         mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
         slower = (f", {theirs / mine:.3g}x slower when measured" if mine > 0 and theirs > 0
-                  else ", never timed against it")
+                  else "" if ran == REFERENCE else ", never timed against it")
+        gone = ("; if it was removed, drop its entries: pytest-arbiter forget CACHE "
+                f"--candidate {self.winner}") if why.startswith(NOT_REGISTERED) else ""
         return (f"the measured winner {self.winner} could not run here ({why}); "
-                f"{ran} ran instead{slower}")
+                f"{ran} ran instead{slower}{gone}")
 
 
 @dataclass(eq=False)
@@ -122,6 +135,10 @@ class PlanTables:
         self._young: dict[Mode, dict[Any, Plan]] = {}
         self._old: dict[Mode, dict[Any, Plan]] = {}
         self._lock = threading.RLock()
+
+    def set_keyplan(self, mode: Mode, key: DispatchKey, kp: KeyPlan) -> None:
+        with self._lock:
+            self.keyplans[(mode, key)] = kp
 
     def young(self, mode: Mode) -> dict[Any, Plan]:
         """The table the hot path reads (the arbiter keeps a reference to its own mode's)."""

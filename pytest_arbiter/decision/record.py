@@ -4,7 +4,8 @@ the findings of measurements and replays.
 The counting rule (docs/contract.md, "Counting"): every dispatch counts once, under the
 outcome it had. A failing kernel (``rejected`` or ``error``) that a measurement or a
 replay of the corpus found for a key counts once per key and run, unless a dispatch of
-the run reached it: then that dispatch is what counts. Findings are kept with their
+the run reached it: then that dispatch is what counts. A recheck's ``stale`` finding
+counts once per key and run. Findings are kept with their
 key and whether a dispatch reached them, so the controller of an xdist run counts a key
 that two workers found once, and one a worker's dispatch reached not at all.
 """
@@ -61,6 +62,8 @@ class Record:
         self.reasons.setdefault(HistogramKey(at.target, at.op, name, outcome), reason)
         self.histogram.add(HistogramKey(at.target, at.op, name, outcome))
 
-    def unreached(self) -> list[FindingKey]:
-        """The findings no dispatch of this process reached."""
-        return [f for f in self.findings if f not in self.reached]
+    def snapshot(self) -> tuple[dict[FindingKey, str], set[FindingKey]]:
+        """The findings and the reached ones, copied under the lock (another thread
+        may be adding one)."""
+        with self._lock:
+            return dict(self.findings), set(self.reached)

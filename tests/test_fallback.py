@@ -1,0 +1,141 @@
+"""No silent fallback: a dispatch the key's measured winner should have served, served
+by another candidate (or the reference) because the winner cannot run here, is
+``degraded`` under the winner's name, with the candidate that ran and the measured
+slowdown; a decline of inputs the entry never measured is the ranking at work (``won``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache
+from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.measure import compare_latencies
+from pytest_arbiter.ops import OpRegistry, make_op
+
+POLICY = ComparePolicy(min_rounds=7, max_rounds=40, budget_s=0.01)
+WORKS = {"fast": True}
+
+
+def fast(*args: Any) -> Any:
+    if not WORKS["fast"]:
+        raise Decline("a feature missing at run time")
+    return _ref(*args)
+
+
+def slow(*args: Any) -> Any:
+    time.sleep(0.002)
+    return _ref(*args)
+
+
+def _ref(*args: Any) -> Any:
+    return np.matmul(*args) if len(args) == 2 and np.ndim(args[1]) == 2 else args[0] * 2
+
+
+@pytest.fixture(autouse=True)
+def fast_works() -> None:
+    WORKS["fast"] = True
+
+
+def setup(op: str, *kernels: tuple[Callable[..., Any], str, Any]
+          ) -> tuple[CandidateRegistry, OpRegistry]:
+    ops = OpRegistry()
+    ops.register(make_op("fb_twice", lambda x, *rest: x * 2))
+    reg = CandidateRegistry()
+    reg.extend(FunctionCandidate(k, name, op, "cpu", 0, accepts, None)
+               for k, name, accepts in kernels)
+    return reg, ops
+
+
+def tuned(op: str, inputs: tuple[Any, ...], *kernels: tuple[Callable[..., Any], str, Any]
+          ) -> MeasureCache:
+    reg, ops = setup(op, *kernels)
+    cache = MeasureCache()
+    Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=POLICY).dispatch(
+        op, *inputs)
+    (entry,) = cache.entries()
+    assert entry.winner == "fast"
+    return cache
+
+
+def replay(op: str, inputs: tuple[Any, ...], cache: MeasureCache,
+           *kernels: tuple[Callable[..., Any], str, Any], times: int = 3) -> Arbiter:
+    reg, ops = setup(op, *kernels)
+    arb = Arbiter(registry=reg, ops=ops, cache=cache, mode="static")
+    for _ in range(times):
+        arb.dispatch(op, *inputs)
+    return arb
+
+
+def test_a_winner_declining_at_run_time_on_its_measured_shapes_is_a_degrade() -> None:
+    a = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    pair = ((fast, "fast", None), (slow, "slow", None))
+    cache = tuned("matmul", (a, a), *pair)
+    WORKS["fast"] = False  # the gate sees it decline every input: the fast path knows
+    arb = replay("matmul", (a, a), cache, *pair)
+    assert arb.histogram.counts() == {("cpu", "matmul", "fast", "degraded"): 3}
+    why = arb.reasons[("cpu", "matmul", "fast", "degraded")]
+    assert "fast could not run here" in why and "slow ran instead" in why
+    assert "x slower when measured" in why
+    (event,) = arb.events.values()
+    assert event.ran == "slow" and "slow ran instead" in event.fallback
+
+
+def test_the_slow_path_names_the_candidate_that_ran() -> None:
+    x = np.arange(64.0)
+    pair = ((fast, "fast", None), (slow, "slow", None))
+    cache = tuned("fb_twice", (x,), *pair)
+    WORKS["fast"] = False  # a user op: its decline is seen on every dispatch
+    arb = replay("fb_twice", (x,), cache, *pair)
+    assert arb.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 3}
+    (event,) = arb.events.values()
+    assert event.ran == "slow" and "slow ran instead" in event.fallback
+
+
+def test_a_plain_number_input_does_not_hide_the_fallback() -> None:
+    x = np.arange(64.0)
+    pair = ((fast, "fast", None), (slow, "slow", None))
+    cache = tuned("fb_twice", (x, 2.0), *pair)
+    WORKS["fast"] = False
+    arb = replay("fb_twice", (x, 2.0), cache, *pair)
+    assert arb.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 3}
+
+
+def test_a_decline_of_shapes_the_entry_did_not_measure_is_won() -> None:
+    only_64 = lambda x: x.shape == (64,)  # noqa: E731
+    kernels = ((fast, "fast", only_64), (slow, "slow", None))
+    cache = tuned("fb_twice", (np.arange(64.0),), *kernels)
+    arb = replay("fb_twice", (np.arange(48.0),), cache, *kernels)  # the same bucket
+    (entry,) = cache.entries()
+    assert next(iter(arb.events)).bucket == entry.bucket
+    assert arb.histogram.counts() == {("cpu", "fb_twice", "slow", "won"): 3}
+
+
+def test_a_missing_winner_with_nothing_else_is_a_degrade_not_no_candidate() -> None:
+    x = np.arange(64.0)
+    cache = tuned("fb_twice", (x,), (fast, "fast", None))
+    reg, ops = setup("fb_twice", (fast, "fast", None))
+    reg.add(FunctionCandidate(fast, "fast", "fb_twice", "cpu", 0, None, lambda: False),
+            replace=True)
+    arb = Arbiter(registry=reg, ops=ops, cache=cache, mode="static")
+    np.testing.assert_allclose(arb.dispatch("fb_twice", x), x * 2)
+    assert arb.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 1}
+    assert "the reference ran instead" in arb.reasons[("cpu", "fb_twice", "fast", "degraded")]
+
+    gone = replay("fb_twice", (x,), cache, (slow, "slow", None), times=1)
+    assert gone.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 1}
+    why = gone.reasons[("cpu", "fb_twice", "fast", "degraded")]
+    assert "not registered" in why and "pytest-arbiter forget CACHE --candidate fast" in why
+
+
+def test_a_lone_candidate_stops_at_the_cap() -> None:
+    def sleeper() -> None:
+        time.sleep(0.05)
+
+    comp = compare_latencies({"only": sleeper}, policy=ComparePolicy(cap_s=0.12))
+    assert comp.rounds == 1  # three rounds (the lone minimum) would overrun the cap
