@@ -288,7 +288,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.junit import ids_for, read_reports
 
-    fleet = read_reports(args.inputs)
+    fleet = read_reports(args.inputs, allow_no_data=args.allow_no_data)
     baseline_path = Path(args.baseline)
     if baseline_path.exists():
         baseline = artifacts.read_histogram(baseline_path)
@@ -465,6 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "are not added)")
     gate.add_argument("inputs", nargs="+", metavar="INPUT",
                       help="JUnit XML reports and/or histogram JSON files")
+    gate.add_argument("--allow-no-data", action="append", default=[], metavar="FILE",
+                      help="a JUnit report that may carry no pytest-arbiter data (a run "
+                      "with the plugin off, on purpose); any other such report is an "
+                      "error (exit 2): a runner whose degrades cannot be seen never "
+                      "passes the gate silently. Repeat for several files")
     gate.add_argument("--stale", choices=("report", "fail"), default="report",
                       help="'fail': a 'stale' entry (a cached winner a recheck found "
                       "slower, --arbiter-recheck) the baseline does not list fails the "

@@ -74,6 +74,9 @@ class FleetCounts:
     testcases: int = 0
     stale: list[tuple[str, str]] = field(default_factory=list)
     """(source, line) of each ``arbiter-stale:`` suite property read."""
+    silent: list[str] = field(default_factory=list)
+    """The reports (or their test suites) that carry no pytest-arbiter data: the plugin
+    was off in that run, or the report was edited. A fleet gate fails closed on them."""
 
     def add(self, key: HistogramKey, count: int, test: str | None = None) -> None:
         self.counts[key] = self.counts.get(key, 0) + count
@@ -90,6 +93,7 @@ class FleetCounts:
         self.sources.extend(other.sources)
         self.testcases += other.testcases
         self.stale.extend(other.stale)
+        self.silent.extend(other.silent)
 
     def gated(self) -> dict[HistogramKey, int]:
         """Counts minus those of tests that degrade on purpose."""
@@ -390,6 +394,8 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
         raise ValueError(f"{escape(source)} is not valid JUnit XML: {escape(exc)}") from None
     suites = [xml] if isinstance(xml, TestSuite) else list(xml)
     out = FleetCounts(sources=[source])
+    if not suites:
+        out.silent.append(f"{escape(source)}: no testsuite")
     for number, element in enumerate(suites):
         where = f"{escape(source)}: testsuite {escape(repr(element.name or number))}"
         suite = _Suite()
@@ -398,7 +404,8 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
             out.testcases += 1
             _read_case(case, where, suite)
         if not suite.arbiter_data:
-            continue  # the plugin was not active in this suite
+            out.silent.append(where)  # the plugin was not active in this suite
+            continue
         _check_suite(suite, where)
         for key, count in suite.totals.items():
             out.add(key, count)
@@ -447,11 +454,26 @@ def read_report(path: str | os.PathLike[str]) -> FleetCounts:
                         "histogram (it starts with neither '<' nor '{')")
 
 
-def read_reports(paths: Iterable[str | os.PathLike[str]]) -> FleetCounts:
-    """Every report merged; the first unreadable one raises ``ArtifactError``."""
+def read_reports(paths: Iterable[str | os.PathLike[str]],
+                 allow_no_data: Iterable[str | os.PathLike[str]] | None = None
+                 ) -> FleetCounts:
+    """Every report merged; the first unreadable one raises ``ArtifactError``. With
+    ``allow_no_data`` (the fleet gate), a JUnit report that carries no pytest-arbiter
+    data raises too, unless it is one of those paths: a runner whose plugin was off
+    would otherwise pass the gate with its degrades unseen."""
+    from pytest_arbiter.artifacts import ArtifactError
+
+    allowed = (None if allow_no_data is None
+               else {os.path.realpath(p) for p in allow_no_data})
     total = FleetCounts()
     for path in paths:
-        total.extend(read_report(path))
+        found = read_report(path)
+        if allowed is not None and found.silent and os.path.realpath(path) not in allowed:
+            raise ArtifactError(
+                f"{found.silent[0]} carries no pytest-arbiter data (the plugin was off in "
+                "that run, or the report was edited): its dispatches cannot be gated; if "
+                f"that is expected, pass --allow-no-data {escape(str(path))}")
+        total.extend(found)
     return total
 
 

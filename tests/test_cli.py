@@ -325,11 +325,31 @@ def test_gate_exits_2_on_a_missing_input_or_bad_baseline(reports: Path,
     assert run("gate", "--baseline", reports / "bad-base.json", reports / "plain.xml")[0] == 2
 
 
-def test_gate_warns_when_reports_hold_no_arbiter_data(tmp_path: Path) -> None:
-    report = tmp_path / "r.xml"
-    report.write_text("<testsuites><testsuite name='s'><testcase classname='t' name='x'/>"
-                      "</testsuite></testsuites>")
-    code, text = run("gate", "--baseline", tmp_path / "b.json", report)
+SILENT = ("<testsuites><testsuite name='s'><testcase classname='t' name='x'/>"
+          "</testsuite></testsuites>")
+
+
+def test_gate_fails_closed_on_a_report_without_arbiter_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A runner whose plugin was off (or whose suite lost its properties) cannot pass
+    the fleet gate unseen beside another runner's report; listed, it may."""
+    silent, good = tmp_path / "silent.xml", tmp_path / "good.xml"
+    silent.write_text(SILENT)
+    good.write_text("<testsuites><testsuite name='pytest'><properties>"
+                    "<property name='arbiter-report' value='1'/>"
+                    "<property name='arbiter-total:cpu/matmul/k/won' value='1'/>"
+                    "</properties><testcase classname='t' name='x'><properties>"
+                    "<property name='arbiter:cpu/matmul/k/won' value='1'/></properties>"
+                    "</testcase></testsuite></testsuites>")
+    assert run("gate", "--baseline", tmp_path / "b.json", good)[0] == 0
+    code, _ = run("gate", "--baseline", tmp_path / "b.json", good, silent)
+    err = capsys.readouterr().err
+    assert code == 2 and "silent.xml" in err and "--allow-no-data" in err
+    code, text = run("gate", "--baseline", tmp_path / "b.json", good, silent,
+                     "--allow-no-data", silent)
+    assert code == 0, text
+    code, text = run("gate", "--baseline", tmp_path / "b.json", "--allow-no-data",
+                     silent, silent)
     assert code == 0 and "hold no pytest-arbiter dispatch data" in text
 
 
