@@ -3,8 +3,10 @@
 Two pytest-xdist workers (or two pytest runs on one runner) timing candidates on the
 same device at the same moment slow each other down unevenly, and the winner becomes
 whichever candidate the other worker's timing hurt least. :func:`measurement_lock`
-holds a file lock per device tag around each timed comparison, so workers gate and
-plan in parallel but time one after the other. The lock folder is
+holds a file lock per physical device around each timed comparison, so workers gate
+and plan in parallel but time one after the other on one device. A GPU is known by
+its UUID (:func:`pytest_arbiter.device.lock_identity`): eight H100s share the tag
+``sm_90`` but not a lock, so eight xdist workers, one per GPU, time in parallel. The lock folder is
 ``PYTEST_ARBITER_LOCK_DIR`` when set, else ``pytest-arbiter-locks`` in the temporary
 folder; the operating system drops a crashed holder's lock.
 """
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout as LockTimeout
+
+from pytest_arbiter.device import lock_identity
 
 LOCK_DIR_ENV = "PYTEST_ARBITER_LOCK_DIR"
 DEFAULT_TIMEOUT_S = 120.0
@@ -58,7 +62,8 @@ def _lock_for(path: Path) -> FileLock:
 
 @contextlib.contextmanager
 def measurement_lock(device_tag: str, timeout_s: float | None = None) -> Iterator[bool]:
-    """Hold ``device_tag``'s measurement lock for the ``with`` block; yields True when
+    """Hold the measurement lock of the current device tagged ``device_tag`` (by its
+    UUID where the probe gave one) for the ``with`` block; yields True when
     it was held, False when it could not be had within ``timeout_s`` (default
     :data:`DEFAULT_TIMEOUT_S`) or the lock file could not be made: the block runs
     either way. Re-entrant within a thread; other threads and processes wait.
@@ -66,7 +71,7 @@ def measurement_lock(device_tag: str, timeout_s: float | None = None) -> Iterato
     wait = DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
     lock: FileLock | None = None
     try:
-        path = lock_path(device_tag)
+        path = lock_path(lock_identity(device_tag))
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = _lock_for(path)
         lock.acquire(timeout=wait, poll_interval=_POLL_S)
