@@ -132,7 +132,10 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_OK
     _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
     devices = sorted({e.device for e in entries})
-    _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})")
+    low = sum(1 for e in entries if e.low_confidence)
+    _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})"
+         + (f"; {low} low-confidence (the next --arbiter-tune measures them again)"
+            if low else ""))
     return EXIT_OK
 
 

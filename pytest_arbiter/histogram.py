@@ -25,6 +25,8 @@ STALE = "stale"
 NO_CANDIDATE = "none"
 HISTOGRAM_SCHEMA: Final = "pytest-arbiter/histogram"
 HISTOGRAM_VERSION: Final = 1
+REFERENCE = "the reference"
+"""Who ran a dispatch no candidate could run (in a reason, an explain line)."""
 
 class HistogramKey(NamedTuple):
     """One counter of the histogram. A plain 4-tuple in this order finds the same count."""

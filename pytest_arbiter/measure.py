@@ -169,7 +169,7 @@ class ComparePolicy:
     cap_s: float = 2.0
     alpha: float = 1e-3
     confident_p: float = 0.01
-    tie_alpha: float = 0.05
+    tie_alpha: float = 0.01
     tie_margin: float = 0.01
     seed: int | None = 0
     disable_gc: bool = True

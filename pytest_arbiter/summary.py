@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_arbiter.candidates import unknown_op_lines
-from pytest_arbiter.histogram import GATED_OUTCOMES, OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.safetext import line as safe_line
 
 if TYPE_CHECKING:
@@ -158,6 +158,8 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
     for key, event in picked[:most]:
         how = "measured" if event.source == "measured" else "reused from cache"
         ran = event.ran or event.order[0]
+        if ran == REFERENCE:
+            ran, how = "the reference", how + "; no candidate could run"
         winner = cached.get(key, ran)
         if event.fallback:
             how += f"; the cached winner {winner} could not run here: degraded"
@@ -236,7 +238,8 @@ def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
     lines = []
     for key, event in sorted(events.items()):
         ran = event.ran or (event.order[0] if event.order else "")
-        picked = f"ran {ran}" if ran else "nothing (the reference ran)"
+        picked = (f"ran {ran}" if ran and ran != REFERENCE
+                  else "no candidate could run: the reference ran")
         if event.low_confidence:
             picked += " (low-confidence pick)"
         lines.append(f"{_key_text(key)} [{event.source}]: {picked}")

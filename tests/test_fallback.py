@@ -139,3 +139,29 @@ def test_a_lone_candidate_stops_at_the_cap() -> None:
 
     comp = compare_latencies({"only": sleeper}, policy=ComparePolicy(cap_s=0.12))
     assert comp.rounds == 1  # three rounds (the lone minimum) would overrun the cap
+
+
+def wrong(*args: Any) -> Any:
+    return _ref(*args) * 3
+
+
+def test_the_event_says_the_reference_ran_when_the_gate_rejected_every_candidate() -> None:
+    """A static run whose every candidate fails the gate: --arbiter-explain and the
+    winners line say the reference ran, and the rejected ones are passed over."""
+    x = np.arange(64.0)
+    reg, ops = setup("fb_twice", (wrong, "wrong_a", None), (wrong, "wrong_b", None))
+    arb = Arbiter(registry=reg, ops=ops, mode="static")
+    np.testing.assert_allclose(arb.dispatch("fb_twice", x), x * 2)
+    (event,) = arb.events.values()
+    assert event.ran == "the reference"
+    assert event.order == []
+    assert set(event.passed_over) == {"wrong_a", "wrong_b"}
+    assert "F4 gate" in event.passed_over["wrong_a"]
+
+
+def test_a_winner_as_fast_as_the_one_that_ran_says_so() -> None:
+    from pytest_arbiter.decision.plans import Fallback
+
+    fb = Fallback("a", "unavailable: gone", (), {"a": 1000.0, "b": 996.0})
+    assert fb.reason("unavailable: gone", "b").endswith("b ran instead, as fast within 1% "
+                                                        "when measured")

@@ -21,7 +21,7 @@ from pytest_arbiter.cache import MeasureCache
 from pytest_arbiter.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
 from pytest_arbiter.decision.gating import GateMemo, layout
 from pytest_arbiter.decision.planner import build_keyplan
-from pytest_arbiter.decision.plans import REFERENCE, KeyPlan, Plan, PlanTables, Step, signature
+from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
 from pytest_arbiter.decision.rechecking import Rechecker
 from pytest_arbiter.decision.record import Record
 from pytest_arbiter.decision.selection import DispatchEvent
@@ -36,7 +36,7 @@ from pytest_arbiter.decision.states import (
 )
 from pytest_arbiter.device import target_of_array
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
-from pytest_arbiter.histogram import NO_CANDIDATE, DispatchHistogram, HistogramKey
+from pytest_arbiter.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import ComparePolicy
 from pytest_arbiter.ops import OPS, OpRegistry
 from pytest_arbiter.recheck import RecheckPolicy, RunBudget
@@ -230,6 +230,7 @@ class Arbiter:
             if outcome[0] == "error" or outcome[0] == "rejected":
                 self.record.add(HistogramKey(target, op_name, name, outcome[0]), outcome[1],
                                 kp.key)
+                self._note_passed_over(kp, name, outcome[1])
         fb = kp.fallback
         if declined is not None:
             self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])
@@ -240,7 +241,23 @@ class Arbiter:
         elif not reached:
             self.record.add(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"),
                             kp.no_candidate)
+        self._note_ran(kp, REFERENCE)
         return kp.op.run_reference(*inputs)
+
+    def _note_ran(self, kp: KeyPlan, name: str, fallback: str = "") -> None:
+        """What the key's last slow-path dispatch ran, for ``--arbiter-explain`` and the
+        summary's winners line (the fast path's step is noted when its plan is made)."""
+        event = self.events.get(kp.key)
+        if event is not None:
+            event.ran, event.fallback = name, fallback
+
+    def _note_passed_over(self, kp: KeyPlan, name: str, why: str) -> None:
+        """A candidate the gate (or its own raise) took out of the key's order."""
+        event = self.events.get(kp.key)
+        if event is not None:
+            event.passed_over.setdefault(name, why)
+            if name in event.order:
+                event.order = [n for n in event.order if n != name]
 
     def _try_step(self, kp: KeyPlan, step: Step, inputs: Sequence[Any]) -> _Tried:
         """One step on these inputs: ``("ran", "", output)``, ``("declined", why, None)``,
@@ -275,14 +292,13 @@ class Arbiter:
         why = self._fallback_why(kp, step, inputs, declined)
         if why is None:
             step.won()
+            self._note_ran(kp, step.cand.name)
             return out
         assert kp.fallback is not None
         reason = kp.fallback.reason(why, step.cand.name)
         self.record.add(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner, "degraded"),
                         reason)
-        event = self.events.get(kp.key)
-        if event is not None:
-            event.ran, event.fallback = step.cand.name, reason
+        self._note_ran(kp, step.cand.name, reason)
         return out
 
     @staticmethod
@@ -394,6 +410,7 @@ class Arbiter:
                 if held is None:
                     return -1, (), None  # nothing checked yet: gated again on the next inputs
                 continue  # it declined the key's own generated inputs: not for this key
+            self._note_passed_over(kp, step.cand.name, reason)
             return -1, (), None  # just blocked: charged on the slow path
         return -1, (), None
 

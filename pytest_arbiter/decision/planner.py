@@ -56,11 +56,15 @@ class _Planning:
     environment: dict[str, str] = field(default_factory=dict)
 
     def measure(self, *, remeasure: bool = False) -> None:
+        """Measure the key (a low-confidence entry once per process, so a re-plan of
+        the key does not time it again and again)."""
         arb = self.arb
+        retry_low = self.ckey not in arb.plans.measured
+        arb.plans.measured.add(self.ckey)
         self.selection = measured_arbitrate(
             self.op, self.inputs, self.pool, arb.cache, target=self.key.target,
             policy=arb.config.compare_policy(), gate_seed=arb.config.gate_seed,
-            needs=self.needs, remeasure=remeasure, supersede=remeasure,
+            needs=self.needs, remeasure=remeasure, supersede=remeasure, retry_low=retry_low,
             verdict=lambda c: arb.gates.verdict(self.op, self.key, c, self.inputs))
         self.notes.errors.update(self.selection.errors)
         self.notes.passed_over.update(self.selection.passed_over)
@@ -123,8 +127,9 @@ def _read_entry(p: _Planning) -> None:
             raise LowConfidence(
                 f"strict mode: the cached pick of {_where(p)} is low-confidence "
                 f"({entry.winner}, confidence {entry.confidence:.3g}, "
-                f"{entry.provenance.get('rounds', '?')} rounds): re-tune it with a larger "
-                "--arbiter-tune-budget")
+                f"{entry.provenance.get('rounds', '?')} rounds): re-tune it "
+                "(pytest --arbiter-tune measures it again; a larger --arbiter-tune-budget "
+                "gives it more rounds)")
     p.entry = None if fresh.winner_changed else entry  # else its timings are of other code
 
 
@@ -134,7 +139,15 @@ def _where(p: _Planning) -> str:
 
 
 def _strict_miss(p: _Planning) -> None:
-    if p.mode == "strict" and screen(p.region, p.pool, p.inputs, Notes()):
+    """Strict mode and no entry: a miss, if a candidate that passes the gate could run
+    the inputs (a key whose every candidate fails the gate has no entry to tune: the
+    reference runs, and the failures are recorded)."""
+    if p.mode != "strict":
+        return
+    can_run = screen(p.region, p.pool, p.inputs, Notes())
+    gates = p.arb.gates
+    if any(gates.verdict(p.op, p.key, c, p.inputs).kind not in ("reject", "error")
+           for c in can_run):
         raise CacheMiss(f"strict mode: no cached winner for {_where(p)}; tune with "
                         "--arbiter-tune or add the entry to the cache")
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from pytest_arbiter.candidates import Candidate
 from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
-from pytest_arbiter.histogram import HistogramKey
+from pytest_arbiter.histogram import REFERENCE, HistogramKey
 from pytest_arbiter.ops import Op
 
 
@@ -35,8 +35,6 @@ class Step:
     vouched: bool = False
 
 
-REFERENCE = "the reference"
-"""Who ran, in a degrade's reason, when no candidate could."""
 NOT_REGISTERED = "not registered in this run"
 """How the reason of a winner missing from the registry starts (its module, or a package
 it needs, is missing; or it was removed)."""
@@ -70,8 +68,12 @@ class Fallback:
     def reason(self, why: str, ran: str) -> str:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
         mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
-        slower = (f", {theirs / mine:.3g}x slower when measured" if mine > 0 and theirs > 0
-                  else "" if ran == REFERENCE else ", never timed against it")
+        if mine > 0 and theirs > 0:
+            ratio = theirs / mine
+            slower = (f", {ratio:.3g}x slower when measured" if ratio >= 1.01
+                      else ", as fast within 1% when measured")
+        else:
+            slower = "" if ran == REFERENCE else ", never timed against it"
         gone = ("; if it was removed, drop its entries: pytest-arbiter forget CACHE "
                 f"--candidate {self.winner}") if why.startswith(NOT_REGISTERED) else ""
         return (f"the measured winner {self.winner} could not run here ({why}); "
@@ -132,6 +134,8 @@ class PlanTables:
 
     def __init__(self) -> None:
         self.keyplans: dict[tuple[Mode, DispatchKey], KeyPlan] = {}
+        self.measured: set[tuple[str, ...]] = set()
+        """The cache keys this process measured (or found current) when tuning."""
         self._young: dict[Mode, dict[Any, Plan]] = {}
         self._old: dict[Mode, dict[Any, Plan]] = {}
         self._lock = threading.RLock()

@@ -57,6 +57,8 @@ class Measurement:
     notes: Notes
     environment: dict[str, str]
     now: Freshness | None = None
+    weak: bool = False
+    """The entry is measured again for its evidence (it was low-confidence)."""
     gated: list[Candidate] = field(default_factory=list)
     survivors: list[Candidate] = field(default_factory=list)
     declined_these: list[Candidate] = field(default_factory=list)
@@ -92,7 +94,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
                        timer: Timer | None = None, policy: ComparePolicy | None = None,
                        gate_seed: int = GATE_SEED, remeasure: bool = False,
                        needs: tuple[int, ...] = (), verdict: VerdictFn | None = None,
-                       supersede: bool = False) -> Selection:
+                       supersede: bool = False, retry_low: bool = True) -> Selection:
     """Gate the candidates, time the survivors interleaved, cache and return the fastest.
 
     A cache hit times nothing; its winner is re-checked with ``accepts(inputs)`` and,
@@ -101,13 +103,15 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
     can run them is new or changed (see the module). ``verdict`` replaces the plain F4
     gate call (the arbiter passes its per-process memo). ``supersede``: the new entry
     replaces the cached one in any merge (a recheck found the cached winner slower).
+    ``retry_low``: a low-confidence entry is measured again (the cached leader against
+    the runner-up and anything new), not used as it is.
     """
     m = _start(OPS.get(op) if isinstance(op, str) else op, inputs, candidates, cache,
                target, needs)
     if isinstance(m, Selection):
         return m
     if not remeasure:
-        hit = _cache_hit(m)
+        hit = _cache_hit(m, retry_low)
         if hit is not None:
             return hit
     partial = not remeasure and _partial(m)
@@ -145,13 +149,15 @@ def _start(op: Op, inputs: Sequence[Any], candidates: Iterable[Candidate],
     return m
 
 
-def _cache_hit(m: Measurement) -> Selection | None:
-    """The cached pick, when the entry is current for the candidates that can run here."""
+def _cache_hit(m: Measurement, retry_low: bool) -> Selection | None:
+    """The cached pick, when the entry is current for the candidates that can run here
+    (and, with ``retry_low``, has the evidence of a confident pick)."""
     if m.entry is None:
         return None
     m.now = freshness(m.entry, m.applicable, m.environment, [c.name for c in m.usable],
                       retry_declined=True)
-    return _cached_selection(m) if m.cached and m.now.current else None
+    m.weak = retry_low and m.entry.low_confidence
+    return _cached_selection(m) if m.cached and m.now.current and not m.weak else None
 
 
 def _cached_selection(m: Measurement) -> Selection:
@@ -229,7 +235,7 @@ def _nothing_new(m: Measurement) -> bool:
     retried = all(_row(m.entry, name) == "inputs_declined" for name in m.now.unmeasured)
     failed = any(c.name in m.found for c in m.gated)
     return (retried and not m.now.changed and not m.now.environment and not failed
-            and not any(c.name in m.now.unmeasured for c in m.survivors))
+            and not m.weak and not any(c.name in m.now.unmeasured for c in m.survivors))
 
 
 def _row(entry: CacheEntry, name: str) -> str:
