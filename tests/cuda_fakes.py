@@ -84,6 +84,7 @@ class FakeGpu:
         self.events: list[FakeEvent] = []
         self.sticky: CUDARuntimeError | None = None
         self.hung = False
+        self.nvrtc = nvrtc
         self.cp = self._module(nvrtc, cublas)
 
     def call(self, what: str) -> None:
@@ -140,10 +141,28 @@ class FakeGpu:
             gpu.call(f"alloc {size} on device {gpu.current}")
             return FakeArray(gpu, np.zeros(1, dtype=np.uint8))
 
+        def raw_kernel(code: str, name: str) -> Any:
+            gpu.compile(name)
+
+            def launch(grid: Any, block: Any, args: tuple[Any, ...]) -> None:
+                gpu.call(f"launch {name}")
+                args[0]._data[:] = 2.0 * args[0]._data + 1.0  # the preflight's kernel
+
+            return launch
+
+        def arange(n: int, dtype: Any) -> FakeArray:
+            return FakeArray(gpu, np.arange(n, dtype=dtype))
+
         return SimpleNamespace(
             __version__="14.2.0", cuda=Cuda(), asarray=asarray, ascontiguousarray=asarray,
             matmul=matmul, empty=empty, uint8=np.uint8, float32=np.float32,
-            asnumpy=lambda x: x.get(), ndarray=FakeArray)
+            asnumpy=lambda x: x.get(), ndarray=FakeArray, RawKernel=raw_kernel, arange=arange)
+
+    def compile(self, name: str) -> None:
+        """NVRTC compiling ``name``: fails as CuPy does when NVRTC cannot be loaded."""
+        self.call(f"compile {name}")
+        if isinstance(self.nvrtc, Exception):
+            raise self.nvrtc
 
 
 class FakeRuntime:

@@ -26,6 +26,20 @@ NVIDIA = pytest.mark.arbiter_device(*sources.ARCHS)
 AMD = pytest.mark.arbiter_device("amd")
 POLICY = ComparePolicy(min_rounds=5, max_rounds=40, budget_s=0.05)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _gpu_preflight() -> None:
+    """Before any live test, on a machine with a device: one RawKernel compile and one
+    library GEMM; a lane that cannot do them ends the run in one line, instead of an
+    error in every gate."""
+    from pytest_arbiter.runtime.cuda.preflight import preflight
+
+    for target in ("nvidia", "amd"):
+        if isinstance(probe_device(target), DeviceInfo):
+            problem = preflight(target)
+            if problem is not None:
+                pytest.exit(f"GPU preflight failed: {problem}", returncode=3)
+
 @NVIDIA
 @pytest.mark.parametrize(("name", "dtype", "shape"), gate_cases("nvidia"))
 def test_f4_gate_nvidia(name: str, dtype: str, shape: tuple[int, ...]) -> None:
