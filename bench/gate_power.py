@@ -24,8 +24,20 @@ false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; with
 ``--before DIR`` (an older tree: ``git archive <rev> | tar -x -C DIR``) it times that
 tree's gate beside this one, interleaved, through APIs every version of the gate has.
 
+The user-op study (issue 27) adds seven ops of a user's own, registered through the public
+``pytest_arbiter.op`` (layer norm, row-wise logsumexp, cumsum, 1-D convolution, attention,
+argmax, pairwise distances), each with correct kernels that round differently and mutants
+a real bug would make, run on each op's test shapes in the three dtypes over 20 seeds
+(``--user-seeds``; each seed a fresh dispatch input and gate seed). Each kernel is gated
+through ``FunctionCandidate`` and ``f4_gate`` twice: on an op without ``gate_inputs`` (the
+gate derives its trials) and on the same op with the ``gate_inputs`` its author would give
+(large magnitudes, longer lengths, near points); the tolerance checks see the inputs of the
+second run (the dispatch's and the ``gate_inputs``'). ``torch``'s tolerance of an integer
+output (argmax) is its default for integer dtypes: exact.
+
 Run: ``python bench/gate_power.py`` (full, a few minutes), ``--quick`` (the CI form:
-small shapes, 3 seeds), ``--timing``. ``tests/test_gate_power.py`` runs the quick form.
+small shapes, 3 seeds), ``--user`` (the user-op study alone, about a minute), ``--timing``.
+``tests/test_gate_power.py`` runs the quick form.
 """
 
 from __future__ import annotations
@@ -524,6 +536,596 @@ def rms_no_weight(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _rms(x, w, np.mean(x32 * x32, axis=-1, keepdims=True), weight=False)
 
 
+# -- user ops of one's own (issue 27): kernels --------------------------------------------
+#
+# Seven ops a user adds with ``pytest_arbiter.op(...)``, each with a float64 NumPy
+# reference, correct kernels that round differently (float32 or float64, other summation
+# orders, Welford, online and blocked forms) and mutants a real bug would make. Every
+# kernel computes in float32 (float64 where named) and rounds once to the input dtype.
+
+LN_EPS = 1e-5  # layer norm's epsilon, passed as a plain Python float
+
+
+def _rows_sum_seq(t: np.ndarray) -> np.ndarray:
+    """Row sums of the last axis added left to right (a non-contiguous reduction)."""
+    out: np.ndarray = np.add.reduce(np.moveaxis(t, -1, 0), axis=0)[..., None]
+    return out
+
+
+def _seq_narrow_sum(t: np.ndarray, narrow: np.dtype) -> np.ndarray:
+    """Row sums of float32 ``t`` accumulated left to right in ``narrow``, as float32."""
+    total = np.zeros((*t.shape[:-1], 1), narrow)
+    for j in range(t.shape[-1]):
+        total = (total.astype(F32) + t[..., j:j + 1]).astype(narrow)
+    return total.astype(F32)
+
+
+# layer norm over the last axis: (x - mean) / sqrt(var + eps) * w + b
+
+def ln_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    d = x64 - x64.mean(axis=-1, keepdims=True)
+    var = (d * d).mean(axis=-1, keepdims=True)
+    out: np.ndarray = d / np.sqrt(var + eps) * w.astype(np.float64) + b.astype(np.float64)
+    return out
+
+
+def _ln_finish(x: np.ndarray, w: np.ndarray, b: np.ndarray, d: np.ndarray,
+               var: np.ndarray, eps: float) -> np.ndarray:
+    return _out(d / np.sqrt(var + F32(eps)) * _f32(w) + _f32(b), x)
+
+
+def ln_two_pass(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x32 = _f32(x)
+    d = x32 - x32.mean(axis=-1, keepdims=True)
+    return _ln_finish(x, w, b, d, (d * d).mean(axis=-1, keepdims=True), eps)
+
+
+def ln_f64(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    return _out(ln_reference(x, w, b, eps), x)
+
+
+def ln_welford(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """Welford's running mean and M2, one element at a time, in float32."""
+    x32 = _f32(x)
+    mean = np.zeros((*x.shape[:-1], 1), F32)
+    m2 = np.zeros_like(mean)
+    for j in range(x.shape[-1]):
+        v = x32[..., j:j + 1]
+        delta = v - mean
+        mean = mean + delta / F32(j + 1)
+        m2 = m2 + delta * (v - mean)
+    return _ln_finish(x, w, b, x32 - mean, m2 / F32(x.shape[-1]), eps)
+
+
+def ln_welford_blocks(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """Blocks of 32 reduced two-pass, merged by Chan's parallel update (a GPU kernel's
+    warp-level Welford)."""
+    x32 = _f32(x)
+    count = F32(0)
+    mean = np.zeros((*x.shape[:-1], 1), F32)
+    m2 = np.zeros_like(mean)
+    for start in range(0, x.shape[-1], 32):
+        chunk = x32[..., start:start + 32]
+        nb = F32(chunk.shape[-1])
+        mb = chunk.mean(axis=-1, keepdims=True)
+        m2b = ((chunk - mb) ** 2).sum(axis=-1, keepdims=True)
+        total = count + nb
+        delta = mb - mean
+        mean = mean + delta * (nb / total)
+        m2 = m2 + m2b + delta * delta * (count * nb / total)
+        count = total
+    return _ln_finish(x, w, b, x32 - mean, m2 / count, eps)
+
+
+def ln_rsqrt(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """The reciprocal square root folded into the weight, as fused kernels do."""
+    x32 = _f32(x)
+    d = x32 - _rows_sum_seq(x32) / F32(x.shape[-1])
+    r = F32(1) / np.sqrt(_rows_sum_seq(d * d) / F32(x.shape[-1]) + F32(eps))
+    return _out(d * (r * _f32(w)) + _f32(b), x)
+
+
+def ln_one_pass(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """var = E[x^2] - E[x]^2 in float32 (clamped at 0): cancels on a large mean."""
+    x32 = _f32(x)
+    mean = x32.mean(axis=-1, keepdims=True)
+    var = np.maximum((x32 * x32).mean(axis=-1, keepdims=True) - mean * mean, F32(0))
+    return _ln_finish(x, w, b, x32 - mean, var, eps)
+
+
+def ln_unbiased(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x32 = _f32(x)
+    d = x32 - x32.mean(axis=-1, keepdims=True)
+    return _ln_finish(x, w, b, d, (d * d).sum(axis=-1, keepdims=True)
+                      / F32(x.shape[-1] - 1), eps)
+
+
+def ln_eps_outside(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    x32 = _f32(x)
+    d = x32 - x32.mean(axis=-1, keepdims=True)
+    std = np.sqrt((d * d).mean(axis=-1, keepdims=True))
+    return _out(d / (std + F32(eps)) * _f32(w) + _f32(b), x)
+
+
+def ln_no_eps(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    return ln_two_pass(x, w, b, 0.0)
+
+
+def ln_var_narrow(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """The squares summed in order in the narrow type (the input's, bfloat16 for
+    float32): the upcast forgotten."""
+    x32 = _f32(x)
+    d = x32 - x32.mean(axis=-1, keepdims=True)
+    var = _seq_narrow_sum(d * d, _narrow(x.dtype)) / F32(x.shape[-1])
+    return _ln_finish(x, w, b, d, var, eps)
+
+
+def ln_affine_order(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """(x_hat + b) * w: the bias added before the weight."""
+    x32 = _f32(x)
+    d = x32 - x32.mean(axis=-1, keepdims=True)
+    xh = d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + F32(eps))
+    return _out((xh + _f32(b)) * _f32(w), x)
+
+
+def ln_trunc(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    return round_directed(ln_reference(x, w, b, eps), x.dtype, "trunc")
+
+
+# row-wise logsumexp over the last axis
+
+def lse_reference(x: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float64)
+    top = w.max(axis=-1, keepdims=True)
+    out: np.ndarray = (top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0]
+    return out
+
+
+def lse_two_pass(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    top = _rows_max(w)
+    return _out((top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0], x)
+
+
+def lse_f64(x: np.ndarray) -> np.ndarray:
+    return _out(lse_reference(x), x)
+
+
+def lse_sequential(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    top = _rows_max(w)
+    return _out((top + np.log(_rows_sum_seq(np.exp(w - top))))[..., 0], x)
+
+
+def lse_online(x: np.ndarray) -> np.ndarray:
+    """One pass by blocks of 32: a running max, the sum rescaled at each new max."""
+    m, s = _online(_f32(x), 32)
+    return _out((m + np.log(s))[..., 0], x)
+
+
+def lse_exp2(x: np.ndarray) -> np.ndarray:
+    """exp2 and log2 with the log2(e) factor folded in, as GPU fast paths do."""
+    w = _f32(x)
+    top = _rows_max(w)
+    s = np.exp2((w - top) * F32(LOG2E)).sum(axis=-1, keepdims=True)
+    return _out((top + np.log2(s) * F32(1 / LOG2E))[..., 0], x)
+
+
+def lse_no_max(x: np.ndarray) -> np.ndarray:
+    return _out(np.log(np.exp(_f32(x)).sum(axis=-1)), x)
+
+
+def lse_global_max(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    top = w.max()
+    return _out(top + np.log(np.exp(w - top).sum(axis=-1)), x)
+
+
+def lse_sum_narrow(x: np.ndarray) -> np.ndarray:
+    w = _f32(x)
+    top = _rows_max(w)
+    return _out((top + np.log(_seq_narrow_sum(np.exp(w - top), _narrow(x.dtype))))[..., 0], x)
+
+
+def lse_drop_tail(x: np.ndarray) -> np.ndarray:
+    """The sum stops at the last full tile of 32 columns."""
+    w = _f32(x)
+    top = _rows_max(w)
+    n = w.shape[-1] - w.shape[-1] % 32 or w.shape[-1]
+    return _out((top + np.log(np.exp(w[..., :n] - top).sum(axis=-1, keepdims=True)))[..., 0],
+                x)
+
+
+def lse_trunc(x: np.ndarray) -> np.ndarray:
+    return round_directed(lse_reference(x), x.dtype, "trunc")
+
+
+# cumsum over the last axis
+
+def cs_reference(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.cumsum(x.astype(np.float64), axis=-1)
+    return out
+
+
+def cs_sequential(x: np.ndarray) -> np.ndarray:
+    return _out(np.cumsum(_f32(x), axis=-1), x)
+
+
+def cs_f64(x: np.ndarray) -> np.ndarray:
+    return _out(cs_reference(x), x)
+
+
+def _blocked_scan(x32: np.ndarray, block: int, *, carry_bug: int = 0) -> np.ndarray:
+    """Scan each block of ``block`` columns, then add the running total of the blocks
+    before it (a GPU's two-level scan). ``carry_bug``: from block ``carry_bug`` on, the
+    carry is the previous block's total alone, not the running one."""
+    out = np.empty_like(x32)
+    carry = np.zeros((*x32.shape[:-1], 1), F32)
+    for i, start in enumerate(range(0, x32.shape[-1], block)):
+        local = np.cumsum(x32[..., start:start + block], axis=-1)
+        out[..., start:start + block] = local + carry
+        total = local[..., -1:]
+        carry = total if carry_bug and i + 1 >= carry_bug else carry + total
+    return out
+
+
+def cs_blocked(x: np.ndarray) -> np.ndarray:
+    return _out(_blocked_scan(_f32(x), 64), x)
+
+
+def cs_hillis_steele(x: np.ndarray) -> np.ndarray:
+    """Hillis-Steele scan: log2(n) steps of y[i] += y[i - 2^k], a different tree."""
+    y = _f32(x).copy()
+    step = 1
+    while step < y.shape[-1]:
+        shifted = np.zeros_like(y)
+        shifted[..., step:] = y[..., :-step]
+        y = y + shifted
+        step *= 2
+    return _out(y, x)
+
+
+def cs_exclusive(x: np.ndarray) -> np.ndarray:
+    """An exclusive scan where the inclusive one is meant (y[i] = x[0] + ... + x[i-1])."""
+    y = np.cumsum(_f32(x), axis=-1)
+    out = np.zeros_like(y)
+    out[..., 1:] = y[..., :-1]
+    return _out(out, x)
+
+
+def cs_narrow(x: np.ndarray) -> np.ndarray:
+    """Accumulated in the input's own 16-bit type (bfloat16 for float32): the
+    ``dtype=float32`` of the accumulator forgotten."""
+    narrow = _narrow(x.dtype)
+    return _out(np.cumsum(x.astype(narrow), axis=-1, dtype=narrow).astype(F32), x)
+
+
+def cs_carry(x: np.ndarray) -> np.ndarray:
+    """A two-level scan by blocks of 1024 whose carry, from the third block on, is the
+    previous block's total alone: right up to 2048 elements."""
+    return _out(_blocked_scan(_f32(x), 1024, carry_bug=2), x)
+
+
+def cs_trunc(x: np.ndarray) -> np.ndarray:
+    return round_directed(cs_reference(x), x.dtype, "trunc")
+
+
+# 1-D convolution (valid cross-correlation, as deep-learning frameworks define it)
+
+def _windows(x: np.ndarray, k: int) -> np.ndarray:
+    out: np.ndarray = np.lib.stride_tricks.sliding_window_view(x, k, axis=-1)
+    return out
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    out: np.ndarray = _windows(x.astype(np.float64), w.shape[0]) @ w.astype(np.float64)
+    return out
+
+
+def conv_gemm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """im2col then a float32 matrix-vector product."""
+    return _out(_windows(_f32(x), w.shape[0]) @ _f32(w), x)
+
+
+def conv_f64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return _out(conv_reference(x, w), x)
+
+
+def _taps(x32: np.ndarray, w32: np.ndarray, order: Sequence[int]) -> np.ndarray:
+    k = w32.shape[0]
+    n = x32.shape[-1] - k + 1
+    acc = np.zeros((*x32.shape[:-1], n), F32)
+    for j in order:
+        acc += x32[..., j:j + n] * w32[j]
+    return acc
+
+
+def conv_taps(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Tap by tap, in order: acc += x[i + j] w[j]."""
+    return _out(_taps(_f32(x), _f32(w), range(w.shape[0])), x)
+
+
+def conv_taps_reversed(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return _out(_taps(_f32(x), _f32(w), range(w.shape[0] - 1, -1, -1)), x)
+
+
+def conv_fft(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """By the FFT in float32 (complex64), as FFT convolution algorithms do."""
+    x32, w32 = _f32(x), _f32(w)
+    k, n = w32.shape[0], x32.shape[-1]
+    size = 1 << (n + k - 1).bit_length()
+    spec = np.fft.rfft(x32, size, axis=-1) * np.conj(np.fft.rfft(w32, size))
+    full = np.fft.irfft(spec, size, axis=-1).astype(F32)
+    return _out(full[..., :n - k + 1], x)
+
+
+def conv_flipped(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A true convolution (the kernel flipped) where a cross-correlation is meant."""
+    return conv_gemm(x, np.ascontiguousarray(w[::-1]))
+
+
+def conv_halo(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Outputs in tiles of 512 whose input tile has no halo: the last k - 1 outputs of
+    each full tile miss the taps past it (right while the output fits one tile)."""
+    x32, w32 = _f32(x), _f32(w)
+    k = w32.shape[0]
+    n_out = x32.shape[-1] - k + 1
+    out = np.empty((*x32.shape[:-1], n_out), F32)
+    for start in range(0, n_out, 512):
+        stop = min(start + 512, n_out)
+        tile = x32[..., start:stop + k - 1] if stop == n_out else x32[..., start:stop]
+        padded = np.concatenate([tile, np.zeros((*tile.shape[:-1], stop + k - 1 - start
+                                                 - tile.shape[-1]), F32)], axis=-1)
+        out[..., start:stop] = _windows(padded, k) @ w32
+    return _out(out, x)
+
+
+def conv_tail(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Outputs past the last full tile of 32 never written (left zero)."""
+    out = _windows(_f32(x), w.shape[0]) @ _f32(w)
+    out[..., out.shape[-1] - out.shape[-1] % 32:] = 0.0
+    return _out(out, x)
+
+
+def conv_narrow(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Tap by tap with the accumulator in the narrow type."""
+    narrow = _narrow(x.dtype)
+    x32, w32 = _f32(x), _f32(w)
+    k = w32.shape[0]
+    n = x32.shape[-1] - k + 1
+    acc = np.zeros((*x32.shape[:-1], n), narrow)
+    for j in range(k):
+        acc = (acc.astype(F32) + x32[..., j:j + n] * w32[j]).astype(narrow)
+    return _out(acc.astype(F32), x)
+
+
+def conv_trunc(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return round_directed(conv_reference(x, w), x.dtype, "trunc")
+
+
+# attention: softmax(Q K^T / sqrt(d)) V, one head
+
+def attn_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = q.astype(np.float64) @ k.astype(np.float64).T / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    out: np.ndarray = p / p.sum(axis=-1, keepdims=True) @ v.astype(np.float64)
+    return out
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
+    s: np.ndarray = _f32(q) @ _f32(k).T
+    return s * F32(1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+
+
+def attn_standard(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = _scores(q, k)
+    p = np.exp(s - _rows_max(s))
+    return _out(p / p.sum(axis=-1, keepdims=True) @ _f32(v), q)
+
+
+def attn_f64(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return _out(attn_reference(q, k, v), q)
+
+
+def attn_late_divide(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(P V) / sum after the second product, not P / sum before it."""
+    s = _scores(q, k)
+    p = np.exp(s - _rows_max(s))
+    return _out((p @ _f32(v)) / p.sum(axis=-1, keepdims=True), q)
+
+
+def _flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, block: int, *,
+           rescale: bool = True, exp2: bool = False) -> np.ndarray:
+    """FlashAttention's loop over key blocks: running max, running sum and output
+    accumulator, rescaled at each new max, divided at the end."""
+    q32, k32, v32 = _f32(q), _f32(k), _f32(v)
+    scale = F32(1 / np.sqrt(q.shape[-1]) * (LOG2E if exp2 else 1.0))
+    power = np.exp2 if exp2 else np.exp
+    m = np.full((q.shape[0], 1), -np.inf, F32)
+    s_sum = np.zeros((q.shape[0], 1), F32)
+    acc = np.zeros((q.shape[0], v.shape[-1]), F32)
+    for start in range(0, k.shape[0], block):
+        s = (q32 @ k32[start:start + block].T) * scale
+        new = np.maximum(m, _rows_max(s))
+        p = power(s - new)
+        factor = np.where(m == new, F32(1), power(m - new))
+        s_sum = s_sum * factor + p.sum(axis=-1, keepdims=True)
+        acc = (acc * factor if rescale else acc) + p @ v32[start:start + block]
+        m = new
+    return acc / s_sum
+
+
+def attn_flash(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return _out(_flash(q, k, v, 64), q)
+
+
+def attn_flash_exp2(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """FlashAttention-2's form: exp2, with log2(e) folded into the score scale."""
+    return _out(_flash(q, k, v, 32, exp2=True), q)
+
+
+def attn_no_scale(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = _scores(q, k, 1.0)
+    p = np.exp(s - _rows_max(s))
+    return _out(p / p.sum(axis=-1, keepdims=True) @ _f32(v), q)
+
+
+def attn_scale_d(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = _scores(q, k, 1.0 / q.shape[-1])
+    p = np.exp(s - _rows_max(s))
+    return _out(p / p.sum(axis=-1, keepdims=True) @ _f32(v), q)
+
+
+def attn_no_max(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    p = np.exp(_scores(q, k))
+    return _out(p / p.sum(axis=-1, keepdims=True) @ _f32(v), q)
+
+
+def attn_no_rescale(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """FlashAttention whose output accumulator is not rescaled at a new max (the sum is):
+    right while the keys fit one block of 64."""
+    return _out(_flash(q, k, v, 64, rescale=False), q)
+
+
+def attn_p_narrow(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The probabilities rounded to the input's 16-bit type before P V (what a
+    tensor-core FlashAttention does): a rounding more than one."""
+    s = _scores(q, k)
+    p = np.exp(s - _rows_max(s))
+    total = p.sum(axis=-1, keepdims=True)
+    return _out((p.astype(q.dtype).astype(F32) @ _f32(v)) / total, q)
+
+
+def attn_trunc(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return round_directed(attn_reference(q, k, v), q.dtype, "trunc")
+
+
+# argmax over the last axis (int64; the first index on ties, the first NaN if any)
+
+def am_reference(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.argmax(x.astype(np.float64), axis=-1)
+    return out
+
+
+def am_native(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.argmax(x, axis=-1).astype(np.int64)
+    return out
+
+
+def am_two_pass(x: np.ndarray) -> np.ndarray:
+    """The max, then the first index that equals it (the first NaN in a row with one)."""
+    w = _f32(x)
+    top = w.max(axis=-1, keepdims=True)
+    hit = np.where(np.isnan(top), np.isnan(w), w == top)
+    return np.argmax(hit, axis=-1).astype(np.int64)
+
+
+def am_blocked(x: np.ndarray) -> np.ndarray:
+    """Per block of 64: its max and first index, then the blocks combined in order,
+    a later block winning only when strictly larger (or the first NaN)."""
+    w = _f32(x)
+    best = np.full(w.shape[:-1], -np.inf, F32)
+    where = np.zeros(w.shape[:-1], np.int64)
+    for start in range(0, w.shape[-1], 64):
+        chunk = w[..., start:start + 64]
+        i = np.argmax(chunk, axis=-1)
+        v = np.take_along_axis(chunk, i[..., None], axis=-1)[..., 0]
+        take = ((v > best) | (np.isnan(v) & ~np.isnan(best))) | (
+            (start == 0) & np.ones_like(best, dtype=bool))
+        best = np.where(take, v, best)
+        where = np.where(take, i + start, where)
+    return where
+
+
+def am_plus_one(x: np.ndarray) -> np.ndarray:
+    return am_native(x) + 1
+
+
+def am_last_tie(x: np.ndarray) -> np.ndarray:
+    """The last maximal index (a scan with >=, not >)."""
+    n = x.shape[-1]
+    return (n - 1 - np.argmax(x[..., ::-1], axis=-1)).astype(np.int64)
+
+
+def am_nan_ignored(x: np.ndarray) -> np.ndarray:
+    """NaN never compares greater, so a scan with > skips it."""
+    w = _f32(x)
+    return np.argmax(np.where(np.isnan(w), -np.inf, w), axis=-1).astype(np.int64)
+
+
+def am_narrow(x: np.ndarray) -> np.ndarray:
+    """float32 values compared after rounding to bfloat16: near-ties become ties."""
+    return am_native(x.astype(_narrow(x.dtype)))
+
+
+def am_abs(x: np.ndarray) -> np.ndarray:
+    """The argmax of |x| (an amax kernel reused)."""
+    return np.argmax(np.abs(_f32(x)), axis=-1).astype(np.int64)
+
+
+# pairwise Euclidean distances between the rows of x (n, d) and y (m, d)
+
+def pd_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    diff = x.astype(np.float64)[:, None, :] - y.astype(np.float64)[None, :, :]
+    out: np.ndarray = np.sqrt((diff * diff).sum(axis=-1))
+    return out
+
+
+def pd_direct(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    diff = _f32(x)[:, None, :] - _f32(y)[None, :, :]
+    return _out(np.sqrt((diff * diff).sum(axis=-1)), x)
+
+
+def pd_f64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return _out(pd_reference(x, y), x)
+
+
+def pd_sequential(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The squared differences added feature by feature, in order."""
+    x32, y32 = _f32(x), _f32(y)
+    acc = np.zeros((x.shape[0], y.shape[0]), F32)
+    for j in range(x.shape[1]):
+        diff = x32[:, j, None] - y32[None, :, j]
+        acc += diff * diff
+    return _out(np.sqrt(acc), x)
+
+
+def pd_gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|x|^2 + |y|^2 - 2 x.y by a float32 GEMM, clamped at 0: fast, and it cancels on
+    near points."""
+    x32, y32 = _f32(x), _f32(y)
+    sq = ((x32 * x32).sum(axis=1)[:, None] + (y32 * y32).sum(axis=1)[None, :]
+          - F32(2) * (x32 @ y32.T))
+    return _out(np.sqrt(np.maximum(sq, F32(0))), x)
+
+
+def pd_no_sqrt(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    diff = _f32(x)[:, None, :] - _f32(y)[None, :, :]
+    return _out((diff * diff).sum(axis=-1), x)
+
+
+def pd_d_tail(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The features past the last full tile of 16 dropped."""
+    d = x.shape[1] - x.shape[1] % 16 or x.shape[1]
+    return pd_direct(x[:, :d], y[:, :d])
+
+
+def pd_narrow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The squared differences accumulated in the narrow type."""
+    narrow = _narrow(x.dtype)
+    x32, y32 = _f32(x), _f32(y)
+    acc = np.zeros((x.shape[0], y.shape[0]), narrow)
+    for j in range(x.shape[1]):
+        diff = x32[:, j, None] - y32[None, :, j]
+        acc = (acc.astype(F32) + diff * diff).astype(narrow)
+    return _out(np.sqrt(acc.astype(F32)), x)
+
+
+def pd_trunc(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return round_directed(pd_reference(x, y), x.dtype, "trunc")
+
+
 # -- the catalogue ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -652,6 +1254,256 @@ QUICK_SHAPES: dict[str, tuple[tuple[int, ...], ...]] = {
     "softmax": ((3, 33), (4, 300)),
     USER_OP: ((4, 300),),
 }
+
+
+# -- user ops of one's own: the ops, their tests' inputs and their gate_inputs -------------
+
+def _eps_of(dtype: np.dtype) -> float:
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dtype).eps)
+
+
+def _like(values: np.ndarray, like: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(values).astype(like.dtype)
+
+
+def _big(dtype: np.dtype) -> float:
+    """A large magnitude for gate inputs: 2^10 in 16-bit types (squares stay finite in
+    float16), 2^20 in float32."""
+    return 2.0 ** (10 if dtype.itemsize == 2 else 20)
+
+
+def ln_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                ) -> tuple[Any, ...]:
+    rows, n = shape
+    x = (rng.standard_normal(shape) + 0.5 * rng.standard_normal((rows, 1))) * np.exp2(
+        rng.integers(-2, 3, (rows, 1)))
+    w = 1.0 + 0.1 * rng.standard_normal(n)
+    b = 0.1 * rng.standard_normal(n)
+    return x.astype(dtype), w.astype(dtype), b.astype(dtype), LN_EPS
+
+
+def ln_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """Large magnitudes (rows scaled toward 2^10 or 2^20), a row mean of 8 standard
+    deviations, and rows of 4096."""
+    x, w, b, eps = inputs
+    fresh = rng.standard_normal(x.shape)
+    long_n = 4096
+    wl = _like(1.0 + 0.1 * rng.standard_normal(long_n), w)
+    bl = _like(0.1 * rng.standard_normal(long_n), b)
+    return [(_like(fresh * _big(x.dtype), x), w, b, eps),
+            (_like(fresh + 8.0, x), w, b, eps),
+            (_like(rng.standard_normal((4, long_n)), x), wl, bl, eps)]
+
+
+def lse_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                 ) -> tuple[Any, ...]:
+    return (_like(2.0 * rng.standard_normal(shape), np.empty(0, dtype)),)
+
+
+def lse_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """Logits near 500, rows offset by 100 x row, and rows of 4097."""
+    (x,) = inputs
+    rows = np.arange(x.shape[0])[:, None]
+    return [(_like(rng.standard_normal(x.shape) * 30 + 500, x),),
+            (_like(rng.standard_normal(x.shape) * 3 + 100.0 * rows, x),),
+            (_like(2.0 * rng.standard_normal((x.shape[0], 4097)), x),)]
+
+
+def cs_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                ) -> tuple[Any, ...]:
+    return (_like(rng.standard_normal(shape), np.empty(0, dtype)),)
+
+
+def cs_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """The docs' example: rows of 1000 and 4097."""
+    (x,) = inputs
+    return [(_like(rng.standard_normal((x.shape[0], n)), x),) for n in (1000, 4097)]
+
+
+def conv_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                  ) -> tuple[Any, ...]:
+    rows, n, k = shape
+    like = np.empty(0, dtype)
+    return (_like(rng.standard_normal((rows, n)), like),
+            _like(rng.standard_normal(k) / np.sqrt(k), like))
+
+
+def conv_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """Signals of 4097 samples, and large magnitudes."""
+    x, w = inputs
+    return [(_like(rng.standard_normal((x.shape[0], 4097)), x), w),
+            (_like(rng.standard_normal(x.shape) * _big(x.dtype), x), w)]
+
+
+def attn_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                  ) -> tuple[Any, ...]:
+    lq, lk, d = shape
+    like = np.empty(0, dtype)
+    return (_like(rng.standard_normal((lq, d)), like), _like(rng.standard_normal((lk, d)), like),
+            _like(rng.standard_normal((lk, d)), like))
+
+
+def attn_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """300 keys, and queries and keys scaled by 6 (scores of standard deviation 36)."""
+    q, k, v = inputs
+    d = q.shape[1]
+    return [(q, _like(rng.standard_normal((300, d)), k), _like(rng.standard_normal((300, d)), v)),
+            (_like(6 * rng.standard_normal(q.shape), q), _like(6 * rng.standard_normal(k.shape), k),
+             v)]
+
+
+def am_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                ) -> tuple[Any, ...]:
+    return (_like(rng.standard_normal(shape), np.empty(0, dtype)),)
+
+
+def am_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """Rows of 4097, ties (values on a grid of 1/4), large magnitudes."""
+    (x,) = inputs
+    return [(_like(rng.standard_normal((x.shape[0], 4097)), x),),
+            (_like(np.round(4 * rng.standard_normal(x.shape)) / 4, x),),
+            (_like(rng.standard_normal(x.shape) * _big(x.dtype), x),)]
+
+
+def pd_dispatch(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator
+                ) -> tuple[Any, ...]:
+    n, m, d = shape
+    like = np.empty(0, dtype)
+    return (_like(rng.standard_normal((n, d)), like), _like(rng.standard_normal((m, d)), like))
+
+
+def pd_harder(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """Near points (y a copy of x's rows moved by a few units of rounding, one row
+    exactly equal), then the same around an offset of 100."""
+    x, y = inputs
+    m = min(y.shape[0], x.shape[0])
+    eps = _eps_of(x.dtype)
+    out = []
+    for offset in (0.0, 100.0):
+        base = _like(rng.standard_normal(x.shape) + offset, x)
+        near = base[:m].astype(np.float64) * (1 + 4 * eps * rng.standard_normal((m, x.shape[1])))
+        near = _like(near, x)
+        near[0] = base[0]
+        out.append((base, near))
+    return out
+
+
+@dataclass(frozen=True)
+class UserOp:
+    """A user's own op: its reference, how its tests call it (``dispatch(shape, dtype,
+    rng)``), and the ``gate_inputs`` its author would give (``harder``)."""
+
+    name: str
+    reference: Callable[..., np.ndarray]
+    dispatch: Callable[[tuple[int, ...], np.dtype, np.random.Generator], tuple[Any, ...]]
+    harder: Callable[[tuple[Any, ...], np.random.Generator], list[tuple[Any, ...]]]
+    shapes: tuple[tuple[int, ...], ...]
+    quick: tuple[tuple[int, ...], ...]
+    what: str = ""
+
+
+USER_OPS: tuple[UserOp, ...] = (
+    UserOp("bench_layernorm", ln_reference, ln_dispatch, ln_harder, ((16, 768), (5, 300)),
+           ((5, 300),), "rows x n, eps a Python float"),
+    UserOp("bench_logsumexp", lse_reference, lse_dispatch, lse_harder, ((8, 300), (33, 1000)),
+           ((8, 300),), "rows x n"),
+    UserOp("bench_cumsum", cs_reference, cs_dispatch, cs_harder, ((8, 256), (4, 1000)),
+           ((8, 256),), "rows x n"),
+    UserOp("bench_conv1d", conv_reference, conv_dispatch, conv_harder, ((4, 256, 7), (3, 500, 31)),
+           ((4, 256, 7),), "rows x n x taps"),
+    UserOp("bench_attention", attn_reference, attn_dispatch, attn_harder,
+           ((32, 48, 16), (17, 64, 32)), ((32, 48, 16),), "queries x keys x d"),
+    UserOp("bench_argmax", am_reference, am_dispatch, am_harder, ((8, 300), (33, 1000)),
+           ((8, 300),), "rows x n"),
+    UserOp("bench_pdist", pd_reference, pd_dispatch, pd_harder, ((32, 24, 16), (50, 20, 40)),
+           ((32, 24, 16),), "n x m x d"),
+)
+
+_LN, _LSE, _CS, _CONV, _ATTN, _AM, _PD = (u.name for u in USER_OPS)
+F32_ONLY = ("float32",)
+
+USER_VARIANTS: tuple[Variant, ...] = (
+    Variant("two-pass", _LN, ln_two_pass),
+    Variant("float64", _LN, ln_f64),
+    Variant("welford", _LN, ln_welford),
+    Variant("welford-32", _LN, ln_welford_blocks),
+    Variant("rsqrt-seq", _LN, ln_rsqrt),
+    Variant("one-pass-var", _LN, ln_one_pass, "two-pass", note="var = E[x^2] - E[x]^2"),
+    Variant("unbiased", _LN, ln_unbiased, "two-pass", note="variance over n - 1"),
+    Variant("eps-outside", _LN, ln_eps_outside, "two-pass", note="1 / (std + eps)"),
+    Variant("no-eps", _LN, ln_no_eps, "two-pass", note="eps dropped"),
+    Variant("var-narrow", _LN, ln_var_narrow, "two-pass", note="squares summed in the narrow type"),
+    Variant("affine-order", _LN, ln_affine_order, "two-pass", note="(x_hat + b) * w"),
+    Variant("trunc-out", _LN, ln_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("two-pass", _LSE, lse_two_pass),
+    Variant("float64", _LSE, lse_f64),
+    Variant("sequential", _LSE, lse_sequential),
+    Variant("online-32", _LSE, lse_online),
+    Variant("exp2", _LSE, lse_exp2),
+    Variant("no-max", _LSE, lse_no_max, "two-pass", note="no max shift"),
+    Variant("global-max", _LSE, lse_global_max, "two-pass", note="max over all rows"),
+    Variant("sum-narrow", _LSE, lse_sum_narrow, "two-pass", note="sum in the narrow type"),
+    Variant("drop-tail", _LSE, lse_drop_tail, "two-pass", note="sum stops at a 32-tile"),
+    Variant("trunc-out", _LSE, lse_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("sequential", _CS, cs_sequential),
+    Variant("float64", _CS, cs_f64),
+    Variant("blocked-64", _CS, cs_blocked),
+    Variant("hillis-steele", _CS, cs_hillis_steele),
+    Variant("exclusive", _CS, cs_exclusive, "sequential", note="exclusive scan"),
+    Variant("acc-narrow", _CS, cs_narrow, "sequential", note="accumulated in the narrow type"),
+    Variant("carry-2048", _CS, cs_carry, "blocked-64",
+            note="block carry wrong past 2048 elements"),
+    Variant("trunc-out", _CS, cs_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("im2col", _CONV, conv_gemm),
+    Variant("float64", _CONV, conv_f64),
+    Variant("taps", _CONV, conv_taps),
+    Variant("taps-reversed", _CONV, conv_taps_reversed),
+    Variant("fft", _CONV, conv_fft),
+    Variant("flipped", _CONV, conv_flipped, "im2col", note="kernel flipped (convolution)"),
+    Variant("halo-512", _CONV, conv_halo, "im2col", note="no halo past 512-output tiles"),
+    Variant("tail-32", _CONV, conv_tail, "im2col", note="outputs past 32-tiles unwritten"),
+    Variant("acc-narrow", _CONV, conv_narrow, "taps", note="accumulator in the narrow type"),
+    Variant("trunc-out", _CONV, conv_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("standard", _ATTN, attn_standard),
+    Variant("float64", _ATTN, attn_f64),
+    Variant("late-divide", _ATTN, attn_late_divide),
+    Variant("flash-64", _ATTN, attn_flash),
+    Variant("flash-exp2", _ATTN, attn_flash_exp2),
+    Variant("no-scale", _ATTN, attn_no_scale, "standard", note="1/sqrt(d) missing"),
+    Variant("scale-1/d", _ATTN, attn_scale_d, "standard", note="1/d instead of 1/sqrt(d)"),
+    Variant("no-max", _ATTN, attn_no_max, "standard", note="no max shift"),
+    Variant("no-rescale", _ATTN, attn_no_rescale, "flash-64",
+            note="accumulator not rescaled (> 64 keys)"),
+    Variant("p-narrow", _ATTN, attn_p_narrow, "standard", dtypes=NARROW,
+            note="P rounded to the input type before P V"),
+    Variant("trunc-out", _ATTN, attn_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+    Variant("native", _AM, am_native),
+    Variant("two-pass", _AM, am_two_pass),
+    Variant("blocked-64", _AM, am_blocked),
+    Variant("plus-one", _AM, am_plus_one, "native", note="index one too high"),
+    Variant("last-tie", _AM, am_last_tie, "native", note="last index on ties"),
+    Variant("nan-ignored", _AM, am_nan_ignored, "native", note="NaN skipped"),
+    Variant("bf16-compare", _AM, am_narrow, "native", dtypes=F32_ONLY,
+            note="compared in bfloat16"),
+    Variant("abs", _AM, am_abs, "native", note="argmax of |x|"),
+    Variant("direct", _PD, pd_direct),
+    Variant("float64", _PD, pd_f64),
+    Variant("sequential", _PD, pd_sequential),
+    Variant("gemm", _PD, pd_gemm, "direct", note="|x|^2 + |y|^2 - 2 x.y"),
+    Variant("no-sqrt", _PD, pd_no_sqrt, "direct", note="squared distances"),
+    Variant("d-tail-16", _PD, pd_d_tail, "direct", note="features past 16-tiles dropped"),
+    Variant("acc-narrow", _PD, pd_narrow, "direct", note="accumulator in the narrow type"),
+    Variant("trunc-out", _PD, pd_trunc, "float64", dtypes=NARROW,
+            note="output rounded toward zero"),
+)
 
 
 # -- running the checkers -----------------------------------------------------------------
@@ -929,6 +1781,236 @@ def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
     return sweep
 
 
+USER_CHECKERS = ("F4", "F4+gate_inputs", "np.allclose", "torch")
+USER_SEEDS = 20
+"""Seeds of the user-op study (each a fresh dispatch input and gate seed); 2 with --quick."""
+
+
+def register_user_ops() -> dict[str, tuple[Any, Any]]:
+    """Each user op registered twice through the public ``pytest_arbiter.op``: as a user
+    who gives no gate inputs would, and with its ``gate_inputs``."""
+    import pytest_arbiter
+
+    return {u.name: (pytest_arbiter.op(u.name, reference=u.reference),
+                     pytest_arbiter.op(f"{u.name}_gi", reference=u.reference,
+                                       gate_inputs=u.harder))
+            for u in USER_OPS}
+
+
+def _recording(variant: Variant, op_name: str) -> tuple[Any, list[tuple[tuple[Any, ...], Any]]]:
+    """A public ``FunctionCandidate`` running ``variant``, and the log of what the gate ran
+    it on: (inputs, output or the exception), in the gate's order."""
+    from pytest_arbiter import FunctionCandidate
+
+    log: list[tuple[tuple[Any, ...], Any]] = []
+
+    def run(*inputs: Any) -> Any:
+        kept = tuple(np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in inputs)
+        try:
+            out = variant.fn(*inputs)
+        except Exception as exc:
+            log.append((kept, exc))
+            raise
+        log.append((kept, np.array(out, copy=True)))
+        return out
+
+    cand = FunctionCandidate(run, f"bench-{op_name}-{variant.name}", op_name, "cpu", 0,
+                             None, None)
+    return cand, log
+
+
+def _torch_tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """``torch.testing.assert_close``'s default (rtol, atol) for an output dtype: the
+    float table, and 0, 0 (exact) for integer and boolean outputs."""
+    if dtype.kind in "biu":
+        return 0.0, 0.0
+    return TORCH_TOLERANCES[dtype.name]
+
+
+@dataclass
+class UserTally:
+    """The user-op study's counts, per (op, dtype) and per checker."""
+
+    live: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    caught: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    correct: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    false_rejects: dict[tuple[str, str, str], int] = field(
+        default_factory=lambda: defaultdict(int))
+    caught_either: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    """Mutants caught by F4 in one configuration or the other."""
+    equivalent: int = 0
+    by_kind: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    misses: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    """Per F4 configuration: how many runs of each (op, mutant, dtype) it passed."""
+    false_reject_notes: list[str] = field(default_factory=list)
+    gate_seconds: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+
+@dataclass
+class _UserRun:
+    """One kernel on one case and seed, in both configurations."""
+
+    rejected: dict[str, bool]
+    logs: tuple[list[Any], list[Any]]
+    reasons: tuple[str, str]
+
+
+def _user_run(variant: Variant, ops: tuple[Any, Any], inputs: tuple[Any, ...], seed: int,
+              refs: list[np.ndarray] | None, tally: UserTally) -> tuple[_UserRun, list[np.ndarray]]:
+    from pytest_arbiter import f4_gate
+    from pytest_arbiter.dtypes import round_to
+
+    rejected: dict[str, bool] = {}
+    logs = []
+    reasons = []
+    for checker, op in zip(USER_CHECKERS[:2], ops, strict=True):
+        cand, log = _recording(variant, op.name)
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            report = f4_gate(cand, op, inputs=inputs, seed=seed)
+        if variant.correct:
+            tally.gate_seconds[checker].append(time.perf_counter() - start)
+        rejected[checker] = not report.passed
+        logs.append(log)
+        reasons.append(report.reason)
+    # the tolerance checks: against the exact result rounded to the output dtype, on the
+    # inputs the F4+gate_inputs run ran (the dispatch's and the gate_inputs')
+    ran = logs[1]
+    if refs is None:
+        refs = []
+        with np.errstate(all="ignore"):
+            for args, _ in ran:
+                exact = np.asarray(ops[1].reference(*args))
+                refs.append(exact if exact.dtype.kind in "biu"
+                            else round_to(exact.astype(np.float64), args[0].dtype))
+    want = refs[0].dtype if refs[0].dtype.kind in "biu" else ran[0][0][0].dtype
+    wrong = len(ran) != len(refs) or any(
+        isinstance(out, BaseException) or out.dtype != want for _, out in ran)
+    outs = [out for _, out in ran]
+    rtol, atol = _torch_tolerance(want)
+    rejected["np.allclose"] = wrong or not all(
+        _tolerance_ok(o, r, 1e-5, 1e-8) for o, r in zip(outs, refs, strict=True))
+    rejected["torch"] = wrong or not all(
+        _tolerance_ok(o, r, rtol, atol) for o, r in zip(outs, refs, strict=True))
+    return _UserRun(rejected, (logs[0], logs[1]), (reasons[0], reasons[1])), refs
+
+
+def run_user_power(*, quick: bool = False, seeds: int | None = None,
+                   dtypes: Sequence[str] = DTYPES, names: Sequence[str] | None = None,
+                   progress: Callable[[str], None] | None = None) -> UserTally:
+    """Every user-op kernel on each of its test shapes, dtypes and seeds, gated through the
+    public API with and without the op's ``gate_inputs``, beside the tolerance checks."""
+    from pytest_arbiter.dtypes import numpy_dtype
+    from pytest_arbiter.gate import GATE_SEED
+
+    seeds = seeds if seeds is not None else (2 if quick else USER_SEEDS)
+    registered = register_user_ops()
+    tally = UserTally()
+    for spec in USER_OPS:
+        if names is not None and spec.name not in names:
+            continue
+        for shape, dtype in itertools.product(spec.quick if quick else spec.shapes, dtypes):
+            case = Case(spec.name, shape, dtype)
+            variants = sorted((v for v in USER_VARIANTS if v.op == spec.name
+                               and v.runs_on(case)), key=lambda v: not v.correct)
+            for s in range(seeds):
+                seed = GATE_SEED + 1000 * s
+                rng = np.random.default_rng([s, *shape, DTYPES.index(dtype)])
+                inputs = spec.dispatch(shape, numpy_dtype(dtype), rng)
+                refs: list[np.ndarray] | None = None
+                bases: dict[str, _UserRun] = {}
+                for variant in variants:
+                    run, refs = _user_run(variant, registered[spec.name], inputs, seed, refs,
+                                          tally)
+                    where = f"{case.label()} seed #{s} {variant.name}"
+                    key = (spec.name, dtype)
+                    if variant.correct:
+                        bases[variant.name] = run
+                        tally.correct[key] += 1
+                        for checker in USER_CHECKERS:
+                            tally.false_rejects[(checker, *key)] += run.rejected[checker]
+                        for checker, reason in zip(USER_CHECKERS[:2], run.reasons,
+                                                   strict=True):
+                            if run.rejected[checker]:
+                                tally.false_reject_notes.append(
+                                    f"{where} ({checker}): {reason}")
+                        continue
+                    base = bases[variant.base]
+                    if not any(_changed_log(m, b) for m, b in zip(run.logs, base.logs,
+                                                                  strict=True)):
+                        tally.equivalent += 1
+                        continue
+                    tally.live[key] += 1
+                    kind = tally.by_kind.setdefault((spec.name, variant.name), [0] * 5)
+                    kind[0] += 1
+                    for i, checker in enumerate(USER_CHECKERS):
+                        tally.caught[(checker, *key)] += run.rejected[checker]
+                        kind[i + 1] += run.rejected[checker]
+                    tally.caught_either[key] += run.rejected["F4"] or run.rejected[
+                        "F4+gate_inputs"]
+                    for checker in USER_CHECKERS[:2]:
+                        if not run.rejected[checker]:
+                            what = f"{spec.name.removeprefix('bench_')} {variant.name} {dtype}"
+                            tally.misses[checker][what] += 1
+            if progress is not None:
+                progress(case.label())
+    return tally
+
+
+def _changed_log(mutant: list[Any], base: list[Any]) -> bool:
+    """Whether a mutant's outputs differ, bit for bit, from its base's on the same gate."""
+    if len(mutant) != len(base):
+        return True
+    return _changed([out for _, out in mutant], [out for _, out in base])
+
+
+def format_user_power(tally: UserTally) -> list[str]:
+    """The table: per op and dtype, mutants caught / changing, and correct kernels
+    rejected / run, for each checker."""
+    head = ("| op | dtype | " + " | ".join(f"caught: {c}" for c in USER_CHECKERS) + " | "
+            + " | ".join(f"false rejects: {c}" for c in USER_CHECKERS) + " |")
+    lines = [head, "|" + "---|" * (2 + 2 * len(USER_CHECKERS))]
+    keys = sorted(tally.correct, key=lambda k: ([u.name for u in USER_OPS].index(k[0]),
+                                                DTYPES.index(k[1])))
+    totals = [0] * (2 + 2 * len(USER_CHECKERS))
+
+    def cells(live: int, correct: int, caught: list[int], false: list[int]) -> str:
+        return " | ".join([*(f"{c}/{live}" for c in caught), *(f"{f}/{correct}" for f in false)])
+
+    for key in keys:
+        caught = [tally.caught[(c, *key)] for c in USER_CHECKERS]
+        false = [tally.false_rejects[(c, *key)] for c in USER_CHECKERS]
+        row = [tally.live[key], tally.correct[key], *caught, *false]
+        totals = [t + r for t, r in zip(totals, row, strict=True)]
+        lines.append(f"| {key[0].removeprefix('bench_')} | {key[1]} | "
+                     + cells(row[0], row[1], caught, false) + " |")
+    n = len(USER_CHECKERS)
+    lines.append("| **all** | | " + cells(totals[0], totals[1], totals[2:2 + n], totals[2 + n:])
+                 + " |")
+    either = sum(tally.caught_either.values())
+    lines += ["", f"caught by F4 without or with gate_inputs: {either}/{totals[0]}",
+              f"{tally.equivalent} mutant runs left every output unchanged (equivalent, "
+              "not counted)", "",
+              "per mutant kind: caught / changing runs (F4, F4+gate_inputs, np.allclose, torch)"]
+    notes = {(v.op, v.name): v.note for v in USER_VARIANTS}
+    for (op, name), (count, *caught) in tally.by_kind.items():
+        row = "  ".join(f"{c:>3d}" for c in caught)
+        lines.append(f"  {op.removeprefix('bench_'):10s} {name:13s} {count:>3d}: {row}   "
+                     f"{notes[(op, name)]}")
+    for checker in USER_CHECKERS[:2]:
+        if tally.misses[checker]:
+            lines += ["", f"missed by {checker} (runs): " + ", ".join(
+                f"{what} x{n}" for what, n in tally.misses[checker].items())]
+    if tally.false_reject_notes:
+        lines += ["", "correct kernels F4 rejected:",
+                  *(f"  {t}" for t in tally.false_reject_notes)]
+    for checker, spent in tally.gate_seconds.items():
+        lines.append(f"{checker} gate call (correct kernels): median "
+                     f"{statistics.median(spent) * 1e3:.1f} ms over {len(spent)}")
+    return lines
+
+
 def tf32_rows(shape: tuple[int, int, int]) -> list[str]:
     """The TF32 policy: a TF32 GEMM under the default float32 budget and once allowed."""
     from pytest_arbiter.gate import GATE_SEED, f4_gate
@@ -1086,6 +2168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", metavar="DIR",
                         help="with --timing: an older tree to time beside this one "
                              "(git archive REV | tar -x -C DIR)")
+    parser.add_argument("--user", action="store_true",
+                        help="only the user-op study (seven ops of one's own, gated with "
+                             "and without gate_inputs)")
+    parser.add_argument("--user-seeds", type=int, default=None,
+                        help=f"seeds of the user-op study (default {USER_SEEDS}; 2 with "
+                             "--quick)")
     args = parser.parse_args(argv)
     if args.timing:
         rows = gate_timing(before=args.before)
@@ -1106,6 +2194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(label: str) -> None:
         print(f"  ... {label} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
 
+    user = run_user_power(quick=args.quick, seeds=args.user_seeds, progress=progress)
+    user_seeds = args.user_seeds if args.user_seeds is not None else (
+        2 if args.quick else USER_SEEDS)
+    print(f"User ops of one's own, {user_seeds} seeds each (dispatch inputs and gate seed), "
+          "gated through the public API without and with gate_inputs:")
+    print("\n".join(format_user_power(tally=user)))
+    if args.user:
+        print(f"\n({time.perf_counter() - began:.0f} s)")
+        return 0
+    print()
     tally = run_power(shapes, progress=progress)
     print("Gate power benchmark: " + ", ".join(
         f"{op} {', '.join('x'.join(map(str, s)) for s in shapes[op])}" for op in shapes))

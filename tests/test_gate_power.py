@@ -82,3 +82,33 @@ def test_rounding_helpers(bench: ModuleType) -> None:
     assert np.any(trunc != nearest) and np.any(floor != nearest)
     x = np.array([1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -12], np.float32)
     assert list(bench.round_tf32(x).astype(np.float64)) == [1.0, 1.0 + 2.0 ** -9, 1.0]
+
+
+def test_the_user_op_study_has_what_the_issue_asks(bench: ModuleType) -> None:
+    assert len(bench.USER_OPS) >= 5
+    for spec in bench.USER_OPS:
+        variants = [v for v in bench.USER_VARIANTS if v.op == spec.name]
+        assert sum(v.correct for v in variants) >= 3, spec.name
+        assert sum(not v.correct for v in variants) >= 3, spec.name
+        assert {v.base for v in variants if not v.correct} <= {
+            v.name for v in variants if v.correct}, spec.name
+
+
+def test_user_ops_gated_without_and_with_gate_inputs(bench: ModuleType) -> None:
+    """One seed of three user ops through the public API: the derived trials alone catch
+    a logsumexp without its max shift or with a global max; the GEMM expansion of
+    distances (near points) and a scan's carry bug past 2048 elements need the op's
+    gate_inputs; no correct kernel is rejected."""
+    tally = bench.run_user_power(quick=True, seeds=1,
+                                 names=("bench_logsumexp", "bench_pdist", "bench_cumsum"))
+    assert not tally.false_reject_notes, tally.false_reject_notes
+    kinds = tally.by_kind  # (op, mutant): [changing runs, F4, F4+gate_inputs, allclose, torch]
+    for name in ("no-max", "global-max"):
+        runs, f4, f4_gi, *_ = kinds[("bench_logsumexp", name)]
+        assert runs == 3 and f4 == runs and f4_gi == runs
+    runs, f4, f4_gi, *_ = kinds[("bench_pdist", "gemm")]
+    assert f4 == 0 and f4_gi >= 2  # float32 and float16; bfloat16's products are exact
+    runs, f4, f4_gi, *_ = kinds[("bench_cumsum", "carry-2048")]
+    assert runs == 3 and f4 == 0 and f4_gi == runs
+    text = "\n".join(bench.format_user_power(tally))
+    assert "F4+gate_inputs" in text and "np.allclose" in text and "torch" in text
