@@ -2,10 +2,13 @@
 
 Run: python bench/gpu_gemm.py [--sizes 1024,2048,4096] [--dtypes float16,bfloat16,float32]
                               [--repeat 20] [--require-device]
-Prints one compact table: library (cuBLAS through cupy.matmul) against the bundled
+Prints one compact table, a row as soon as it is measured (a step cut short by its
+timeout keeps the rows so far): library (cuBLAS through cupy.matmul) against the bundled
 kernel of the emitted lane, the ratio, the largest difference between the two results
-and the lane measured arbitration picks for that bucket. Without a GPU it says why and
-exits 0 (2 with --require-device).
+and the lane measured arbitration picks for that bucket. Each candidate is F4-gated
+once per dtype at a small region (GATE_SIZE cubed, with its ragged neighbours), not at
+the timed size: the gate's float64 host reference at 4096^3 alone takes minutes of CPU.
+Without a GPU it says why and exits 0 (2 with --require-device).
 """
 
 from __future__ import annotations
@@ -18,14 +21,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_arbiter import ComparePolicy, MeasureCache, measured_arbitrate
+from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.decision.gating import Verdict, verdict_of
 from pytest_arbiter.device import DeviceInfo, probe_device
+from pytest_arbiter.gate import f4_gate
 from pytest_arbiter.measure import measure_latency
+from pytest_arbiter.ops import OPS
+from pytest_arbiter.regions import MatmulRegion
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate, bfloat16_problem
 
 LIBRARY = "cublas_matmul"
 EMITTED = {"float32": "tiled_sgemm", "float16": "mma_matmul", "bfloat16": "mma_matmul"}
 POLICY = ComparePolicy(min_rounds=5, max_rounds=30, budget_s=0.2)
+GATE_SIZE = 256
+_VERDICTS: dict[tuple[str, str], Verdict] = {}
+
+
+def small_gate(cand: Candidate, dtype: str) -> Verdict:
+    """``cand``'s F4 verdict at GATE_SIZE cubed in ``dtype``, worked out once."""
+    key = (cand.name, dtype)
+    if key not in _VERDICTS:
+        region = MatmulRegion.of(GATE_SIZE, GATE_SIZE, GATE_SIZE, dtype)
+        _VERDICTS[key] = verdict_of(f4_gate(cand, OPS.get("matmul"), region=region))
+    return _VERDICTS[key]
 
 
 @dataclass(frozen=True)
@@ -55,11 +74,15 @@ def table(device: DeviceInfo, rows: Sequence[Row]) -> str:
              "| dtype | M=N=K | library TFLOP/s | emitted TFLOP/s | emitted/library "
              "| max rel diff | arbiter pick |",
              "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.dtype} | {r.size} | {r.library_tflops:.1f} | "
-                     f"{_fmt(r.emitted_tflops, '.1f')} | {_fmt(r.ratio, '.0%')} | "
-                     f"{_fmt(r.max_rel_diff, '.1e')} | {r.pick}{r.note} |")
+    lines.extend(table_row(r) for r in rows)
     return "\n".join(lines)
+
+
+def table_row(r: Row) -> str:
+    """One measured row of :func:`table`."""
+    return (f"| {r.dtype} | {r.size} | {r.library_tflops:.1f} | "
+            f"{_fmt(r.emitted_tflops, '.1f')} | {_fmt(r.ratio, '.0%')} | "
+            f"{_fmt(r.max_rel_diff, '.1e')} | {r.pick}{r.note} |")
 
 
 def _tflops(size: int, median_ns: float) -> float:
@@ -87,7 +110,8 @@ def measure(size: int, dtype: str, repeat: int) -> Row:
         got = emitted.run(a, b).astype(cp.float32)
         diff = float(cp.abs(got - want).max() / cp.maximum(cp.abs(want).max(), 1e-30))
     sel = measured_arbitrate("matmul", (a, b), [library, emitted], MeasureCache(),
-                             target="nvidia", policy=POLICY)
+                             target="nvidia", policy=POLICY,
+                             verdict=lambda cand: small_gate(cand, dtype))
     pick = sel.candidate.name if sel.candidate is not None else "none"
     note = " (tie)" if sel.comparison is not None and sel.comparison.tie else ""
     return Row(dtype, size, _tflops(size, lib.median_ns), emitted_tflops, diff, pick, note)
@@ -110,14 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(found, DeviceInfo):
         print(f"gpu_gemm: no NVIDIA GPU here, nothing measured: {found}")
         return 2 if args.require_device else 0
-    rows = []
+    print(table(found, []), flush=True)
     for dtype in dtypes:
         if dtype == "bfloat16" and bfloat16_problem() is not None:
-            print(f"gpu_gemm: bfloat16 skipped: {bfloat16_problem()}")
+            print(f"gpu_gemm: bfloat16 skipped: {bfloat16_problem()}", flush=True)
             continue
         for size in sizes:
-            rows.append(measure(size, dtype, args.repeat))
-    print(table(found, rows))
+            print(table_row(measure(size, dtype, args.repeat)), flush=True)
     return 0
 
 

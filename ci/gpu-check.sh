@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU device check: install the CuPy extra that matches the driver, run the GPU test
-# suite (live gates fail instead of skipping), a short GEMM benchmark table, and the
-# emitted kernels under compute-sanitizer where it runs.
+# GPU device check: install the CuPy extra that matches what is installed (the CuPy, the
+# toolkit, else the driver), run a one-line preflight (a RawKernel compile, a library
+# GEMM), the GPU test suite (live gates fail instead of skipping), a GEMM table printed
+# row by row, and the emitted kernels under compute-sanitizer where it runs.
 # Budget: under 5 minutes on one GPU, plus up to 4 for the sanitizer runs at the end.
 # Run from anywhere: ci/gpu-check.sh
 set -euo pipefail
@@ -18,12 +19,21 @@ KEEP_WARNINGS=(-W "default::DeprecationWarning" -W "default::PendingDeprecationW
 start=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
 
+INSTALL=pytest_arbiter/runtime/cuda/install.py  # standard library only: runs before install
+failed=()
+
 step "detect the GPU stack"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
     driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' | head -n 1)
-    if [ "${driver_cuda:-12}" -ge 13 ]; then extra=cuda13; else extra=cuda12; fi
+    toolkit_cuda=""
+    nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    if [ -x "$nvcc_bin" ]; then
+        toolkit_cuda=$("$nvcc_bin" --version | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p' | head -n 1)
+    fi
+    extra=$("$PY" "$INSTALL" extra --driver-major "${driver_cuda:-12}" \
+            ${toolkit_cuda:+--local-toolkit "$toolkit_cuda"})
     target=nvidia
-    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,uuid --format=csv,noheader
 elif command -v rocminfo >/dev/null 2>&1 || [ -e /dev/kfd ]; then
     extra=rocm
     target=amd
@@ -33,18 +43,25 @@ else
 fi
 echo "target=$target extra=$extra"
 
-# A GPU image that already holds CuPy >= 14 (bfloat16 arrays) and the test tools may reach
-# no package index at all: there, install the project alone, offline. Anywhere else pip
-# fetches the extra for the driver.
-if "$PY" -c "import cupy, numpy, ml_dtypes, pluggy, filelock, pytest, xdist, hypothesis
-assert int(cupy.__version__.split('.')[0]) >= 14" >/dev/null 2>&1; then
-    step "install pytest-arbiter alone (CuPy and the test tools are already there)"
+# A GPU image that already holds one CuPy >= 14 (bfloat16 arrays), every runtime
+# dependency, the build backend and the test tools may reach no package index at all:
+# there, install the project alone, offline. Anywhere else pip removes every other CuPy
+# distribution (two overwrite each other's files, and CuPy's import warning would fail
+# every live test under filterwarnings = error), then installs the extra.
+if "$PY" "$INSTALL" offline; then
+    step "install pytest-arbiter alone (CuPy, its dependencies and the test tools are there)"
     if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . ; then
         echo "gpu-check: the offline editable install failed; using the checkout in place"
         export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
         export PYTEST_ADDOPTS="-p pytest_arbiter.plugin ${PYTEST_ADDOPTS:-}"
     fi
 else
+    others=$("$PY" "$INSTALL" conflicts "$extra")
+    if [ -n "$others" ]; then
+        step "remove the other CuPy distributions: $others"
+        # shellcheck disable=SC2086  # one word per distribution
+        "$PY" -m pip uninstall -q -y $others
+    fi
     step "install pytest-arbiter[test,$extra]"
     timeout 240 "$PY" -m pip install -q -e ".[test,$extra]"
 fi
@@ -62,6 +79,9 @@ print(found.tag)
 PYEOF
 )
 
+step "preflight: one RawKernel compile and launch, one library GEMM"
+"$PY" -m pytest_arbiter.runtime.cuda.preflight "$target"
+
 step "host-free GPU tests (probes, checks, compile proof when nvcc is present)"
 timeout 120 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" tests/test_cuda_host.py \
     tests/test_cuda_compile.py tests/test_cuda_bench.py
@@ -74,11 +94,14 @@ else
     select="amd or rocm"
 fi
 timeout 180 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" tests/test_cuda_live.py \
-    --arbiter-no-skip -k "$select" -rs
+    --arbiter-no-skip -k "$select" -rs || failed+=("live gates (status $?)")
 
 if [ "$target" = nvidia ]; then
+    # rows are printed as they are measured, so a timeout keeps the ones so far; the
+    # gates run at 256 cubed, not at the timed sizes
     step "GEMM benchmark: emitted vs library"
-    timeout 120 "$PY" bench/gpu_gemm.py --require-device --sizes 1024,2048,4096 --repeat 20
+    timeout 150 "$PY" bench/gpu_gemm.py --require-device --sizes 1024,2048,4096 --repeat 20 \
+        || failed+=("GEMM benchmark (status $?)")
 else
     step "GEMM benchmark skipped: the emitted lane is NVIDIA-only"
 fi
@@ -116,6 +139,9 @@ fi
 
 step "done"
 if [ "$sanitizer_failed" -ne 0 ]; then
-    echo "gpu-check: failed: compute-sanitizer found problems in the emitted kernels (above)"
+    failed+=("compute-sanitizer found problems in the emitted kernels (above)")
 fi
-exit "$sanitizer_failed"
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'gpu-check: failed: %s\n' "${failed[@]}"
+    exit 1
+fi

@@ -235,8 +235,10 @@ GPU_TARGETS = ("nvidia", "amd")
 def current_environment(target: str) -> dict[str, str]:
     """What timings on ``target`` are valid under, here: ``device_name``, ``python``,
     ``numpy``, ``blas`` (when NumPy says cheaply), and on a GPU target, when CuPy is
-    importable, ``cupy``, the runtime (``cuda_runtime`` or ``rocm_runtime``), ``driver``
-    and ``blas_library`` (cuBLAS or hipBLAS).
+    importable, ``cupy``, the runtime CuPy was built against (``cuda_runtime`` or
+    ``rocm_runtime``) and the one loaded here (``cuda_runtime_local``), ``driver``,
+    ``nvrtc``, ``blas_library`` (cuBLAS or hipBLAS), ``cupy_tf32`` and
+    ``nvidia_tf32_override``.
 
     Worked out once per target and process. CuPy is never imported for the CPU target.
     """
@@ -278,25 +280,44 @@ def _numpy_blas() -> str:
         return ""
 
 
+TF32_VARIABLES = ("CUPY_TF32", "NVIDIA_TF32_OVERRIDE")
+"""Environment variables that let float32 GEMMs run on TF32 tensor cores (CuPy's
+``CUPY_TF32=1``) or forbid it (``NVIDIA_TF32_OVERRIDE=0``): they change both the
+timings and the results, so the environment records them (``unset`` when unset)."""
+
+
 def _gpu_versions() -> Iterable[tuple[str, str]]:
+    """CuPy, the CUDA runtime CuPy was built against (``cuda_runtime``) and the one
+    loaded here (``cuda_runtime_local``), the driver, NVRTC (which decides the machine
+    code), the BLAS library and the TF32 switches."""
     from pytest_arbiter.runtime.cuda.device import cupy_or_reason, is_hip
 
     cp = cupy_or_reason()
     if isinstance(cp, str):
         return []
-    found = [("cupy", str(getattr(cp, "__version__", "?")))]
-    runtime = cp.cuda.runtime
     hip = is_hip(cp)
-    for key, read in (("rocm_runtime" if hip else "cuda_runtime", "runtimeGetVersion"),
-                      ("driver", "driverGetVersion")):
+    runtime = "rocm_runtime" if hip else "cuda_runtime"
+    found = [("cupy", str(getattr(cp, "__version__", "?")))]
+    found += _read_each(((runtime, lambda: cp.cuda.runtime.runtimeGetVersion()),
+                         (f"{runtime}_local", lambda: cp.cuda.get_local_runtime_version()),
+                         ("driver", lambda: cp.cuda.runtime.driverGetVersion()),
+                         ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
+                         ("blas_library", lambda: _blas_library(cp, hip))))
+    found += [(name.lower(), os.environ.get(name, "unset")) for name in TF32_VARIABLES]
+    return found
+
+
+def _read_each(reads: Iterable[tuple[str, Callable[[], object]]]) -> list[tuple[str, str]]:
+    """``(key, str(read()))`` for each read that works; one that raises is left out."""
+    found = []
+    for key, read in reads:
         try:
-            found.append((key, str(getattr(runtime, read)())))
+            found.append((key, str(read())))
         except Exception:
             pass
-    try:
-        handle = cp.cuda.device.get_cublas_handle()
-        found.append(("blas_library", f"{'hipblas' if hip else 'cublas'} "
-                                      f"{cp.cuda.cublas.getVersion(handle)}"))
-    except Exception:
-        pass
     return found
+
+
+def _blas_library(cp: Any, hip: bool) -> str:
+    handle = cp.cuda.device.get_cublas_handle()
+    return f"{'hipblas' if hip else 'cublas'} {cp.cuda.cublas.getVersion(handle)}"

@@ -53,9 +53,11 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
-def installed_cupy(version: Version = installed_version) -> dict[str, str]:
-    """The CuPy distributions installed here, with their versions."""
-    found = {d: version(d) for d in CUPY_DISTRIBUTIONS}
+def installed_cupy(version: Version | None = None) -> dict[str, str]:
+    """The CuPy distributions installed here (``version``: how to read one, by default
+    :func:`installed_version`), with their versions."""
+    read = version or installed_version
+    found = {d: read(d) for d in CUPY_DISTRIBUTIONS}
     return {d: v for d, v in found.items() if v is not None}
 
 
@@ -74,10 +76,11 @@ def _major(version: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def toolkit_major(version: Version = installed_version) -> int | None:
+def toolkit_major(version: Version | None = None) -> int | None:
     """The CUDA major of NVIDIA's NVRTC wheel installed here (12 or 13), else ``None``."""
+    read = version or installed_version
     for dist, major in TOOLKIT_DISTRIBUTIONS.items():
-        found = version(dist)
+        found = read(dist)
         if found is not None:
             return _major(found) if major == 13 else major
     return None
@@ -117,9 +120,10 @@ def _numbers(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:4])
 
 
-def requirement_problem(requirement: str, version: Version = installed_version,
+def requirement_problem(requirement: str, version: Version | None = None,
                         cupy: Mapping[str, str] | None = None) -> str | None:
     """Why ``name>=floor`` is not met here, or ``None`` when it is."""
+    version = version or installed_version
     name, _, floor = requirement.partition(">=")
     if name == "cupy":
         found_cupy = installed_cupy(version) if cupy is None else cupy
@@ -134,7 +138,7 @@ def requirement_problem(requirement: str, version: Version = installed_version,
     return None
 
 
-def offline_problems(version: Version = installed_version) -> list[str]:
+def offline_problems(version: Version | None = None) -> list[str]:
     """What an offline install and the GPU check would miss here (empty: nothing)."""
     wanted = (*RUNTIME_REQUIREMENTS, *BUILD_REQUIREMENTS, *CHECK_REQUIREMENTS)
     problems = [requirement_problem(r, version) for r in wanted]

@@ -111,3 +111,18 @@ def mma_shared_bytes() -> int:
     """Dynamic shared memory of one tensor-core GEMM block (rows padded by 8 elements)."""
     bm, bn, bk = MMA_TILE
     return MMA_STAGES * (bm * (bk + 8) + bk * (bn + 8)) * 2
+
+
+SHARED_MEMORY_PER_SM = {"sm_80": 164 << 10, "sm_86": 100 << 10, "sm_89": 100 << 10,
+                        "sm_90": 228 << 10, "sm_100": 228 << 10, "sm_120": 100 << 10}
+"""Shared memory an SM can give its blocks, per declared architecture (CUDA C++
+Programming Guide, compute capabilities table); the driver reserves 1 KiB per block."""
+RESERVED_SHARED_PER_BLOCK = 1 << 10
+GEMM_BLOCKS_BY_REGISTERS = 2  # __launch_bounds__(256, 2): at most 128 registers a thread
+
+
+def mma_blocks_per_sm(arch: str) -> int:
+    """Resident tensor-core GEMM blocks per SM on ``arch``: two by registers, fewer
+    where shared memory runs out (one on the 100 KiB of sm_86, sm_89 and sm_120)."""
+    by_shared = SHARED_MEMORY_PER_SM[arch] // (mma_shared_bytes() + RESERVED_SHARED_PER_BLOCK)
+    return min(GEMM_BLOCKS_BY_REGISTERS, by_shared)

@@ -6,7 +6,10 @@
 // memory, ldmatrix (.trans for B) into the mma fragments. Rows are padded by 8 elements
 // so the eight 16-byte rows one ldmatrix phase reads fall in distinct banks.
 //
-// __launch_bounds__(256, 2) caps registers at 128, so two blocks share an SM.
+// __launch_bounds__(256, 2) caps registers at 128, so registers allow two blocks per SM;
+// shared memory decides: 56,832 bytes per block (+1 KiB reserved) fit twice in the
+// 164 KiB of sm_80 and the 228 KiB of sm_90/sm_100, once in the 100 KiB of
+// sm_86/sm_89/sm_120 (sources.mma_blocks_per_sm).
 // Needs sm_80+. The host wrapper accepts only M % 16 == 0, N % 8 == 0, K % 32 == 0 and
 // 16-byte aligned, contiguous operands; partial tiles along M and N are predicated.
 // The PTX instructions come from ptx_shim.cuh (no CUDA header); built for the host
