@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from pytest_arbiter.histogram import GATED_OUTCOMES, STALE, HistogramKey, keyed
 
@@ -68,14 +68,48 @@ class FleetVerdict:
         return self.verdict.fixed
 
 
+Triple = tuple[str, str, str]
+"""(target, op, candidate)."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a run saw of its candidates, for telling a fixed entry from an unchecked
+    one: ``checked``, candidates that passed the F4 gate or ran a dispatch and never
+    failed; ``registered``, the candidates registered for each (target, op) the run
+    dispatched. An entry of a candidate that is neither checked nor gone (unavailable
+    on this runner, or not reached by a ``-k`` subset) proves nothing."""
+
+    checked: frozenset[Triple] = frozenset()
+    registered: frozenset[Triple] = frozenset()
+    ops: frozenset[tuple[str, str]] = field(default=frozenset())
+
+    @classmethod
+    def of(cls, checked: Iterable[Triple], failed: Iterable[Triple],
+           registered: Iterable[Triple]) -> Evidence:
+        known = frozenset(registered)
+        return cls(frozenset(checked) - frozenset(failed), known,
+                   frozenset((t, o) for t, o, _ in known))
+
+    def proves_fixed(self, key: HistogramKey) -> bool:
+        """The entry's candidate was checked and passed, or is gone from its op."""
+        triple = (key.target, key.op, key.selected)
+        gone = (key.target, key.op) in self.ops and triple not in self.registered
+        return triple in self.checked or gone
+
+
 def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
-               *, failing: tuple[str, ...] = FAILING_OUTCOMES) -> FleetVerdict:
-    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones."""
+               *, failing: tuple[str, ...] = FAILING_OUTCOMES,
+               evidence: Evidence | None = None) -> FleetVerdict:
+    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones. With
+    ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed
+    only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
     covered = {(k.target, k.op) for k, v in keyed(run).items() if v > 0}
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
-    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE]
+    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE
+             and (evidence is None or evidence.proves_fixed(k))]
     unchecked = [k for k in verdict.fixed if k not in fixed]
     return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
 

@@ -301,7 +301,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         note = f"baseline {baseline_path} does not exist yet: it counts as empty"
     run = fleet.gated()
     failing = GATED_OUTCOMES + ((STALE,) if args.stale == "fail" else ())
-    fv = gate_fleet(run, baseline, failing=failing)
+    fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence())
     _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
          f"{len(fleet.counts)} dispatch entries; {note}")
     if not fleet.counts:

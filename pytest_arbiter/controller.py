@@ -80,7 +80,8 @@ class Controller:
                 self._write_measured(s.cache, measured)
         failing = failing_outcomes(s)
         # a baseline entry counts as fixed only if this run dispatched its target and op
-        fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing)
+        fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,
+                           evidence=ledger.evidence())
         return RunVerdict(fleet.verdict, fleet.unchecked, failing, written)
 
     def _write(self, what: str, path: Path, write: Callable[[ModuleType, Path], None]

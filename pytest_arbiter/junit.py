@@ -34,9 +34,12 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.histogram import OUTCOMES, HistogramKey
+
+if TYPE_CHECKING:
+    from pytest_arbiter.baseline import Evidence
 from pytest_arbiter.safetext import escape
 
 PROPERTY_PREFIX = "arbiter:"
@@ -52,6 +55,14 @@ OUTSIDE_PREFIX = "arbiter-outside:"
 """Suite property: the dispatches of the key that no testcase records."""
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
+CHECKED_PREFIX = "arbiter-checked:"
+"""Suite property ``arbiter-checked:TARGET/OP/CANDIDATE`` = ``1``: the candidate passed
+the F4 gate or ran a dispatch in the run, and never failed (what proves a baseline entry
+of it fixed)."""
+REGISTERED_PREFIX = "arbiter-registered:"
+"""Suite property ``arbiter-registered:TARGET/OP/CANDIDATE`` = ``1``: the candidate was
+registered for an op the run dispatched (a baseline entry of one that is not is gone);
+the candidate ``-`` marks an op dispatched with none registered."""
 STALE_PREFIX = "arbiter-stale:"
 """Suite property ``arbiter-stale:N`` = ``TARGET/OP/BUCKET/DTYPE: stale: ...``:
 a key whose cached winner a recheck (``--arbiter-recheck``) found slower than another
@@ -77,6 +88,21 @@ class FleetCounts:
     silent: list[str] = field(default_factory=list)
     """The reports (or their test suites) that carry no pytest-arbiter data: the plugin
     was off in that run, or the report was edited. A fleet gate fails closed on them."""
+    checked: set[tuple[str, str, str]] = field(default_factory=set)
+    registered: set[tuple[str, str, str]] = field(default_factory=set)
+    with_evidence: int = 0
+    """How many of the reports say what they saw of their candidates (JUnit reports of
+    runs that dispatched)."""
+
+    def evidence(self) -> Evidence | None:
+        """What the reports saw of their candidates (None when none says: a fleet of
+        histogram files only, judged by the older rule). A baseline entry no report
+        proves fixed is unchecked, and kept."""
+        from pytest_arbiter.baseline import Evidence
+
+        if not self.with_evidence:
+            return None
+        return Evidence.of(self.checked, (), self.registered)
 
     def add(self, key: HistogramKey, count: int, test: str | None = None) -> None:
         self.counts[key] = self.counts.get(key, 0) + count
@@ -94,6 +120,9 @@ class FleetCounts:
         self.testcases += other.testcases
         self.stale.extend(other.stale)
         self.silent.extend(other.silent)
+        self.checked |= other.checked
+        self.registered |= other.registered
+        self.with_evidence += other.with_evidence
 
     def gated(self) -> dict[HistogramKey, int]:
         """Counts minus those of tests that degrade on purpose."""
@@ -165,11 +194,18 @@ def add_recorded(recorded: dict[HistogramKey, int],
 def suite_properties(totals: Mapping[HistogramKey, int],
                      recorded: Mapping[HistogramKey, int],
                      incomplete: Sequence[str] = (),
-                     stale: Sequence[str] = ()) -> list[tuple[str, str]]:
+                     stale: Sequence[str] = (),
+                     evidence: Evidence | None = None) -> list[tuple[str, str]]:
     """The suite properties of a run with these dispatch ``totals`` whose testcases
     record ``recorded``: the marker, the totals, the dispatches outside any test, why
-    the counts are incomplete if they are, and the stale keys a recheck found."""
+    the counts are incomplete if they are, the stale keys a recheck found, and what the
+    run saw of its candidates (``evidence``)."""
     props = [(REPORT_PROPERTY, REPORT_VERSION)]
+    if evidence is not None:
+        props.extend((f"{CHECKED_PREFIX}{t}/{o}/{c}", "1")
+                     for t, o, c in sorted(evidence.checked))
+        props.extend((f"{REGISTERED_PREFIX}{t}/{o}/{c or '-'}", "1")
+                     for t, o, c in sorted(evidence.registered))
     if incomplete:
         props.append((INCOMPLETE_PROPERTY, "; ".join(incomplete)))
     live = sorted((k, v) for k, v in totals.items() if v > 0)
@@ -286,6 +322,8 @@ class _Suite:
     expected: dict[HistogramKey, int] = field(default_factory=dict)
     arbiter_data: bool = False
     stale: list[str] = field(default_factory=list)
+    checked: set[tuple[str, str, str]] = field(default_factory=set)
+    registered: set[tuple[str, str, str]] = field(default_factory=set)
 
 
 def _properties(element: Any, where: str) -> list[tuple[str, str]]:
@@ -319,6 +357,8 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                 into.incomplete = value
             elif name.startswith(STALE_PREFIX) and name[len(STALE_PREFIX):].isdecimal():
                 into.stale.append(value)
+            elif name.startswith((CHECKED_PREFIX, REGISTERED_PREFIX)):
+                _read_evidence(name, value, into)
             else:
                 for prefix, counts in ((TOTAL_PREFIX, into.totals),
                                        (OUTSIDE_PREFIX, into.outside)):
@@ -330,6 +370,18 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                     raise ValueError(f"unknown suite property {name!r}")
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+
+
+def _read_evidence(name: str, value: str, into: _Suite) -> None:
+    prefix = CHECKED_PREFIX if name.startswith(CHECKED_PREFIX) else REGISTERED_PREFIX
+    parts = name[len(prefix):].split("/")
+    if len(parts) < 3 or not all(parts) or value != "1":
+        raise ValueError(f"property {name!r} is not {prefix}TARGET/OP/CANDIDATE = 1")
+    triple = (parts[0], parts[1], "/".join(parts[2:]))
+    if prefix == CHECKED_PREFIX:
+        into.checked.add(triple)
+    else:
+        into.registered.add(triple if triple[2] != "-" else (*triple[:2], ""))
 
 
 def _read_case(case: Any, where: str, into: _Suite) -> None:
@@ -414,6 +466,10 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
         for key, count in suite.expected.items():
             out.expected[key] = out.expected.get(key, 0) + count
         out.stale.extend((source, line) for line in suite.stale)
+        out.checked |= suite.checked
+        out.registered |= suite.registered
+    # a report proves fixes only when its suites say what they saw of their candidates
+    out.with_evidence = int(bool(out.checked or out.registered))
     return out
 
 

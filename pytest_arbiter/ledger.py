@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_arbiter.baseline import Evidence
 from pytest_arbiter.histogram import (
     OUTCOMES,
     DispatchHistogram,
@@ -51,6 +52,9 @@ class RunLedger:
         self.worker_expected: list[dict[HistogramKey, int]] = []
         self.worker_events: list[DispatchEvent] = []
         self.worker_reasons: dict[HistogramKey, str] = {}
+        self.worker_evidence: dict[str, set[tuple[str, str, str]]] = {
+            "checked": set(), "failed": set(), "registered": set()}
+        """What the workers saw of their candidates (:meth:`evidence`)."""
         self.crashed: list[str] = []
         """Workers that sent nothing (crashed): the run's counts are incomplete."""
         self.errors: list[str] = []
@@ -105,6 +109,27 @@ class RunLedger:
         found it (the counting rule: :mod:`pytest_arbiter.decision.record`)."""
         return merge_counts([self.dispatch_counts(), *self.worker_counts,
                              finding_counts(self.findings())])
+
+    def own_evidence(self) -> dict[str, set[tuple[str, str, str]]]:
+        """This process's candidates: gated and passed or ran (``checked``), failed the
+        gate or raised (``failed``), registered for an op it planned."""
+        arb = self.arbiter
+        if arb is None:
+            return {"checked": set(), "failed": set(), "registered": set()}
+        counts = self.histogram.counts()
+        ran = {(k.target, k.op, k.selected) for k in counts if k.outcome == "won"}
+        bad = {(k.target, k.op, k.selected) for k in counts
+               if k.outcome in ("rejected", "error")}
+        return {"checked": set(arb.gates.passed) | ran, "failed": set(arb.gates.failed) | bad,
+                "registered": set(arb.plans.registered)}
+
+    def evidence(self) -> Evidence:
+        """What the whole run saw of its candidates: the proof a baseline entry it no
+        longer shows is fixed (:class:`pytest_arbiter.baseline.Evidence`)."""
+        own, theirs = self.own_evidence(), self.worker_evidence
+        return Evidence.of(own["checked"] | theirs["checked"],
+                           own["failed"] | theirs["failed"],
+                           own["registered"] | theirs["registered"])
 
     def expected_counts(self) -> dict[HistogramKey, int]:
         found = finding_counts(f for f in self.findings() if f in self.expected_findings)
@@ -232,6 +257,8 @@ class RunLedger:
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
             "reasons": [[*key, why] for key, why in sorted(self.reasons().items())],
+            "evidence": {kind: sorted(map(list, found))
+                         for kind, found in self.own_evidence().items()},
             "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
         }
 
@@ -250,6 +277,7 @@ class RunLedger:
             self.worker_expected.append(DispatchHistogram.from_dict(
                 payload["expected"], source=f"worker {name}").counts())
             self._absorb_findings(payload.get("findings", []))
+            self._absorb_evidence(payload.get("evidence", {}))
             for key, why in _keyed(payload.get("reasons", []), "reasons"):
                 self.worker_reasons.setdefault(key, str(why))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):
@@ -266,6 +294,16 @@ class RunLedger:
         except (KeyError, TypeError, ValueError) as exc:
             self.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
 
+
+    def _absorb_evidence(self, sent: Any) -> None:
+        if not isinstance(sent, dict):
+            raise ValueError(f"bad evidence {sent!r}")
+        for kind, found in self.worker_evidence.items():
+            for row in sent.get(kind, []):
+                if (not isinstance(row, list) or len(row) != 3
+                        or not all(isinstance(part, str) for part in row)):
+                    raise ValueError(f"bad evidence row {row!r}")
+                found.add((row[0], row[1], row[2]))
 
     def _absorb_findings(self, rows: Any) -> None:
         for row in rows:

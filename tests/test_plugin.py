@@ -398,7 +398,11 @@ def test_junit_properties_under_warnings_as_errors(pytester: pytest.Pytester) ->
     assert props == {"arbiter:cpu/matmul/blas_matmul/won": "1"}
     suite = root.find("testsuite/properties")
     assert suite is not None and {p.get("name"): p.get("value") for p in suite} == {
-        "arbiter-report": "1", "arbiter-total:cpu/matmul/blas_matmul/won": "1"}
+        "arbiter-report": "1", "arbiter-total:cpu/matmul/blas_matmul/won": "1",
+        # what the run saw of its candidates: the proof a baseline entry is fixed
+        "arbiter-checked:cpu/matmul/blas_matmul": "1",
+        **{f"arbiter-registered:cpu/matmul/{name}": "1"
+           for name in ("blas_matmul", "dot_matmul", "panel_matmul")}}
 
 
 def test_gate_matrix_parametrize_one_item_per_case(pytester: pytest.Pytester) -> None:

@@ -80,6 +80,10 @@ class GateMemo:
         self._held: dict[MemoKey, _Held] = {}
         self._on_block = on_block
         self._lock = threading.Lock()
+        self.passed: set[tuple[str, str, str]] = set()
+        """(target, op, candidate) that passed the gate for some key in this process."""
+        self.failed: set[tuple[str, str, str]] = set()
+        """(target, op, candidate) that failed it (``reject`` or ``error``) for some key."""
 
     def known(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> Verdict | None:
         """The verdict already held for ``cand`` on these inputs' layout, if any."""
@@ -105,15 +109,18 @@ class GateMemo:
     def _remember(self, op: Op, key: DispatchKey, cand: Candidate, inputs: Sequence[Any],
                   found: Verdict) -> None:
         memo_key = (key, cand.name, layout(inputs))
+        triple = (key.target, key.op, cand.name)
         if found.kind in ("reject", "error"):
             with self._lock:
                 self._held[memo_key] = _Held(cand, found)
+                self.failed.add(triple)
             self._on_block(key)
         elif found.kind in ("pass", "decline_inputs"):
             # right for the key: later inputs of this layout run it (a decline of theirs
             # is the dispatch's to handle)
             with self._lock:
                 self._held[memo_key] = _Held(cand, PASS)
+                self.passed.add(triple)
         elif op.gate_inputs is not None:
             # it declined the key's own generated inputs too: not run for this layout
             with self._lock:

@@ -80,6 +80,9 @@ def build_keyplan(arb: Arbiter, mode: Mode, op: Op, region: Region, needs: tuple
                   key: DispatchKey, inputs: Sequence[Any]) -> KeyPlan:
     """The key's plan in ``mode``, built from the measurement, the cache and the pool."""
     pool = arb.registry.for_op(op.name, key.target)
+    # the op was planned: "" stands for none registered
+    names = [c.name for c in pool] or [""]
+    arb.plans.registered.update((key.target, op.name, name) for name in names)
     found = probe_device(key.target)
     stamp = (arb.registry.generation, arb.cache.version)
     if not isinstance(found, DeviceInfo):

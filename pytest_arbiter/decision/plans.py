@@ -134,6 +134,9 @@ class PlanTables:
 
     def __init__(self) -> None:
         self.keyplans: dict[tuple[Mode, DispatchKey], KeyPlan] = {}
+        self.registered: set[tuple[str, str, str]] = set()
+        """(target, op, candidate) registered for each (target, op) planned; the
+        candidate ``""`` marks an op planned with none registered."""
         self.measured: set[tuple[str, ...]] = set()
         """The cache keys this process measured (or found current) when tuning."""
         self._young: dict[Mode, dict[Any, Plan]] = {}
