@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,12 @@ def emulate(builder: Builder, cupy_as: Callable[[Any], None],
         monkeypatch.setattr(emitted, "_FUNCTIONS", {})
         cp = EmulatedCupy(builder, major=major, minor=minor, schedule=schedule or Schedule(),
                           racecheck=racecheck)
+        # what the lane asks of a real CuPy besides the launch: NVRTC's version (the
+        # emulator builds with the host compiler) and events, done at once (a launch
+        # runs to its end before it returns)
+        cp.cuda.nvrtc = SimpleNamespace(getVersion=lambda: (13, 0))
+        cp.cuda.Event = lambda disable_timing=False: SimpleNamespace(
+            record=lambda: None, done=True)
         cupy_as(cp)
         return cp
 
