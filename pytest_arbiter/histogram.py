@@ -121,6 +121,14 @@ class DispatchHistogram:
     def __len__(self) -> int:
         return len(self.counts())
 
+    def discount(self, counts: Mapping[HistogramKey, int]) -> None:
+        """Take ``counts`` back (a retried test's earlier attempt); counters handed to
+        hot paths keep working."""
+        with self._lock:
+            for key, count in counts.items():
+                if key in self._counters:
+                    self._base[key] = self._base.get(key, 0) + min(count, self._value(key))
+
     def clear(self) -> None:
         """Zero every count; counters handed to hot paths keep working."""
         with self._lock:

@@ -324,6 +324,7 @@ class _Suite:
     stale: list[str] = field(default_factory=list)
     checked: set[tuple[str, str, str]] = field(default_factory=set)
     registered: set[tuple[str, str, str]] = field(default_factory=set)
+    cases: dict[str, tuple[dict[HistogramKey, int], bool]] = field(default_factory=dict)
 
 
 def _properties(element: Any, where: str) -> list[tuple[str, str]]:
@@ -404,12 +405,19 @@ def _read_case(case: Any, where: str, into: _Suite) -> None:
             found[key] = found.get(key, 0) + parse_count(name, value)
         except ValueError as exc:
             raise ValueError(f"{where}: test {tid}: {exc}") from None
-    for key, count in found.items():
-        into.in_cases[key] = into.in_cases.get(key, 0) + count
-        if expected:  # its entries do not count against the gate: never named behind one
-            into.expected[key] = into.expected.get(key, 0) + count
-        else:
-            into.tests.setdefault(key, set()).add(tid)
+    # a test written more than once (each attempt of a retried test) counts its last
+    into.cases[tid] = (found, expected)
+
+
+def _tally(into: _Suite) -> None:
+    """The suite's testcase counts: each test's last record."""
+    for tid, (found, expected) in into.cases.items():
+        for key, count in found.items():
+            into.in_cases[key] = into.in_cases.get(key, 0) + count
+            if expected:  # its entries do not count against the gate: never named behind one
+                into.expected[key] = into.expected.get(key, 0) + count
+            else:
+                into.tests.setdefault(key, set()).add(tid)
 
 
 def _check_suite(suite: _Suite, where: str) -> None:
@@ -455,6 +463,7 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
         for case in element:
             out.testcases += 1
             _read_case(case, where, suite)
+        _tally(suite)
         if not suite.arbiter_data:
             out.silent.append(where)  # the plugin was not active in this suite
             continue

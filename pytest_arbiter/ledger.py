@@ -61,8 +61,6 @@ class RunLedger:
         """What went wrong with the run's data or artifacts: each fails the run."""
         self.notes: list[str] = []
         """What the session end did with the artifacts, for the summary."""
-        self.junit_recorded: dict[HistogramKey, int] = {}
-        """The ``arbiter:`` counts the JUnit report's testcases hold (controller only)."""
         self.worker_findings: dict[FindingKey, str] = {}
         """The workers' findings (see :mod:`pytest_arbiter.decision.record`)."""
         self.worker_reached: set[FindingKey] = set()
@@ -71,6 +69,9 @@ class RunLedger:
         """Findings made by tests that degrade on purpose."""
         self._attributed: set[FindingKey] = set()
         self._excluded: set[FindingKey] = set()
+        self._attempts: dict[str, tuple[dict[HistogramKey, int], bool]] = {}
+        self.junit_by_test: dict[str, dict[HistogramKey, int]] = {}
+        """The ``arbiter:`` counts of each test's last JUnit record (controller only)."""
 
     def use(self, arbiter: Arbiter) -> None:
         """The run's arbiter, built at the first dispatch; its cache as read now."""
@@ -78,6 +79,12 @@ class RunLedger:
         self.read_entries = arbiter.cache.by_key()
 
     # -- counts -----------------------------------------------------------------------
+
+    @property
+    def junit_recorded(self) -> dict[HistogramKey, int]:
+        """The ``arbiter:`` counts the JUnit report's testcases hold: each test's last
+        record (a retried test's earlier attempts are not what the gate counts)."""
+        return merge_counts(self.junit_by_test.values())
 
     def own_findings(self) -> dict[FindingKey, str]:
         return self.arbiter.record.snapshot()[0] if self.arbiter is not None else {}
@@ -151,11 +158,48 @@ class RunLedger:
         return {**self.worker_reasons, **own}
 
     def record_test(self, nodeid: str, before: Mapping[HistogramKey, int],
-                    expected: bool) -> list[tuple[HistogramKey, int]]:
+                    expected: bool, *, once: bool = False) -> list[tuple[HistogramKey, int]]:
         """What test ``nodeid`` dispatched since the counts were ``before``, recorded
         under its name, or as expected when it degrades on purpose; sorted. Findings
         made meanwhile name the test but are not in what it dispatched (they are counted
-        once per key and run, outside any test's count)."""
+        once per key and run, outside any test's count). A test recorded again (a rerun
+        of a flaky test) counts its last attempt only; ``once`` (a test using the
+        pytest-benchmark fixture, whose timing rounds call the code again and again)
+        counts each of its entries once."""
+        delta_counts = self._dispatched(nodeid, before, expected)
+        if once:
+            excess = {k: v - 1 for k, v in delta_counts.items() if v > 1}
+            self.histogram.discount(excess)
+            delta_counts = dict.fromkeys(delta_counts, 1)
+        self._forget_attempt(nodeid)
+        self._attempts[nodeid] = (dict(delta_counts), expected)
+        delta = sorted(delta_counts.items())
+        if expected and delta:
+            # its entries do not count against the gate: never named behind a failing one
+            self.expected.merge(dict(delta))
+        else:
+            for key, _ in delta:
+                self.tests.setdefault(key, []).append(nodeid)
+        return delta
+
+    def _forget_attempt(self, nodeid: str) -> None:
+        """Take back what an earlier attempt of ``nodeid`` recorded."""
+        earlier = self._attempts.pop(nodeid, None)
+        if earlier is None:
+            return
+        counts, expected = earlier
+        self.histogram.discount(counts)
+        if expected:
+            self.expected.discount(counts)
+            return
+        for key in counts:
+            names = self.tests.get(key, [])
+            if nodeid in names:
+                names.remove(nodeid)
+
+    def _dispatched(self, nodeid: str, before: Mapping[HistogramKey, int],
+                    expected: bool) -> dict[HistogramKey, int]:
+        """The test's dispatch counts, its findings taken out (see :meth:`record_test`)."""
         reached = self.own_reached()
         made = [f for f in self.own_findings() if f not in self._attributed]
         self._attributed.update(made)
@@ -176,14 +220,7 @@ class RunLedger:
             delta_counts[key] = delta_counts.get(key, 0) + count
         if expected:
             self.expected_findings.update(unreached)
-        delta = sorted(delta_counts.items())
-        if expected and delta:
-            # its entries do not count against the gate: never named behind a failing one
-            self.expected.merge(dict(delta))
-        else:
-            for key, _ in delta:
-                self.tests.setdefault(key, []).append(nodeid)
-        return delta
+        return delta_counts
 
     # -- events and entries -----------------------------------------------------------
 

@@ -277,7 +277,11 @@ class ArbiterSession:
         self._expect.discard(nodeid)
         before = self._before or {}
         self._before = None
-        delta = self.ledger.record_test(nodeid, before, expected)
+        once = "benchmark" in getattr(item, "fixturenames", ())
+        delta = self.ledger.record_test(nodeid, before, expected, once=once)
+        # a rerun (pytest-rerunfailures) records its own attempt, not the earlier ones too
+        item.user_properties[:] = [p for p in item.user_properties
+                                   if not str(p[0]).startswith(("arbiter:", "arbiter-"))]
         if not delta:
             return
         from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY, property_name
@@ -442,7 +446,9 @@ class ControllerHooks:
                 and _junit_log(self.session.config) is not None):
             from pytest_arbiter.junit import add_recorded
 
-            add_recorded(self.session.ledger.junit_recorded, report.user_properties)
+            recorded: dict[HistogramKey, int] = {}
+            add_recorded(recorded, report.user_properties)
+            self.session.ledger.junit_by_test[report.nodeid] = recorded
 
     @pytest.hookimpl(tryfirst=True, specname="pytest_sessionfinish")
     def pytest_sessionfinish_junit_totals(self, session: pytest.Session,
