@@ -165,3 +165,27 @@ def test_a_winner_as_fast_as_the_one_that_ran_says_so() -> None:
     fb = Fallback("a", "unavailable: gone", (), {"a": 1000.0, "b": 996.0})
     assert fb.reason("unavailable: gone", "b").endswith("b ran instead, as fast within 1% "
                                                         "when measured")
+
+
+def test_a_lost_device_lane_stops_the_dispatch_and_later_ones_say_why() -> None:
+    """A candidate whose fault poisons its lane (device.mark_unusable): the faulting
+    dispatch records the error and sends nothing more there; every later dispatch of
+    any key of that target is no_candidate with the reason."""
+    from pytest_arbiter import device
+
+    def poisoning(x: np.ndarray, *rest: Any) -> np.ndarray:
+        device.mark_unusable("cpu", "a sticky fault poisoned the lane")
+        raise RuntimeError("illegal address")
+
+    reg, ops = setup("fb_twice", (poisoning, "poisoning", None), (slow, "slow", None))
+    arb = Arbiter(registry=reg, ops=ops, mode="static", gate=False)
+    try:
+        arb.dispatch("fb_twice", np.arange(64.0))
+        arb.dispatch("fb_twice", np.arange(64.0))
+        arb.dispatch("fb_twice", np.arange(8.0))  # another key of the target
+    finally:
+        device.reset_unusable("cpu")
+    counts = arb.histogram.counts()
+    assert counts == {("cpu", "fb_twice", "poisoning", "error"): 1,
+                      ("cpu", "fb_twice", "none", "no_candidate"): 2}, counts
+    assert "poisoned the lane" in arb.reasons[("cpu", "fb_twice", "none", "no_candidate")]

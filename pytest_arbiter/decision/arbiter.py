@@ -34,7 +34,7 @@ from pytest_arbiter.decision.states import (
     exc_text,
     is_mode,
 )
-from pytest_arbiter.device import target_of_array
+from pytest_arbiter.device import target_of_array, unusable_reason
 from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
 from pytest_arbiter.measure import ComparePolicy
@@ -231,6 +231,11 @@ class Arbiter:
                 self.record.add(HistogramKey(target, op_name, name, outcome[0]), outcome[1],
                                 kp.key)
                 self._note_passed_over(kp, name, outcome[1])
+                if unusable_reason(target) is not None:
+                    # the lane is lost (a sticky fault): nothing more is sent there, and
+                    # the next dispatches plan again: no_candidate, with the reason
+                    self.plans.drop_target(target)
+                    break
         fb = kp.fallback
         if declined is not None:
             self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])

@@ -173,6 +173,15 @@ class PlanTables:
                 young.clear()
             young[sig] = plan
 
+    def drop_target(self, target: str) -> None:
+        """Forget the plans of every key of ``target`` (its device lane was lost)."""
+        for key in {k for _, k in list(self.keyplans) if k.target == target}:
+            self.drop(key)
+        with self._lock:
+            for table in (*self._young.values(), *self._old.values()):
+                for sig in [s for s, p in table.items() if p.keyplan.key.target == target]:
+                    del table[sig]
+
     def drop(self, key: DispatchKey) -> None:
         """Forget the plans of one dispatch key (a candidate of it was just blocked)."""
         with self._lock:
