@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pytest_arbiter.completeness import RunScope
     from pytest_arbiter.decision import Arbiter
     from pytest_arbiter.fixture import ArbiterFixture
+    from pytest_arbiter.signals import CancelGuard
 
 MARKERS = (
     "host_free: runs with no accelerator at all; every CPU CI runner runs it",
@@ -230,6 +231,7 @@ class ArbiterSession:
         self._expect: set[str] = set()
         self._missing_device: dict[str, str] = {}
         self._deselected = 0
+        self._guard: CancelGuard | None = None
         self.factory: Callable[[], Arbiter] = self.get_arbiter
         """What the process arbiter is bound to (one object, so unbind finds it)."""
 
@@ -297,6 +299,11 @@ class ArbiterSession:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         process.started(self.factory)
+        if self.settings.tune:  # a SIGTERM keeps what was measured, as Ctrl-C does
+            from pytest_arbiter.signals import CancelGuard
+
+            self._guard = CancelGuard.install(_xdist_stop(self.config),
+                                              _say_now(self.config))
 
     def scope(self, session: pytest.Session, exitstatus: int | None = None) -> RunScope:
         """What this run covered (see :mod:`pytest_arbiter.completeness`)."""
@@ -360,6 +367,8 @@ class ArbiterSession:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         process.unbind(self.factory)
+        if self._guard is not None:
+            self._guard.uninstall()
         # let the cache go before pytest's end-of-run garbage collections (five full
         # ones), each of which would otherwise walk every object of a large corpus;
         # emptied, not just dropped: the last failed test's traceback may still hold it
@@ -394,6 +403,36 @@ def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
                    mode=settings.mode, histogram=histogram, gate=True, policy=policy,
                    call_timeout_s=settings.call_timeout, recheck=recheck,
                    recheck_budget=budget)
+
+
+def _say_now(config: pytest.Config) -> Callable[[str], None]:
+    """A line on the terminal now, past pytest's output capture (a test is running)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+
+    def say(text: str) -> None:
+        import contextlib
+        import sys
+
+        suspended = (capman.global_and_fixture_disabled() if capman is not None
+                     else contextlib.nullcontext())
+        with suspended:
+            print(text, file=sys.stderr, flush=True)
+
+    return say
+
+
+def _xdist_stop(config: pytest.Config) -> Callable[[str], bool] | None:
+    """On an xdist controller: a stop that asks the workers to finish (as ``-x`` does),
+    so their measured entries come back before the run ends interrupted."""
+    dsession = config.pluginmanager.getplugin("dsession")
+    if dsession is None:
+        return None
+
+    def stop(why: str) -> bool:
+        dsession.shouldstop = why
+        return True
+
+    return stop
 
 
 def _fail_run(session: pytest.Session) -> None:
@@ -474,6 +513,11 @@ class ControllerHooks:
         process.finished(s.factory)
         controller = Controller(s.settings, s.ledger, s.baseline, s.as_read)
         s.end = controller.finish(s.scope(session, exitstatus))
+        if s._guard is not None and s._guard.why:
+            measured = len(s.ledger.measured_entries())
+            s.ledger.notes.append(
+                f"{s._guard.why}: the run stopped early; its {measured} measured entries "
+                f"were kept ({s.settings.cache or 'no --arbiter-cache: in memory only'})")
         verdict = s.end.verdict
         if verdict is not None:
             hooks.call("pytest_arbiter_verdict", verdict=verdict, counts=s.ledger.counts())

@@ -1,0 +1,82 @@
+"""Cancellation that keeps what was measured.
+
+``timeout``, CI cancellation and Kubernetes stop a run with SIGTERM (or SIGHUP when the
+terminal goes), whose default action ends the process at once: a tuning run would lose
+every measurement. :class:`CancelGuard` turns the first such signal into the
+``KeyboardInterrupt`` pytest already handles for Ctrl-C (the session finishes, the
+measured entries are written), and a second one into the default action: exit now.
+Nothing already written is lost either way (artifacts are written atomically).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                if hasattr(signal, name))
+
+
+class CancelGuard:
+    """Handlers for :data:`SIGNALS`, installed where nothing else handles them."""
+
+    def __init__(self, stop: Callable[[str], bool] | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
+        self._previous: dict[int, Any] = {}
+        self._stop = stop
+        self._say = say or _stderr
+        self.received: list[str] = []
+        """The names of the signals received, in order."""
+
+    @classmethod
+    def install(cls, stop: Callable[[str], bool] | None = None,
+                say: Callable[[str], None] | None = None) -> CancelGuard:
+        """A guard over every signal still at its default action (main thread only).
+        ``stop(why)`` may end the run its own way (an xdist controller asks its workers
+        to finish, so their measurements come back): True when it did. ``say`` writes
+        a line where the user sees it at once (default: stderr)."""
+        guard = cls(stop, say)
+        if threading.current_thread() is not threading.main_thread():
+            return guard
+        for signum in SIGNALS:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                guard._previous[signum] = signal.signal(signum, guard._handle)
+        if stop is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            # Ctrl-C too: a KeyboardInterrupt would tear the workers down unheard
+            guard._previous[signal.SIGINT] = signal.signal(signal.SIGINT, guard._handle)
+        return guard
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        self.received.append(name)
+        if len(self.received) > 1:  # a second signal: the default action, now
+            self.uninstall()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt(f"{name} received twice")
+            signal.raise_signal(signum)
+            return
+        self._say(f"pytest-arbiter: {name} received: finishing the run to keep what was "
+                  "measured (send it again to stop at once)")
+        if self._stop is not None and self._stop(f"{name} received"):
+            return
+        raise KeyboardInterrupt(f"{name} received")
+
+    @property
+    def why(self) -> str:
+        """What stopped the run (``SIGTERM received``), empty if nothing did."""
+        return f"{self.received[0]} received" if self.received else ""
+
+    def uninstall(self) -> None:
+        """Put the previous handlers back."""
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._handle:
+                signal.signal(signum, previous)
+        self._previous.clear()
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,114 @@
+"""Cancellation keeps what was measured: SIGTERM (what ``timeout``, CI cancellation and
+Kubernetes send) or SIGHUP during ``pytest --arbiter-tune`` finishes the run and writes
+the measured entries, with or without pytest-xdist, to the controller or to the whole
+process group; a second signal stops at once and leaves no damaged file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32",
+                                 reason="POSIX signals")]
+
+CONFTEST = '''
+import time
+
+import pytest_arbiter
+
+pytest_arbiter.op("cx_twice", reference=lambda x: x * 2.0)
+
+
+@pytest_arbiter.candidate("cx_twice", target="cpu", name="cx_quick")
+def quick(x):
+    return x * 2.0
+
+
+@pytest_arbiter.candidate("cx_twice", target="cpu", name="cx_slow")
+def slow(x):
+    time.sleep(0.0003)
+    return x * 2.0
+'''
+
+TESTS = '''
+import pathlib
+import time
+
+import numpy as np
+import pytest
+import pytest_arbiter
+
+
+@pytest.mark.parametrize("n", range(40))
+def test_key(n):
+    # one key per test: its own power-of-two size
+    pytest_arbiter.dispatch("cx_twice", np.ones((n + 1, 2 ** (n % 8))))
+    pathlib.Path(f"done-{n}").touch()
+    time.sleep(0.25)
+'''
+
+
+def start(path: Path, *args: str) -> subprocess.Popen[str]:
+    (path / "conftest.py").write_text(CONFTEST)
+    (path / "test_keys.py").write_text(TESTS)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--arbiter-tune",
+         "--arbiter-cache=c.json", *args],
+        cwd=path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+
+
+def wait_for(path: Path, done: int, proc: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = len(list(path.glob("done-*")))
+        if found >= done:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"the run never measured {done} keys: {proc.communicate()[0]}")
+
+
+def entries(path: Path) -> int:
+    return len(json.loads((path / "c.json").read_text())["entries"])
+
+
+@pytest.mark.parametrize("how", [
+    pytest.param("process", id="sigterm"),
+    pytest.param("sighup", id="sighup"),
+    pytest.param("controller", id="xdist-controller", marks=pytest.mark.xdist),
+    pytest.param("group", id="xdist-group", marks=pytest.mark.xdist),
+])
+def test_a_cancelled_tune_keeps_what_it_measured(tmp_path: Path, how: str) -> None:
+    xdist = how in ("controller", "group")
+    if xdist:
+        pytest.importorskip("xdist")
+    proc = start(tmp_path, *(["-n", "2"] if xdist else []))
+    measured = wait_for(tmp_path, 4, proc)
+    if how == "group":
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGHUP if how == "sighup" else signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "received: finishing the run to keep what was measured" in out
+    assert "the run stopped early; its" in out and "measured entries were kept" in out
+    assert entries(tmp_path) >= measured - 2, out  # a worker's last test may not report
+
+
+def test_a_second_signal_stops_at_once_and_damages_nothing(tmp_path: Path) -> None:
+    proc = start(tmp_path)
+    wait_for(tmp_path, 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode in (-signal.SIGTERM, pytest.ExitCode.INTERRUPTED)
+    if (tmp_path / "c.json").exists():
+        entries(tmp_path)  # whole, never half written
