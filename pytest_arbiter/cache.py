@@ -378,6 +378,17 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         return _sorted_dict(out)
 
 
+def _check_row(row: RankedCandidate) -> None:
+    """A ranking row's statistics must be possible: ordered, and not all zero."""
+    st = row.stats
+    if not (0 <= st.min_ns <= st.q1_ns <= st.median_ns <= st.q3_ns <= st.max_ns
+            and st.max_ns > 0):
+        raise ValueError(
+            f"ranking row {row.name!r}: its latencies must satisfy 0 <= min <= q1 <= "
+            f"median <= q3 <= max and not all be zero; got min {st.min_ns}, q1 {st.q1_ns}, "
+            f"median {st.median_ns}, q3 {st.q3_ns}, max {st.max_ns}")
+
+
 def shapes_text(shapes: Iterable[Iterable[int]]) -> str:
     """``[[64, 32], [32, 16]]`` as ``"64x32,32x16"`` (a 0-d shape as ``()``)."""
     return ",".join("x".join(str(int(d)) for d in shape) or "()" for shape in shapes)
@@ -496,6 +507,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         force_setattr(self, "dtype", one(self.dtype, self.dtype))
         for row in self.ranking:
             force_setattr(row, "name", one(row.name, row.name))
+            _check_row(row)
 
     def _check(self) -> None:
         """An entry built in code goes through the schema as a file's would: what a

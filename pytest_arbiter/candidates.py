@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pytest_arbiter.names import check_name
 from pytest_arbiter.regions import Region
 
 TARGETS = ("cpu", "nvidia", "amd")
@@ -225,6 +226,7 @@ class CandidateRegistry:
         true, or it comes from the same defining code (a re-import of its module, as
         pytest's in-process runs do), which replaces the first silently.
         """
+        check_name("candidate", cand.name)
         _check_target(f"candidate {cand.name!r}", cand.target)
         self._load_bundled()  # a user's candidate must not shadow a bundled name unseen
         with self._lock:

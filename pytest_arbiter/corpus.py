@@ -9,7 +9,7 @@ lower relative spread; then the smaller canonical JSON.
 That is a total order on entries, so :func:`merge` is commutative, associative and
 idempotent, and the result never depends on which runner wrote last. Two clear picks
 (confident, not a tie) of different winners for one key, measured against the same code
-and environment, are reported as a :class:`Conflict`.
+and environment with the same ``since``, are reported as a :class:`Conflict`.
 """
 
 from __future__ import annotations
@@ -133,8 +133,10 @@ def merge(*parts: Part) -> MergeResult:
         others: dict[str, CacheEntry] = {}
         for entry in seen:
             # another winner measured against other code or another environment is
-            # what a change does, not a disagreement
-            if entry.winner != kept.winner and entry.same_basis(kept):
+            # what a change does, not a disagreement; so is one a later measurement of
+            # the same code replaced (a recheck found the old winner slower: since moved)
+            if (entry.winner != kept.winner and entry.same_basis(kept)
+                    and entry.since == kept.since):
                 best = others.get(entry.winner)
                 others[entry.winner] = entry if best is None else prefer(best, entry)
         conflicts.extend(Conflict(CacheKey._make(key), kept, others[w]) for w in others)

@@ -49,6 +49,9 @@ MAX_FINITE = sys.float_info.max
 """The largest finite float: an artifact's latencies and probabilities are at most this
 (a JSON ``1e400`` is infinity and is refused)."""
 
+MAX_SAMPLES = 2**53
+"""The most timed calls a row may claim (a JSON number past it is a forged file)."""
+
 MAX_NS = 2**63 - 1
 """The largest whole number of nanoseconds an artifact may hold (292 years)."""
 
@@ -73,7 +76,7 @@ class LatencyStats(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=
     q1_ns: Latency
     q3_ns: Latency
     max_ns: Latency
-    samples: Annotated[int, msgspec.Meta(ge=1)]
+    samples: Annotated[int, msgspec.Meta(ge=1, le=MAX_SAMPLES)]
     """How many timed calls (rounds) the statistics summarise."""
 
     @classmethod

@@ -19,6 +19,7 @@ import numpy as np
 
 from pytest_arbiter.candidates import REGISTRY, definition_site
 from pytest_arbiter.dtypes import DTYPE_NAMES, dtype_name, numpy_dtype, precision
+from pytest_arbiter.names import check_name
 from pytest_arbiter.regions import MatmulRegion, Region, SoftmaxRegion
 from pytest_arbiter.user_inputs import UserGateInputs, is_scalar
 
@@ -722,6 +723,7 @@ class OpRegistry:
             self._ops[builtin.name] = builtin
 
     def register(self, op: Op) -> Op:
+        check_name("op", op.name)
         with self._lock:
             existing = self._ops.get(op.name)
             if existing is not None and existing.builtin:

@@ -357,7 +357,7 @@ import pytest_arbiter
 
 pytest_arbiter.op("hostile_mm", reference=lambda a, b: a @ b)
 
-@pytest_arbiter.candidate("hostile_mm", target="cpu", name=NAME, tier=9)
+@pytest_arbiter.candidate("hostile_mm", target="cpu", name="k", tier=9)
 def k(a, b):
     raise pytest_arbiter.Decline(NAME)
 """
@@ -385,6 +385,12 @@ def test_an_unreadable_baseline_is_a_usage_error_naming_it(pytester: pytest.Pyte
 
 @pytest.mark.usefixtures("clean_registry")
 def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
+    """A name a kernel cannot register, a decline's reason, a name a baseline file holds:
+    each is printed escaped (and registration refuses the name with the rule)."""
+    from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+
+    with pytest.raises(ValueError, match="candidate name .* is not allowed"):
+        CandidateRegistry().add(FunctionCandidate(len, EVIL, "matmul", "cpu", 0, None, None))
     pytester.makeconftest(f"NAME = {EVIL!r}\n" + DECLINING)
     pytester.makepyfile(test_one=DISPATCH)
     baseline = pytester.path / "base.json"
@@ -392,8 +398,8 @@ def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--arbiter-baseline=base.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     summary = result.stdout.str().split("= arbiter =")[1]
-    assert "candidate=k\\n::error file=ci.yml::pwned\\x1b[2J" in summary
-    assert "reason: k\\n::error" in summary and "fixed degraded" in summary
+    assert "reason: k\\n::error file=ci.yml::pwned\\x1b[2J" in summary
+    assert "gone\\n::error::x" in summary
     assert_safe_output(summary)
 
 
