@@ -19,6 +19,7 @@ them), not when pytest loads the plugin.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -119,13 +120,18 @@ def _check_strict(settings: ArbiterSettings) -> None:
 
 def _check_writable(settings: ArbiterSettings) -> None:
     """Every artifact path the options name can be written: a usage error before any
-    test runs, not a lost run after all of them."""
+    test runs, not a lost run after all of them. A missing folder is created, as
+    ``--junitxml`` creates its own."""
     from pytest_arbiter.completeness import unwritable
 
     for flag, path in (("--arbiter-histogram", settings.histogram),
                        ("--arbiter-write-baseline", settings.write_baseline),
                        ("--arbiter-cache", settings.cache if settings.tune else None)):
-        why = unwritable(path) if path is not None else None
+        if path is None:
+            continue
+        with contextlib.suppress(OSError):  # unwritable() says why
+            path.parent.mkdir(parents=True, exist_ok=True)
+        why = unwritable(path)
         if why is not None:
             raise pytest.UsageError(f"{flag}: cannot write {path}: {why}")
 

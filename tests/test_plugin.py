@@ -325,15 +325,27 @@ def test_unreadable_cache_is_a_usage_error_naming_the_path(pytester: pytest.Pyte
 def test_an_unwritable_artifact_path_is_a_usage_error_before_any_test_runs(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
+    pytester.makefile(".txt", blocker="a file where a folder should be")
     for flag in ("--arbiter-histogram", "--arbiter-write-baseline"):
-        result = pytester.runpytest(f"{flag}=no/such/dir/h.json")
+        result = pytester.runpytest(f"{flag}=blocker.txt/h.json")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stderr.fnmatch_lines([f"*{flag}: cannot write */no/such/dir/h.json: the folder "
-                                     "*/no/such/dir does not exist*"])
+        result.stderr.fnmatch_lines([f"*{flag}: cannot write */blocker.txt/h.json: the "
+                                     "folder */blocker.txt does not exist*"])
         assert "test_dispatch" not in result.stdout.str()
-    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=missing/c.json")
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=blocker.txt/c.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--arbiter-cache: cannot write */missing/c.json*"])
+    result.stderr.fnmatch_lines(["*--arbiter-cache: cannot write */blocker.txt/c.json*"])
+
+
+def test_a_missing_artifact_folder_is_created_as_junitxml_does(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH_TEST)
+    result = pytester.runpytest("--junitxml=reports/x.xml",
+                                "--arbiter-histogram=reports/h.json",
+                                "--arbiter-write-baseline=base/line/b.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    for path in ("reports/x.xml", "reports/h.json", "base/line/b.json"):
+        assert (pytester.path / path).is_file(), path
 
 
 DEVICE_TESTS = """

@@ -163,10 +163,14 @@ def _upload(step: dict[str, Any], workspace: Path, fleet: Fleet, ctx: dict[str, 
         assert step["with"].get("if-no-files-found") != "error", f"{source} is missing"
 
 
-def _download(step: dict[str, Any], workspace: Path, fleet: Fleet) -> None:
-    pattern = step["with"]["pattern"]
-    into = workspace / step["with"]["path"]
-    for found in sorted(fleet.store.glob(pattern)):
+def _download(step: dict[str, Any], workspace: Path, fleet: Fleet,
+              ctx: dict[str, str]) -> None:
+    into = workspace / _substitute(step["with"]["path"], ctx)
+    if "name" in step["with"]:  # one artifact, extracted into the path itself
+        shutil.copytree(fleet.store / _substitute(step["with"]["name"], ctx), into,
+                        dirs_exist_ok=True)
+        return
+    for found in sorted(fleet.store.glob(step["with"]["pattern"])):
         shutil.copytree(found, into / found.name)
 
 
@@ -199,7 +203,7 @@ def _run_job(fleet: Fleet, job_name: str, job: dict[str, Any], label: str,
             _upload(step, workspace, fleet, ctx)
             continue
         if "download-artifact" in uses:
-            _download(step, workspace, fleet)
+            _download(step, workspace, fleet, ctx)
             continue
         if name.startswith(NOT_RUN):
             continue
@@ -271,10 +275,16 @@ def test_a_clean_fleet_merges_every_shard_and_passes(tmp_path: Path) -> None:
     assert {"16x16x16", "32x32x32", "64x64x64"} <= buckets, buckets
     assert {e.op for e in corpus.entries()} == {"matmul", "mylib_scale"}
     # what the pull request would say
-    assert (tmp_path / "temp" / "merge" / "corpus-pr.md").read_text().count("matmul") >= 3
+    assert (fleet.store / "corpus" / "corpus-pr.md").read_text().count("matmul") >= 3
     assert _code(fleet, "gate", "gate every runner") == 0, log
     gate = fleet.output["gate: gate every runner's JUnit report"]
     assert "read 4 report(s)" in gate and "degrade gate passed" in gate, gate
+    # the pull request job (on a push) gets the merged corpus in place
+    assert _code(fleet, "corpus-pr", "put the merged corpus in place") == 0, log
+    placed = tmp_path / "runners" / "corpus-pr" / "arbiter-cache.json"
+    assert placed.read_bytes() == (fleet.store / "corpus" / "arbiter-cache.json").read_bytes()
+    # the weekly recheck does not run on a push
+    assert not [k for k in fleet.codes if k.startswith("recheck")], sorted(fleet.codes)
 
 
 @pytest.mark.slow
@@ -286,8 +296,10 @@ def test_a_new_degrade_on_one_runner_fails_the_fleet_gate(tmp_path: Path) -> Non
     # its shard and report are still uploaded, and the others are unaffected
     assert (fleet.store / "reports-sm_90" / "sm_90.xml").is_file()
     assert _code(fleet, "gpu-sm_120", "tune") == 0, log
-    assert _code(fleet, "merge", "merge the shards") == 0, log
     assert _code(fleet, "gate", "gate every runner") == 1, log
+    # a fleet that failed the gate publishes no corpus and opens no pull request
+    assert not [k for k in fleet.codes if k.startswith(("merge", "corpus-pr"))], log
+    assert not (fleet.store / "corpus").exists()
     gate = fleet.output["gate: gate every runner's JUnit report"]
     assert ("NEW degraded: target=cpu op=mylib_scale candidate=mylib_fast_scale "
             "(1 dispatches) in tests.test_mylib::test_scale") in gate, gate
