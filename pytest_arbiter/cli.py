@@ -383,6 +383,44 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+# -- export ----------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter import benchmark_json
+
+    cache = artifacts.read_cache(args.cache)
+    entries = [e for e in cache.entries()
+               if (args.device is None or e.device == args.device)
+               and (args.op is None or e.op == args.op)]
+    if args.output is None:
+        doc = benchmark_json.document(entries)
+        out.write(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        return EXIT_OK
+    count = benchmark_json.write(Path(args.output), entries)
+    _say(out, f"{args.output}: {count} benchmarks from {len(entries)} entries "
+         "(pytest-benchmark JSON)")
+    return EXIT_OK
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    exp = sub.add_parser(
+        "export", help="write a cache's comparisons in another tool's format",
+        description="Write the comparisons of a cache in pytest-benchmark's JSON format "
+        "(--benchmark-json): one benchmark per key and candidate timed in the key's latest "
+        "comparison, grouped by key, statistics in seconds (mean: the median; stddev: "
+        "the interquartile range / 1.349). 'pytest-benchmark compare FILE' and "
+        "github-action-benchmark (tool: pytest) read it.")
+    exp.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    exp.add_argument("--format", required=True, choices=("pytest-benchmark",),
+                     help="the output format")
+    exp.add_argument("-o", "--output", metavar="FILE",
+                     help="the file to write (default: standard output)")
+    exp.add_argument("--device", help="only entries of this device tag")
+    exp.add_argument("--op", help="only entries of this op")
+    exp.set_defaults(run=cmd_export)
+
+
 # -- wiring ----------------------------------------------------------------------------
 
 
@@ -503,10 +541,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", required=True, metavar="HTML",
                      help="the page to write")
     rep.set_defaults(run=cmd_report)
+    _add_export(sub)
     return parser
 
 
-QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report"})
+QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report", "export"})
 """Commands whose output a reader may cut short (``| head``): a pass, not an error."""
 
 

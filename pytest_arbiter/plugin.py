@@ -126,7 +126,8 @@ def _check_writable(settings: ArbiterSettings) -> None:
 
     for flag, path in (("--arbiter-histogram", settings.histogram),
                        ("--arbiter-write-baseline", settings.write_baseline),
-                       ("--arbiter-cache", settings.cache if settings.tune else None)):
+                       ("--arbiter-cache", settings.cache if settings.tune else None),
+                       ("--arbiter-benchmark-json", settings.benchmark_json)):
         if path is None:
             continue
         with contextlib.suppress(OSError):  # unwritable() says why
@@ -441,6 +442,17 @@ def _xdist_stop(config: pytest.Config) -> Callable[[str], bool] | None:
     return stop
 
 
+def _write_benchmark_json(path: Path, ledger: RunLedger, root: Path) -> None:
+    """``--arbiter-benchmark-json``: the comparisons the run measured, for
+    pytest-benchmark's tools (:mod:`pytest_arbiter.benchmark_json`)."""
+    from pytest_arbiter import artifacts, benchmark_json
+
+    try:
+        benchmark_json.write(path, ledger.measured_entries(), commit_folder=root)
+    except artifacts.ArtifactError as exc:
+        ledger.errors.append(f"--arbiter-benchmark-json: {exc}")
+
+
 def _fail_run(session: pytest.Session) -> None:
     if getattr(session, "exitstatus", None) in (pytest.ExitCode.OK,
                                                 pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -519,6 +531,8 @@ class ControllerHooks:
         process.finished(s.factory)
         controller = Controller(s.settings, s.ledger, s.baseline, s.as_read)
         s.end = controller.finish(s.scope(session, exitstatus))
+        if s.settings.benchmark_json is not None:
+            _write_benchmark_json(s.settings.benchmark_json, s.ledger, s.config.rootpath)
         if s._guard is not None and s._guard.why:
             measured = len(s.ledger.measured_entries())
             s.ledger.notes.append(

@@ -42,6 +42,9 @@ HELP_TUNE_BUDGET = ("seconds of timing one key's comparison may take at most, un
                     "more rounds up to it, a clear gap stops early; a pick that ends below "
                     "the confidence target is marked low-confidence")
 TUNE_BUDGET_S = 2.0
+HELP_BENCHMARK_JSON = ("write the comparisons this run measured in pytest-benchmark's JSON "
+                       "format to PATH (one benchmark per key and candidate), for "
+                       "'pytest-benchmark compare' and github-action-benchmark")
 HELP_WORKER_DEVICES = ("comma-separated GPU indices for pytest-xdist workers, e.g. 0,1,2,3: "
                        "worker gwN sees only device N mod their number")
 
@@ -85,6 +88,7 @@ OPTIONS = (
     OptionSpec("recheck_key_budget", "seconds", HELP_RECHECK_KEY_BUDGET, 0.01),
     OptionSpec("recheck_budget", "seconds", HELP_RECHECK_BUDGET, 30.0),
     OptionSpec("tune_budget", "seconds", HELP_TUNE_BUDGET, TUNE_BUDGET_S),
+    OptionSpec("benchmark_json", "path", HELP_BENCHMARK_JSON),
 )
 DEFAULT_CALL_TIMEOUT_S = 60.0
 
@@ -129,6 +133,8 @@ class ArbiterSettings:
     recheck_budget: float | None = 30.0
     tune_budget: float | None = TUNE_BUDGET_S
     """Seconds one key's comparison may take when tuning; None: no limit."""
+    benchmark_json: Path | None = None
+    """Where to write the run's measured comparisons in pytest-benchmark's format."""
 
     @property
     def mode(self) -> Mode:
