@@ -21,9 +21,9 @@ from typing import Any
 
 import filelock
 
-from pytest_arbiter.cache import CacheEntry, MeasureCache, keyed
+from pytest_arbiter.cache import CacheEntry, MeasureCache, keyed, plain_key
 from pytest_arbiter.cache_file import encode_chunks, encode_document, read_document
-from pytest_arbiter.corpus import MergeResult, Part, merge
+from pytest_arbiter.corpus import MergeResult, Part, entries_of, merge
 from pytest_arbiter.histogram import HistogramKey
 from pytest_arbiter.safetext import escape
 
@@ -254,7 +254,8 @@ def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
 
 def update_cache(path: str | os.PathLike[str], *parts: Part,
                  timeout: float = LOCK_TIMEOUT_S,
-                 known: tuple[Stamp, MeasureCache] | None = None) -> MergeResult:
+                 known: tuple[Stamp, MeasureCache] | None = None,
+                 measured_now: bool = False) -> MergeResult:
     """Merge ``parts`` into the cache at ``path`` (created if missing), under its lock.
 
     The current file is read under the lock, so entries another process added since
@@ -262,6 +263,9 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     ``known``, a stamp (:func:`read_cache_stamped`) and the entries read with it, stands
     for the file while its stamp is the file's under the lock: a run that read the
     corpus at its start does not read it again to add what it measured.
+    ``measured_now``: the last part was measured by this run, against the code that
+    runs now: it replaces a file entry measured against other code whatever the two
+    ``since`` say (a runner whose clock is ahead cannot keep a stale winner).
     """
     with cache_lock(path, timeout):
         if known is not None and stamp_of(path) == known[0]:
@@ -269,9 +273,20 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
         else:
             current = read_cache(path) if os.path.exists(path) else MeasureCache()
         result = merge(current, *parts)
+        if measured_now and parts:
+            _prefer_current_code(result, current, parts[-1])
         del current
         _write_entries(path, result.entries.values())
     return result
+
+
+def _prefer_current_code(result: MergeResult, current: MeasureCache, measured: Part) -> None:
+    """Each entry of ``measured`` over the file's entry of its key, when the two were
+    measured against different code or environments."""
+    for entry in entries_of(measured):
+        held = current.get(plain_key(entry))
+        if held is not None and not held.same_basis(entry):
+            result.entries[plain_key(entry)] = entry
 
 
 def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], bool], *,

@@ -127,7 +127,7 @@ class Controller:
 
         try:
             artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S,
-                                   known=self.as_read)
+                                   known=self.as_read, measured_now=True)
             return
         except artifacts.ArtifactError as exc:
             failure = str(exc)

@@ -81,7 +81,7 @@ class MergeResult:
 Part = MeasureCache | Iterable[CacheEntry] | Mapping[KeyTuple, CacheEntry]
 
 
-def _entries_of(part: Part) -> Iterable[CacheEntry]:
+def entries_of(part: Part) -> Iterable[CacheEntry]:
     if isinstance(part, Mapping):
         return part.values()
     return part
@@ -118,7 +118,7 @@ def merge(*parts: Part) -> MergeResult:
                 merged[key] = held_of[key]
                 meet(key, held_of[key], mine[key])
             continue
-        for entry in _entries_of(part):
+        for entry in entries_of(part):
             key = plain_key(entry)
             held = merged.get(key)
             if held is None:

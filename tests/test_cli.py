@@ -105,7 +105,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
 
     odd = CacheEntry(
         "dev\x1b[31m\u2028\u00e9\U0001f600\x7f", "cpu", "op\n::error::x", 'b"\\', "float32",
-        (RankedCandidate("k\u202e", LatencyStats(1e-5, 1.5e16, 0.5, 2.5e-7, 1e300, 3)),
+        (RankedCandidate("k\u202e", LatencyStats(1e-5, 2.5e-7, 5e-6, 1.5e16, 1e300, 3)),
          RankedCandidate("z", LatencyStats(3, 3, 3, 3, 3, 1))),
         0.5, True, {"x\u00ff": "why\n::warning"},
         {"host": "h\t", "p_value": 1.2e-05, "shapes": [[], [1, 2]],
@@ -114,7 +114,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
          "q": {"fingerprint": "0e12", "outcome": "rejected", "reason": "err 1e-3"}},
         {"device_name": "\u00dc"}, True,
         datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
-    plain = [entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * i))
+    plain = [entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * (i + 1)))
              for i in range(30)]
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([odd, *plain]))

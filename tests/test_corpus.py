@@ -332,7 +332,7 @@ def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["d0", "d1"]), st.text(max_size=6),
                           st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True),
-                          st.floats(0, 1), st.floats(0, 1e12), st.integers(1, 10**6),
+                          st.floats(0, 1), st.floats(1e-3, 1e12), st.integers(1, 10**6),
                           st.booleans(), st.sampled_from(["h1", "h\u00e9", "\U0001f600"]),
                           st.sampled_from([None, T0, T1]),
                           st.dictionaries(st.sampled_from("ab"), st.text(max_size=3),

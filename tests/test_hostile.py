@@ -389,7 +389,7 @@ def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
     each is printed escaped (and registration refuses the name with the rule)."""
     from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
 
-    with pytest.raises(ValueError, match="candidate name .* is not allowed"):
+    with pytest.raises(ValueError, match=r"candidate name .* is not allowed"):
         CandidateRegistry().add(FunctionCandidate(len, EVIL, "matmul", "cpu", 0, None, None))
     pytester.makeconftest(f"NAME = {EVIL!r}\n" + DECLINING)
     pytester.makepyfile(test_one=DISPATCH)

@@ -21,7 +21,7 @@ from tests.test_corpus import T0, T1, entry
 def test_names_outside_the_rule_are_refused_at_registration(name: str) -> None:
     with pytest.raises(ValueError, match="is not allowed"):
         CandidateRegistry().add(FunctionCandidate(len, name, "matmul", "cpu", 0, None, None))
-    with pytest.raises(ValueError, match="op name .* is not allowed"):
+    with pytest.raises(ValueError, match=r"op name .* is not allowed"):
         OpRegistry().register(make_op(name, lambda x: x))
 
 
@@ -67,3 +67,22 @@ def test_a_stale_entry_replaced_by_a_later_measurement_is_not_a_conflict() -> No
     assert result.entries[old.key] is rechecked and result.conflicts == []
     same_time = entry(winner="b", runner_up="a", fingerprints=code, since=T0, host="h2")
     assert len(merge([old], [same_time]).conflicts) == 1  # the same code, at one time
+
+
+def test_a_tuning_write_replaces_an_entry_of_other_code_whatever_its_since(
+        tmp_path: Path) -> None:
+    """A runner whose clock is two hours ahead stamped the corpus's entry; this run
+    measured the key against the code that runs now: its entry is kept, not the
+    stale one with the later stamp. A plain merge still follows the stamps."""
+    import datetime
+
+    path = tmp_path / "c.json"
+    ahead = T1 + datetime.timedelta(hours=2)
+    stale = entry(winner="old", runner_up="b", fingerprints={"old": "0" * 16}, since=ahead)
+    artifacts.write_cache(path, artifacts.MeasureCache([stale]))
+    fresh = entry(winner="new", runner_up="b", fingerprints={"new": "1" * 16}, since=T1)
+    assert artifacts.update_cache(path, [fresh]).entries[stale.key[:]].winner == "old"
+    artifacts.write_cache(path, artifacts.MeasureCache([stale]))
+    kept = artifacts.update_cache(path, [fresh], measured_now=True)
+    assert next(iter(kept.entries.values())).winner == "new"
+    assert artifacts.read_cache(path).entries()[0].winner == "new"
