@@ -34,6 +34,7 @@ from pytest_arbiter.controller import Controller
 from pytest_arbiter.device import device_tag, forget, worker_device_environment
 from pytest_arbiter.histogram import DispatchHistogram, HistogramKey
 from pytest_arbiter.ledger import RunLedger
+from pytest_arbiter.safetext import escape
 from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
 from pytest_arbiter.summary import RunVerdict, render
 
@@ -114,7 +115,7 @@ def _check_strict(settings: ArbiterSettings) -> None:
         raise pytest.UsageError("--arbiter-strict needs the corpus to replay: give "
                                 "--arbiter-cache=PATH (or the ini key arbiter_cache)")
     if not settings.cache.is_file():
-        raise pytest.UsageError(f"--arbiter-strict: the corpus {settings.cache} does not "
+        raise pytest.UsageError(f"--arbiter-strict: the corpus {escape(settings.cache)} does not "
                                 "exist (a typo in the path? create it with --arbiter-tune)")
 
 
@@ -134,7 +135,7 @@ def _check_writable(settings: ArbiterSettings) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
         why = unwritable(path)
         if why is not None:
-            raise pytest.UsageError(f"{flag}: cannot write {path}: {why}")
+            raise pytest.UsageError(f"{flag}: cannot write {escape(path)}: {escape(why)}")
 
 
 def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
@@ -158,7 +159,8 @@ def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
     try:
         return artifacts.read_cache_stamped(path)
     except artifacts.ArtifactError as exc:
-        raise pytest.UsageError(f"--arbiter-cache: cannot use {path}: {exc}") from None
+        raise pytest.UsageError(f"--arbiter-cache: cannot use {escape(path)}: {escape(exc)}"
+                                ) from None
 
 
 def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | None:
@@ -184,7 +186,8 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
     try:
         return artifacts.read_histogram(path), f"baseline {path}"
     except artifacts.ArtifactError as exc:
-        raise pytest.UsageError(f"--arbiter-baseline: cannot use {path}: {exc}") from None
+        raise pytest.UsageError(f"--arbiter-baseline: cannot use {escape(path)}: "
+                                f"{escape(exc)}") from None
 
 
 def present_device_tags() -> set[str]:

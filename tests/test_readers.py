@@ -86,3 +86,15 @@ def test_a_tuning_write_replaces_an_entry_of_other_code_whatever_its_since(
     kept = artifacts.update_cache(path, [fresh], measured_now=True)
     assert next(iter(kept.entries.values())).winner == "new"
     assert artifacts.read_cache(path).entries()[0].winner == "new"
+
+
+def test_a_usage_error_prints_the_path_escaped(pytester: pytest.Pytester) -> None:
+    """A file name with a line break cannot forge a CI log command in a usage error."""
+    evil = "b\n::error file=ci.yml::pwned.json"
+    (pytester.path / evil).write_text("{not json")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess(f"--arbiter-baseline={evil}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--arbiter-baseline: cannot use" in err and "b\\n::error" in err
+    assert not any(line.startswith("::error") for line in err.splitlines()), err
