@@ -106,13 +106,22 @@ def _mode_for(path: Path) -> int:
 
 def target(path: str | os.PathLike[str]) -> Path:
     """Where a write of ``path`` goes: the file a symbolic link points to (through any
-    chain of links, even to a file that does not exist yet), else ``path`` itself.
+    chain of links), else ``path`` itself.
 
     Replacing the link itself would turn it into a regular file and leave the file it
-    pointed to, and whoever else reads it, behind.
+    pointed to, and whoever else reads it, behind. A link to nothing is an
+    ``ArtifactError``: following it would create a file wherever it points, maybe
+    outside the checkout.
     """
     p = Path(path)
-    return Path(os.path.realpath(p)) if os.path.islink(p) else p
+    if not os.path.islink(p):
+        return p
+    real = Path(os.path.realpath(p))
+    if not real.exists():
+        raise ArtifactError(f"{escape(p)} is a symbolic link to {escape(real)}, which does "
+                            "not exist: refusing to create a file there (remove the link, "
+                            "or create its target)")
+    return real
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:

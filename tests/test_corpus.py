@@ -802,11 +802,12 @@ def test_a_symlinked_cache_is_locked_and_written_at_its_target(tmp_path: Path) -
     assert {e.bucket for e in artifacts.read_cache(real)} == {"old", "new", "third"}
     assert sorted(p.name for p in link.parent.iterdir()) == ["cache.json"]
     assert not list(real.parent.glob(".corpus.json.*.tmp"))
-    # a link to a file that does not exist yet: the file is made where it points
+    # a link to nothing: an error, never a file made wherever it points
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "store" / "new.json")
-    artifacts.update_cache(dangling, [entry("x")])
-    assert dangling.is_symlink() and (tmp_path / "store" / "new.json").is_file()
+    with pytest.raises(artifacts.ArtifactError, match="which does not exist"):
+        artifacts.update_cache(dangling, [entry("x")])
+    assert dangling.is_symlink() and not (tmp_path / "store" / "new.json").exists()
 
 
 def test_write_error_names_the_path(tmp_path: Path) -> None:
