@@ -72,6 +72,8 @@ evidence for any claim: the entry is low-confidence whatever its p-value."""
 
 _UTC = datetime.timezone.utc
 NO_SINCE = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+FUTURE_SLACK = datetime.timedelta(minutes=10)
+"""How far ahead of this machine's clock an entry's ``since`` may be (clocks drift)."""
 """The ``since`` of an entry that does not know what it was measured against (one read
 from a version 1 or 2 file, or built without it): older than any measurement."""
 
@@ -497,6 +499,11 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         since = self.since
         if since.tzinfo is not _UTC:  # written and compared in UTC
             since = since.astimezone(_UTC)
+        if since > tables.latest:
+            raise ValueError(
+                f"since {since:%Y-%m-%dT%H:%M:%SZ} is in the future (this machine's clock "
+                "says it is earlier): the runner that measured it has a clock ahead; fix "
+                "its clock and measure the key again")
         # one object for each repeated value of the document: a million entries of a few
         # devices, ops and candidates hold a few strings, not several million
         one = tables.strings.setdefault
@@ -762,6 +769,9 @@ class _Tables:
         self.considered = considered
         self.strings: dict[Any, Any] = {}
         """Each repeated value of the document's entries, once."""
+        self.latest = datetime.datetime.now(_UTC) + FUTURE_SLACK
+        """The latest ``since`` an entry may carry: a later one is a runner's clock
+        ahead, and would win every merge against the truth."""
 
 
 class _Reading(threading.local):

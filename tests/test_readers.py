@@ -98,3 +98,19 @@ def test_a_usage_error_prints_the_path_escaped(pytester: pytest.Pytester) -> Non
     err = result.stderr.str()
     assert "--arbiter-baseline: cannot use" in err and "b\\n::error" in err
     assert not any(line.startswith("::error") for line in err.splitlines()), err
+
+
+def test_a_since_in_the_future_is_refused_naming_the_entry(tmp_path: Path) -> None:
+    import datetime
+
+    ahead = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
+    with pytest.raises(ValueError, match="is in the future"):
+        entry(since=ahead)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, artifacts.MeasureCache([entry(since=T1)]))
+    doc = json.loads(path.read_text())
+    doc["entries"][0]["since"] = ahead.strftime("%Y-%m-%dT%H:%M:%SZ")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(artifacts.ArtifactError, match="clock ahead") as raised:
+        artifacts.read_cache(path)
+    assert "c.json" in str(raised.value) and "entries[0]" in str(raised.value)
