@@ -187,7 +187,8 @@ def _plain_gate(m: Measurement, seed: int) -> VerdictFn:
 
 def _gate_chosen(m: Measurement, partial: bool, gate: VerdictFn) -> None:
     """Gate what this comparison times: every usable candidate, or (``partial``) each new
-    or changed one, then the cached ranking's candidates in order until two passed."""
+    or changed one, then the cached ranking's other candidates in order until two passed
+    (the leader and the runner-up of the rows that stand)."""
     if not partial:
         for cand in m.usable:
             _gate_one(m, cand, gate)
@@ -197,8 +198,10 @@ def _gate_chosen(m: Measurement, partial: bool, gate: VerdictFn) -> None:
     for cand in m.usable:
         if cand.name in wanted:
             _gate_one(m, cand, gate)
-    anchors = 0
+    anchors = 0  # the leader and the runner-up of the rows that stand (unchanged)
     for cand in m.cached:
+        if cand.name in wanted:
+            continue
         if cand not in m.gated:
             _gate_one(m, cand, gate)
         anchors += cand in m.survivors
