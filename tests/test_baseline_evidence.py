@@ -49,7 +49,7 @@ def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[st
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", *args)
 
 
 def gate_update(path: Path, report: Path) -> str:
