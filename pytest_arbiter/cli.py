@@ -85,11 +85,48 @@ def _show_row(e: CacheEntry) -> tuple[str, ...]:
 
 def _slower(ratio: float, tie: bool) -> str:
     """How much slower the runner-up measured, with one sign. A runner-up faster by the
-    median ranks second only in a tie (broken by tier): the difference is noise."""
+    median ranks second only in a tie (broken by tier): the difference is noise; or
+    because it lost most of the paired rounds: marked ``*`` (:data:`PAIRED_NOTE`)."""
     pct = (ratio - 1) * 100
     if pct < 0 and tie:
         return f"\u00b1{-pct:.1f}%"
-    return f"{pct:+.1f}%"
+    return f"{pct:+.1f}%" + ("*" if pct < 0 else "")
+
+
+PAIRED_NOTE = ("* a lower median, but ranked second: it lost most of the rounds timed side "
+               "by side (docs/ci.md)")
+SHOW_WIDTH = 100
+NARROW_COLUMNS = ("key", "winner", "median", "runner-up", "confidence")
+NARROW_CAPS = (44, 13, 8, 17, 10)
+"""Each narrow column's widest cell: with the separators, 100 columns."""
+
+
+def _cut(text: str, width: int, middle: bool = False) -> str:
+    """``text`` in ``width`` columns: cut at the end, or in the middle (a key keeps
+    its dtype)."""
+    if len(text) <= width:
+        return text
+    if middle:
+        head = (width - 3) // 2
+        return text[:head] + "..." + text[len(text) - (width - 3 - head):]
+    return text[:width - 3] + "..."
+
+
+def _narrow_row(e: CacheEntry) -> tuple[str, ...]:
+    """``show``'s default row: the key (device/op/bucket/dtype), the winner and its
+    median, the runner-up and how much slower, the confidence; cut to fit 100 columns."""
+    wide = [escape(cell) for cell in _show_row(e)]
+    key = "/".join((wide[0], wide[2], wide[3], wide[4]))
+    second = e.ranking[1] if len(e.ranking) > 1 else None
+    if second is None:
+        runner = "-"
+    else:
+        how = "carried" if second.carried else wide[7].rpartition(" ")[2]
+        runner = f"{_cut(escape(second.name), NARROW_CAPS[3] - len(how) - 1)} {how}"
+    conf = wide[10].replace("low-confidence", "low").replace(" tie low", " tie,low")
+    cells = (key, wide[5], wide[6], runner, conf)
+    return tuple(_cut(cell, cap, middle=cell is key)
+                 for cell, cap in zip(cells, NARROW_CAPS, strict=True))
 
 
 _CELLS = "\x00"  # never in an escaped cell
@@ -111,6 +148,13 @@ def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
         _say(out, "  ".join(map(str.ljust, cells, widths)).rstrip())
 
 
+def _paired_only(e: CacheEntry) -> bool:
+    """The runner-up's median is below the winner's though no tie ranked it second."""
+    if len(e.ranking) < 2 or e.tie or e.ranking[1].carried:
+        return False
+    return e.ranking[1].stats.median_ns < e.ranking[0].stats.median_ns
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     cache = artifacts.read_cache(args.cache)
     entries = [e for e in cache.entries()
@@ -130,7 +174,12 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     if not entries:
         _say(out, f"{args.cache}: no entries")
         return EXIT_OK
-    _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
+    if args.wide:
+        _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
+    else:
+        _print_table(itertools.chain([NARROW_COLUMNS], map(_narrow_row, entries)), out)
+    if any(_paired_only(e) for e in entries):
+        _say(out, PAIRED_NOTE)
     devices = sorted({e.device for e in entries})
     low = sum(1 for e in entries if e.low_confidence)
     _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})"
@@ -439,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print the entries as JSON (self-contained, one object each)")
     show.add_argument("--device", help="only entries of this device tag")
     show.add_argument("--op", help="only entries of this op")
+    show.add_argument("--wide", action="store_true",
+                      help="every column (target, samples, spread, host, measured), "
+                      "uncut; by default the table fits 100 columns")
     show.set_defaults(run=cmd_show)
 
     mrg = sub.add_parser(

@@ -552,7 +552,8 @@ class ControllerHooks:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         s = self.session
         lines = render(s.ledger, s.settings, cache_note=s.cache_note,
-                       baseline_note=s.baseline_note, end=s.end)
+                       baseline_note=s.baseline_note, end=s.end,
+                       verbosity=int(s.config.getoption("verbose")))
         if not lines:
             return
         terminalreporter.write_sep("=", "arbiter")

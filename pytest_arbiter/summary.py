@@ -47,8 +47,64 @@ class RunVerdict:
 
 
 def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | None,
-           baseline_note: str, end: RunVerdict) -> list[str]:
-    """The summary's lines (empty when there is nothing to say)."""
+           baseline_note: str, end: RunVerdict, verbosity: int = 1) -> list[str]:
+    """The summary's lines (empty when there is nothing to say). At pytest's default
+    verbosity or below, a clean run (nothing gated, stale, low-confidence, measured,
+    broken or noted) says it in one line; ``-v`` or ``--arbiter-explain`` gives every
+    detail."""
+    if verbosity <= 0 and not settings.explain and not _notable(ledger, settings, end):
+        return [safe_line(text) for text in _one_line(
+            ledger, cache_note, baseline_note, end, settings.baseline is not None)]
+    return _details(ledger, settings, cache_note=cache_note, baseline_note=baseline_note,
+                    end=end)
+
+
+def _notable(ledger: RunLedger, settings: ArbiterSettings, end: RunVerdict) -> bool:
+    """Whether the run has something a reader must see: a gated or stale entry (new or
+    known), a key measured, stale or low-confidence, a fallback, an error, a crashed
+    worker, a note, an unknown op, a baseline entry now fixed, or a cache to read that
+    is missing."""
+    if settings.cache is not None and not settings.tune and not settings.cache.exists():
+        return True
+    if any(v and k.outcome in (*GATED_OUTCOMES, STALE) for k, v in ledger.counts().items()):
+        return True
+    if ledger.errors or ledger.crashed or ledger.notes or unknown_op_lines():
+        return True
+    verdict = end.verdict
+    if verdict is not None and (not verdict.passed or verdict.fixed):
+        return True
+    return any(e.source == "measured" or e.stale or e.low_confidence or e.fallback
+               or e.recheck_status in ("stale", "not_retimed")
+               for e in ledger.events().values())
+
+
+def _one_line(ledger: RunLedger, cache_note: str | None, baseline_note: str,
+              end: RunVerdict, baseline_given: bool) -> list[str]:
+    """A clean run in one line: what was dispatched, from where, and the gate."""
+    counts = ledger.counts()
+    if not counts and cache_note is None and not baseline_given:
+        return []
+    by_outcome = dict.fromkeys(OUTCOMES, 0)
+    for key, count in counts.items():
+        by_outcome[key.outcome] += count
+    parts = [cache_note] if cache_note is not None else []
+    parts += [f"{sum(counts.values())} dispatches ("
+             + ", ".join(f"{n} {name}" for name, n in by_outcome.items() if n) + ")"
+             if counts else "no dispatches"]
+    keys = _keys_line(ledger.events())
+    if keys:
+        parts.append(keys)
+    expected = sum(v for k, v in ledger.expected_counts().items()
+                   if k.outcome in (*GATED_OUTCOMES, STALE))
+    if expected:
+        parts.append(f"{expected} expected degrades")
+    gate = "degrade gate passed" if end.verdict is not None else "not gated"
+    parts.append(f"{gate} ({baseline_note.split(':')[0]})")
+    return ["; ".join(parts) + " (-v for details)"]
+
+
+def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | None,
+             baseline_note: str, end: RunVerdict) -> list[str]:
     lines: list[str] = []
     counts = ledger.counts()
     lines.extend(_histogram_lines(counts))
@@ -60,12 +116,9 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
     if cache_note is not None:
         lines.append(cache_note)
     events = ledger.events()
-    sources: list[str] = [e.source for e in events.values()]
-    if sources:
-        lines.append("keys: " + ", ".join(
-            f"{sources.count(src)} {label}"
-            for src, label in (("measured", "measured"), ("cached", "reused from cache"),
-                               ("static", "static tier order on a miss"))))
+    keys = _keys_line(events)
+    if keys:
+        lines.append(keys)
     lines.extend(_stale_lines(events))
     lines.extend(_low_confidence_lines(events))
     if settings.recheck != "off":
@@ -102,6 +155,17 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
         else:
             lines.append("degrade gate passed")
     return [safe_line(text) for text in lines]
+
+
+def _keys_line(events: dict[EventKey, DispatchEvent]) -> str:
+    """Where the dispatch keys' picks came from (empty when nothing dispatched)."""
+    sources: list[str] = [e.source for e in events.values()]
+    if not sources:
+        return ""
+    return "keys: " + ", ".join(
+        f"{sources.count(src)} {label}"
+        for src, label in (("measured", "measured"), ("cached", "reused from cache"),
+                           ("static", "static tier order on a miss")))
 
 
 def either(names: Sequence[str]) -> str:

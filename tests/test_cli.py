@@ -81,7 +81,7 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([entry("m64", "wmma", "cublas"),
                                               entry("m32", "cublas")]))
-    code, text = run("show", path)
+    code, text = run("show", "--wide", path)
     assert code == 0
     lines = text.splitlines()
     assert lines[0].split()[:6] == ["device", "target", "op", "bucket", "dtype", "winner"]

@@ -30,7 +30,7 @@ def entry(bucket: str, medians: tuple[float, float], *, tie: bool = False) -> Ca
 
 def show(path: Path) -> str:
     out = io.StringIO()
-    assert main(["show", str(path)], out=out) == 0
+    assert main(["show", "--wide", str(path)], out=out) == 0
     return out.getvalue()
 
 

@@ -327,7 +327,7 @@ def test_show_diff_and_merge_escape_names_from_caches(tmp_path: Path) -> None:
         _cache_entry("k", "w\u202ex", EVIL, device="::error::dev", host="##[h]"),
         _cache_entry("added\r::x", EVIL)]))
     texts = []
-    for argv in (["show", old], ["show", new], ["diff", old, new],
+    for argv in (["show", "--wide", old], ["show", "--wide", new], ["diff", old, new],
                  ["merge", "-o", tmp_path / "out.json", old, new]):
         code, out, err = gate(*argv)
         assert code == 0, err

@@ -743,7 +743,13 @@ def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> N
                                  "to the static tier order*", "*1 static tier order on a miss*"])
     result = pytester.runpytest("--arbiter-cache=c.json", "--arbiter-tune")
     result.stdout.fnmatch_lines(["*cache *c.json does not exist yet: this run creates it*"])
+    # a clean run says it in one line; -v lists the winners
     result = pytester.runpytest("--arbiter-cache=c.json")
+    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read; 1 dispatches (1 won); "
+                                 "keys: 0 measured, 1 reused from cache*; degrade gate "
+                                 "passed*(-v for details)"])
+    assert "winners:" not in result.stdout.str()
+    result = pytester.runpytest("--arbiter-cache=c.json", "-v")
     result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*",
                                  "winners:", "  cpu/matmul/4x2x4/a4.2.1/float32: *_matmul "
                                  "(reused from cache)"])

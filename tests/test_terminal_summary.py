@@ -1,0 +1,145 @@
+"""The ``arbiter`` section of pytest's terminal summary respects the verbosity: a clean
+run says what was dispatched, cached and gated in one line; a run with something to
+look at (a new degrade, a measured key), ``-v`` and ``--arbiter-explain`` give the
+details."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+# imported here, not first inside an in-process pytester run (which would unload them)
+from pytest_arbiter import artifacts
+from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.cli import main
+from pytest_arbiter.measure import LatencyStats
+
+pytestmark = pytest.mark.usefixtures("clean_registry")
+
+DISPATCH = """
+import numpy as np
+import pytest_arbiter
+
+
+def test_dispatch():
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    assert (pytest_arbiter.dispatch("matmul", a, b) == 3).all()
+"""
+
+DECLINING = """
+import pytest_arbiter
+
+pytest_arbiter.op("summary_mm", reference=lambda a, b: a @ b)
+
+
+@pytest_arbiter.candidate("summary_mm", target="cpu", name="summary_declining", tier=9)
+def k(a, b):
+    raise pytest_arbiter.Decline("not yet")
+"""
+
+
+def section(result: pytest.RunResult) -> list[str]:
+    """The lines of the ``arbiter`` section."""
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("=") and " arbiter " in line)
+    end = next(i for i in range(start + 1, len(lines))
+               if re.match(r"=|\d+ (passed|failed)", lines[i]))
+    return lines[start + 1:end]
+
+
+@pytest.mark.parametrize("quiet", [["-q"], []], ids=["q", "default"])
+def test_a_clean_run_is_one_line(pytester: pytest.Pytester, quiet: list[str]) -> None:
+    pytester.makepyfile(test_one=DISPATCH)
+    assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
+    result = pytester.runpytest(*quiet, "--arbiter-cache=c.json",
+                                "--arbiter-baseline=base.json")
+    assert result.ret == 0
+    (line,) = section(result)
+    assert line.startswith("cache ") and "1 entries read" in line
+    assert "1 dispatches (1 won)" in line and "1 reused from cache" in line
+    assert "degrade gate passed" in line and line.endswith("(-v for details)")
+
+
+def test_verbose_and_explain_give_the_details(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH)
+    assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
+    verbose = section(pytester.runpytest("-v", "--arbiter-cache=c.json"))
+    assert any(line.startswith("dispatch histogram") for line in verbose)
+    assert "winners:" in verbose
+    explain = section(pytester.runpytest("-q", "--arbiter-explain", "--arbiter-cache=c.json"))
+    assert any("[cached]: ran " in line for line in explain), explain
+
+
+def test_a_measuring_run_lists_its_winners(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one=DISPATCH)
+    lines = section(pytester.runpytest("-q", "--arbiter-tune", "--arbiter-cache=c.json"))
+    assert "winners:" in lines and len(lines) > 1
+
+
+def test_a_new_degrade_is_shown_in_full_even_quiet(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(DECLINING)
+    pytester.makepyfile(test_one=DISPATCH.replace('"matmul"', '"summary_mm"'))
+    result = pytester.runpytest("-q")
+    assert result.ret == 1
+    lines = section(result)
+    text = "\n".join(lines)
+    assert "new degraded: target=cpu op=summary_mm candidate=summary_declining" in text
+    assert "reason: " in text and "tests: test_one.py::test_dispatch" in text
+    assert "degrade gate FAILED" in text
+
+
+def test_a_run_that_dispatches_nothing_prints_no_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-q")
+    assert result.ret == 0
+    assert not any(" arbiter " in line for line in result.stdout.lines)
+
+
+# -- pytest-arbiter show: 100 columns by default, every column with --wide -----------
+
+LONG = "a_candidate_with_a_very_long_descriptive_name"
+
+
+def _entry(bucket: str, medians: tuple[float, float], *, tie: bool = False,
+           names: tuple[str, str] = ("wmma", "cublas")) -> CacheEntry:
+    ranking = tuple(RankedCandidate(n, LatencyStats(m, m * 0.9, m * 0.95, m * 1.05,
+                                                    m * 1.2, 25))
+                    for n, m in zip(names, medians, strict=True))
+    return CacheEntry("sm_90", "nvidia", "matmul", bucket, "float16", ranking,
+                      0.5 if tie else 0.999, tie, {},
+                      {"host": "a-long-runner-host-name.example.com",
+                       "measured_at": "2026-12-03T06:00:00Z"})
+
+
+def _show(tmp_path: Path, *argv: str) -> str:
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([
+        _entry("128x128x128/a16.8.16", (1000.0, 1500.0)),
+        _entry("64x64x64/a16.8.16", (1000.0, 989.0)),
+        _entry("32x32x32/a16.8.16", (1000.0, 2000.0), names=(LONG, LONG + "_2"))]))
+    out = io.StringIO()
+    assert main(["show", *argv, str(path)], out=out) == 0
+    return out.getvalue()
+
+
+def test_show_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
+    text = _show(tmp_path)
+    lines = text.splitlines()
+    assert max(map(len, lines[:-1])) <= 100, text  # the last line: the count, prose
+    assert lines[0].split() == ["key", "winner", "median", "runner-up", "confidence"]
+    row = next(line for line in lines if line.startswith("sm_90/matmul/128x128x128"))
+    assert "wmma" in row and "1 us" in row and "cublas +50.0%" in row
+    # the runner-up whose median is lower, ranked second by the paired rounds, is marked
+    # and the mark explained
+    row = next(line for line in lines if line.startswith("sm_90/matmul/64x64x64"))
+    assert "cublas -1.1%*" in row
+    assert any(line.startswith("* a lower median") and "side by side" in line
+               for line in lines)
+    wide = _show(tmp_path, "--wide")
+    assert max(map(len, wide.splitlines())) > 100
+    assert LONG + "_2 +100.0%" in wide and "a-long-runner-host-name.example.com" in wide
