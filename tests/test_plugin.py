@@ -582,16 +582,19 @@ def test_xdist_tune_gives_the_same_histogram_totals_as_one_process(
     assert sum(int(n) for n in sent.read_text().split()) >= 7
     sent.unlink()
     # replaying with that cache, the workers measure nothing and send nothing back, and
-    # the file is left alone
+    # the file is left alone (a low-confidence pick, of these near-tied bundled kernels
+    # on a loaded machine, is measured again: then it is written back)
+    low = sum(e.low_confidence for e in artifacts.read_cache(pytester.path / "two-cache.json"))
     written = (pytester.path / "two-cache.json").read_bytes()
     os.utime(pytester.path / "two-cache.json", ns=(0, 0))
     again = pytester.runpytest("-n", "2", "-p", "no:benchmark", "--arbiter-tune",
                                "--arbiter-cache=two-cache.json")
     assert again.ret == 0, again.stdout.str()
-    again.stdout.fnmatch_lines(["*0 measured, 7 reused from cache*"])
-    assert sent.read_text().split() == ["0", "0"]
-    assert (pytester.path / "two-cache.json").read_bytes() == written
-    assert (pytester.path / "two-cache.json").stat().st_mtime_ns == 0
+    again.stdout.fnmatch_lines([f"*{low} measured, {7 - low} reused from cache*"])
+    if not low:
+        assert sent.read_text().split() == ["0", "0"]
+        assert (pytester.path / "two-cache.json").read_bytes() == written
+        assert (pytester.path / "two-cache.json").stat().st_mtime_ns == 0
     assert len(json.loads((pytester.path / "two-cache.json").read_text())["entries"]) == 7
 
 
