@@ -13,12 +13,19 @@ the margin, not only for an exact tie, so the false-alarm rate is at most ``alph
 per key (``alpha / family`` with a Bonferroni family) whatever the corpus holds. The
 verdict is taken once, on all the rounds the budget allowed: the rounds stop early
 only when the winner is settled as not stale, which can only lower the false-alarm rate.
+
+The key budget is soft where a verdict needs it: a slow pair (a winner made 45x slower
+takes milliseconds a call) goes on past it, up to the hard cap, until it has the rounds
+a clear gap needs (:func:`rounds_for_verdict`), so a huge gap is decided in a handful of
+rounds instead of getting no verdict.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +42,11 @@ _BOOKKEEPING = 0.06
 class RecheckPolicy:
     """How one key is re-timed, and what counts as stale.
 
-    ``key_budget_s`` bounds the wall time of one key's re-timing (warmup, the timed calls
-    and the bookkeeping); a round that could overrun it is not started. A challenger is
+    ``key_budget_s`` is the wall time one key's re-timing aims at (warmup, the timed calls
+    and the bookkeeping): no round is started past it once the key has the rounds a
+    verdict on a clear gap needs (:func:`rounds_for_verdict`, with ``lost_rounds`` of
+    them lost to the machine: 14 at the defaults). Until then a slow pair goes on, up
+    to ``key_cap_s`` (the hard cap, never below the budget). A challenger is
     faster when the winner is slower by more than ``margin`` (the comparison's tie
     margin) in a one-sided sign test at ``alpha / (family * challengers)``: set
     ``family`` to the number of keys a run re-checks to bound the chance of any false
@@ -46,6 +56,10 @@ class RecheckPolicy:
     """
 
     key_budget_s: float = 0.010
+    key_cap_s: float = ComparePolicy.cap_s
+    lost_rounds: int = 1
+    """Rounds a clear gap may lose (a challenger's call preempted) and still be flagged:
+    how many rounds the budget buys a slow pair."""
     margin: float = ComparePolicy.tie_margin
     alpha: float = ComparePolicy.alpha
     family: int = 1
@@ -67,17 +81,33 @@ class RecheckPolicy:
                              f"{self.alpha}, {self.settle_alpha}")
         if self.margin < 0:
             raise ValueError(f"margin must not be negative, got {self.margin}")
-        if self.family < 1 or self.min_rounds < 1 or self.warmup < 0:
-            raise ValueError("family and min_rounds must be at least 1, warmup at least 0")
+        if not self.key_cap_s > 0:
+            raise ValueError(f"key_cap_s must be positive, got {self.key_cap_s}")
+        if (self.family < 1 or self.min_rounds < 1 or self.warmup < 0
+                or self.lost_rounds < 0):
+            raise ValueError("family and min_rounds must be at least 1, warmup and "
+                             "lost_rounds at least 0")
+
+    @property
+    def soft_budget_s(self) -> float:
+        """The key budget less the bookkeeping after the last round (ranking and
+        summarising ~150 rounds costs ~0.3-0.5 ms in pure Python)."""
+        return self.key_budget_s * (1.0 - _BOOKKEEPING)
+
+    @property
+    def cap_s(self) -> float:
+        """The hard cap less the same bookkeeping: what the rounds may take at most."""
+        return max(self.key_cap_s, self.key_budget_s) - self.key_budget_s * _BOOKKEEPING
 
     def compare_policy(self) -> ComparePolicy:
-        """The interleaved comparison's policy: this budget less the bookkeeping after
-        the last round, no built-in stop rule."""
-        # ranking and summarising ~150 rounds costs ~0.3-0.5 ms in pure Python
-        budget = self.key_budget_s * (1.0 - _BOOKKEEPING)
+        """The interleaved comparison's policy: stopped by :func:`recheck`'s own rule
+        (the settle test, the soft budget once the rounds suffice) or, before a round that
+        would overrun it, by the hard cap; no built-in stop rule."""
+        cap = self.cap_s
         return ComparePolicy(warmup=self.warmup, min_rounds=1, max_rounds=self.max_rounds,
-                             budget_s=budget, cap_s=budget, alpha=0.0, seed=self.seed,
-                             disable_gc=self.disable_gc, call_timeout_s=self.call_timeout_s)
+                             budget_s=cap, cap_s=cap, alpha=0.0, confident_p=0.0,
+                             seed=self.seed, disable_gc=self.disable_gc,
+                             call_timeout_s=self.call_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -130,23 +160,44 @@ def _sign_p(successes: int, trials: int) -> float:
     return sum(math.comb(trials, i) for i in range(successes, trials + 1)) / 2.0**trials
 
 
+@functools.lru_cache(maxsize=256)
+def rounds_for_verdict(alpha: float, lost: int = 0) -> int:
+    """The fewest paired rounds in which a winner slower in all but ``lost`` of them is
+    significant at ``alpha`` (one-sided sign test): 10 at 0.001 with none lost, 14 with
+    one, 18 with two."""
+    if not 0 < alpha < 1 or lost < 0:
+        raise ValueError(f"alpha must be in (0, 1) and lost at least 0, got {alpha}, {lost}")
+    n = lost + 1
+    while _sign_p(n - lost, n) >= alpha:
+        n += 1
+    return n
+
+
 class _Tally:
     """Per challenger, over the kept rounds: the winner's paired ratios and how often it
-    was slower by more than the margin. Each round costs O(challengers)."""
+    was slower by more than the margin; and the stop rule. Each round costs
+    O(challengers)."""
 
-    def __init__(self, winner: str, others: list[str], pol: RecheckPolicy) -> None:
+    def __init__(self, winner: str, others: list[str], pol: RecheckPolicy,
+                 started_ns: int) -> None:
         self.winner = winner
         self.others = others
         self.limit = 1.0 + pol.margin
         self.settle_alpha = pol.settle_alpha
         self.min_rounds = pol.min_rounds
+        self.enough = max(pol.min_rounds, rounds_for_verdict(
+            pol.alpha / (pol.family * len(others)), pol.lost_rounds))
+        self.budget_ns = pol.soft_budget_s * 1e9
+        self.started_ns = self.last_ns = started_ns
+        self.round_ns: collections.deque[float] = collections.deque(maxlen=15)
+        self.timed_ns = 0.0
         self.ratios: dict[str, list[float]] = {o: [] for o in others}
         self.slower = dict.fromkeys(others, 0)
         self.rounds = 0
 
     def add(self, times: Mapping[str, float]) -> bool:
         """Count one round; True stops the rounds (the winner or every challenger gone,
-        or every challenger settled)."""
+        every challenger settled, or the budget spent once the rounds suffice)."""
         mine = times.get(self.winner)
         if mine is None or len(times) < 2:
             return True
@@ -164,7 +215,25 @@ class _Tally:
                 self.slower[other] += 1
             if settled and len(self.ratios[other]) - self.slower[other] < need:
                 settled = False
-        return settled
+        return settled or self._spent(times)
+
+    def _spent(self, times: Mapping[str, float]) -> bool:
+        """Whether the next round would end past the key budget, the rounds sufficing.
+        Time is the wall clock's, or the timer's where that is more (a scripted timer's
+        calls take no wall time); the first round's wall time would include the warmup,
+        so its calls stand for it."""
+        now = time.perf_counter_ns()
+        took = sum(times.values())
+        self.timed_ns += took
+        self.round_ns.append(max(float(now - self.last_ns), took) if self.rounds > 1
+                             else took)
+        self.last_ns = now
+        if self.rounds < self.enough:
+            return False
+        spent = max(float(now - self.started_ns), self.timed_ns)
+        # the median of the latest rounds: one preempted round does not stop the rounds,
+        # and the cost per round stays bounded
+        return spent + 1.5 * statistics.median(self.round_ns) > self.budget_ns
 
 
 def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
@@ -186,7 +255,7 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
     others = [n for n in fns if n != winner]
     if not others:
         return RecheckResult(winner, None, 1.0, 1.0, 0, 0, 0, "nothing to re-time it against")
-    tally = _Tally(winner, others, pol)
+    tally = _Tally(winner, others, pol, started)
     comparison = compare_latencies(fns, policy=pol.compare_policy(), timer=timer,
                                    on_round=tally.add)
     alpha = pol.alpha / (pol.family * len(others))

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from pytest_arbiter.measure import ComparePolicy
-from pytest_arbiter.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
+from pytest_arbiter.recheck import (
+    RecheckPolicy,
+    RecheckResult,
+    RunBudget,
+    recheck,
+    rounds_for_verdict,
+)
 
 X = np.random.default_rng(0).uniform(0.5, 1.5, 20_000)
 
@@ -107,13 +113,61 @@ def test_bonferroni_family_needs_more_evidence() -> None:
     assert not result.stale and result.p_value == 2.0**-15
 
 
-def test_the_budget_stops_the_rounds_and_too_few_rounds_give_no_verdict() -> None:
-    # 1 ms a call: a 10 ms budget has room for a handful of rounds, no verdict
+def test_the_cap_stops_the_rounds_and_too_few_rounds_give_no_verdict() -> None:
+    # 1 ms a call: a cap at the 10 ms budget has room for a handful of rounds, no verdict
     timer = ScriptedTimer({"w": 2e6, "o": 1e6})
-    result = recheck("w", timer.fns(), timer=timer)
+    result = recheck("w", timer.fns(), timer=timer, policy=RecheckPolicy(key_cap_s=0.01))
     assert 1 <= result.rounds < RecheckPolicy().min_rounds
     assert not result.stale and "needed for a verdict" in result.detail
     assert result.timed_ns <= 12e6
+
+
+def test_rounds_for_a_verdict() -> None:
+    assert [rounds_for_verdict(1e-3, lost) for lost in (0, 1, 2)] == [10, 14, 18]
+    assert rounds_for_verdict(0.05) == 5 and rounds_for_verdict(1e-3 / 200, 1) == 23
+    with pytest.raises(ValueError):
+        rounds_for_verdict(0.0)
+
+
+@pytest.mark.parametrize("slower", [2.0, 45.0])
+def test_a_slow_pair_buys_past_the_budget_the_rounds_a_verdict_needs(slower: float) -> None:
+    # a winner made 45x slower takes 45 ms a call: past the 10 ms budget before its warmup
+    # ends, it still gets the 14 rounds in which a clear gap is flagged with one round lost
+    timer = ScriptedTimer({"w": slower * 1e6, "o": 1e6})
+    policy = RecheckPolicy()
+    result = recheck("w", timer.fns(), timer=timer)
+    assert result.stale and result.faster == "o" and result.detail == ""
+    assert result.rounds == rounds_for_verdict(policy.alpha, policy.lost_rounds) == 14
+    assert result.p_value == 2.0**-14
+    assert result.timed_ns == result.rounds * (slower + 1) * 1e6  # the warmup aside
+    # a pair too slow for the cap: no round past it, and no verdict
+    timer = ScriptedTimer({"w": 200e6, "o": 1e6})
+    result = recheck("w", timer.fns(), timer=timer)
+    assert not result.stale and "needed for a verdict" in result.detail
+    assert result.timed_ns <= policy.key_cap_s * 1e9
+
+
+def test_two_challengers_and_a_family_need_more_rounds() -> None:
+    timer = ScriptedTimer({"w": 45e6, "a": 1e6, "b": 1.2e6})
+    result = recheck("w", timer.fns(), timer=timer)
+    assert result.stale and result.faster == "a"
+    assert result.rounds == rounds_for_verdict(1e-3 / 2, 1) == 15
+    timer = ScriptedTimer({"w": 3e6, "o": 1e6})
+    result = recheck("w", timer.fns(), timer=timer, policy=RecheckPolicy(family=200))
+    assert result.stale and result.rounds == 23
+
+
+@pytest.mark.timing
+def test_real_kernels_a_winner_made_45x_slower_is_stale_with_the_defaults() -> None:
+    quick = sin_work(20_000)
+
+    def slow() -> None:
+        for _ in range(45):
+            quick()
+
+    result = recheck("w", {"w": slow, "o": sin_work(20_000)})
+    assert result.stale and result.ratio > 20, result
+    assert result.rounds >= RecheckPolicy().min_rounds
 
 
 @pytest.mark.timing
@@ -141,7 +195,8 @@ def test_nothing_to_recheck_against_and_an_unknown_winner() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"key_budget_s": 0.0}, {"alpha": 1.5}, {"margin": -0.1},
-                                 {"family": 0}, {"settle_alpha": 0.0}])
+                                 {"family": 0}, {"settle_alpha": 0.0}, {"key_cap_s": 0.0},
+                                 {"lost_rounds": -1}])
 def test_policy_is_validated(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RecheckPolicy(**bad)  # type: ignore[arg-type]

@@ -81,7 +81,8 @@ RUN = ("-p", "no:cacheprovider", "--arbiter-cache=corpus.json")
 @pytest.mark.slow
 def test_an_unchanged_corpus_is_never_flagged(project: pytest.Pytester) -> None:
     for _ in range(3):
-        result = project.runpytest_subprocess(*RUN, "--arbiter-recheck=fail")
+        # a clean run's summary is one line; -v gives the recheck's
+        result = project.runpytest_subprocess(*RUN, "-v", "--arbiter-recheck=fail")
         assert result.ret == 0, result.stdout.str()
         result.stdout.fnmatch_lines(["*recheck: 1 cached keys re-timed: 0 stale, 1 current*"])
 
@@ -135,3 +136,58 @@ def test_under_tune_the_recheck_replaces_the_stale_entry(
     assert entry["ranking"][0]["name"] == "beta"
     again = project.runpytest_subprocess(*RUN, "--arbiter-recheck=fail")
     assert again.ret == 0, again.stdout.str()
+
+
+FOUR_OPS = '''
+import os
+import numpy as np
+import pytest_arbiter
+
+
+def _work(a, b, times):
+    out = a @ b
+    for _ in range(times - 1):
+        out = a @ b
+    return out
+
+
+for i in range(4):
+    pytest_arbiter.op(f"product{i}", reference=np.matmul)
+    # an environment switch stands in for a driver update: 45x slower, calls of
+    # milliseconds, past the 10 ms key budget before the warmup ends
+    pytest_arbiter.candidate(f"product{i}", target="cpu", name=f"alpha{i}")(
+        lambda a, b: _work(a, b, 45 if os.environ.get("SLOW_ALPHA") else 1))
+    pytest_arbiter.candidate(f"product{i}", target="cpu", name=f"beta{i}")(
+        lambda a, b: _work(a, b, 2))
+'''
+
+FOUR_TESTS = '''
+import numpy as np
+import pytest
+import pytest_arbiter
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_product(i):
+    a = np.ones((128, 128), np.float32)
+    assert (pytest_arbiter.dispatch(f"product{i}", a, a) == 128).all()
+'''
+
+
+@pytest.mark.slow
+def test_a_45x_slower_winner_is_stale_on_every_key_with_the_defaults(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    pytester.makeconftest(FOUR_OPS)
+    pytester.makepyfile(test_product=FOUR_TESTS)
+    tuned = pytester.runpytest_subprocess(*RUN, "--arbiter-tune")
+    assert tuned.ret == 0, tuned.stdout.str()
+    corpus = json.loads((pytester.path / "corpus.json").read_text())
+    assert sorted(e["ranking"][0]["name"] for e in corpus["entries"]) == [
+        f"alpha{i}" for i in range(4)]
+    monkeypatch.setenv("SLOW_ALPHA", "1")
+    for _ in range(2):
+        result = pytester.runpytest_subprocess(*RUN, "--arbiter-recheck=fail")
+        assert result.ret != 0
+        result.stdout.fnmatch_lines(
+            ["*recheck: 4 cached keys re-timed: 4 stale, 0 current, 0 without a verdict*"])
