@@ -33,7 +33,9 @@ HELP_RECHECK = ("re-time each key dispatched from the cache: its winner against 
                 "runner-up, side by side now; a winner significantly slower is 'stale'. "
                 "'report' (the default when given bare) lists stale keys, 'fail' gates them "
                 "like 'degraded', 'off' turns it off")
-HELP_RECHECK_KEY_BUDGET = ("seconds of timing one key's recheck may take (default 0.01)")
+HELP_RECHECK_KEY_BUDGET = ("seconds of timing one key's recheck aims at (default 0.01); a "
+                           "slow pair runs past it, up to 2 s, until it has the rounds a "
+                           "verdict needs")
 HELP_RECHECK_BUDGET = ("seconds of recheck timing one process may take in all (default 30; "
                        "0: no limit); the keys after it are not rechecked, and the summary "
                        "says how many")
