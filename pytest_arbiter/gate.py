@@ -8,7 +8,7 @@ import importlib
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -19,6 +19,7 @@ from pytest_arbiter.hooks import call as call_hook
 from pytest_arbiter.ops import (
     ERROR_LAMBDA,
     ErrorModel,
+    ErrorScales,
     Op,
     compares_exactly,
     error_model,
@@ -324,6 +325,8 @@ TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "
 """Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
 (``builtin``), or a user op's extra trials (:data:`~pytest_arbiter.user_inputs.TrialKind`)."""
 _DERIVED = ("generated", "conditioned", "special")
+_SENSITIVE = ("conditioned", "special", "user")
+"""Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
 _STAT_SOURCES = ("builtin", "generated", "user")
 
 
@@ -452,17 +455,12 @@ def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
     if exact.size and not got.any() and exact.any():
         return TrialResult(index, seed, shapes, "fail",
                            "output is all zeros where the reference is not", input=name)
-    model = error_model(op, originals, exact, generated=seed is not None,
-                        out_dtype=float_name, reference_dtype=reference_dtype)
-    allowed = model.allowed if model is not None else np.asarray(
-        op.budget(originals, exact), dtype=np.float64)
-    if trial.source in ("conditioned", "special"):
-        allowed = allowed + sensitivity(op.reference, tuple(originals), exact, seed or 0)
+    model, allowed = _budget(op, trial, originals, exact, float_name, reference_dtype)
     err = np.abs(got - exact)
     if checked is not None:
         err = np.where(checked, err, 0.0)
     ratio = err / allowed  # (floating-point warnings are off in the trial)
-    if model is None or trial.source in ("conditioned", "special"):
+    if model is None or trial.source in _SENSITIVE:
         ratio = np.where(err > 0, ratio, 0.0)  # a user budget may allow 0 somewhere
     rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
     if checked is not None:
@@ -490,6 +488,40 @@ def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
                                worst_ratio, input=name, bias=bias, spread=spread)
     return TrialResult(index, seed, shapes, "pass", "", worst_abs, worst_rel, worst_ratio,
                        input=name, bias=bias, spread=spread)
+
+
+def _budget(op: Op, trial: _Trial, originals: list[Any], exact: np.ndarray,
+            float_name: str | None, reference_dtype: str | None
+            ) -> tuple[ErrorModel | None, np.ndarray]:
+    """The error model (``None``: a user op's own ``budget=``) and the elementwise budget
+    of one trial. A trial whose inputs the gate or the op's ``gate_inputs`` chose beyond
+    fresh draws (large magnitudes, offsets, special values, the user's own) may be
+    ill-conditioned: its budget adds the reference's measured sensitivity, and so does the
+    statistical checks' scale of a correct kernel's error (docs/accuracy.md)."""
+    model = error_model(op, originals, exact, generated=trial.seed is not None,
+                        out_dtype=float_name, reference_dtype=reference_dtype)
+    if trial.source not in _SENSITIVE:
+        allowed = model.allowed if model is not None else np.asarray(
+            op.budget(originals, exact), dtype=np.float64)
+        return model, allowed
+    extra = sensitivity(op.reference, tuple(originals), exact, trial.seed or 0)
+    if model is not None:
+        model = _widened(model, extra)
+        return model, model.allowed
+    return None, np.asarray(op.budget(originals, exact), dtype=np.float64) + extra
+
+
+def _widened(model: ErrorModel, extra: np.ndarray) -> ErrorModel:
+    """``model`` with ``extra`` (absolute, per output) added to its budget and to the scale
+    of the independent random part of a correct kernel's error."""
+    flat = extra.reshape(-1)
+    base = model.scales
+
+    def scales(index: np.ndarray) -> ErrorScales:
+        terms = base(index)
+        return terms._replace(sd=terms.sd + flat[index])
+
+    return replace(model, allowed=model.allowed + extra, scales=scales)
 
 
 def _float_name(dtype: np.dtype) -> str | None:
@@ -539,7 +571,7 @@ def _non_finite(got: np.ndarray, exact: np.ndarray,
 def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
             seed: int) -> tuple[Region, list[_Trial]]:
     """The region and the gate's inputs: the dispatch's own, then a built-in op's
-    generated ones, or a user op's extra trials (its ``gate_inputs``' or derived)."""
+    generated ones, or a user op's extra trials (its ``gate_inputs``', then the derived)."""
     trials: list[_Trial] = []
     if inputs is not None:
         op.validate(*inputs)
@@ -582,8 +614,8 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
     and tails, all-positive, mixed-magnitude and offset values, zeros, NaN/inf and
     subnormals: docs/accuracy.md); on those, besides the elementwise budget, the errors
-    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs
-    and on the op's ``gate_inputs(inputs, rng)``, or without one on trials derived from
+    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs,
+    on the op's ``gate_inputs(inputs, rng)`` if it has one, and on trials derived from
     the dispatch's inputs (fresh values, large magnitudes and offsets, special values);
     the statistical checks run on the random ones (docs/accuracy.md, "User ops").
     A candidate that declines every input does not pass; one that raises does not either

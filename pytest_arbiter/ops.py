@@ -618,30 +618,77 @@ def _softmax_gate_inputs(region: Region, seed: int) -> GateInputs:
     return out
 
 
+_MIN_TERMS = 64
+"""The default budget's shortest accumulation: ``8 sqrt(64) = 64`` units of ``u_acc``."""
+_VARIED = 8
+"""Fewer distinct values than this among 32 evenly spaced ones: an input that repeats."""
+
+
+def _float_arrays(inputs: Sequence[Any]) -> list[Any]:
+    return [x for x in inputs
+            if not is_scalar(x) and hasattr(x, "dtype") and _is_float(_dtype_of(x))]
+
+
+def accumulation_length(inputs: Sequence[Any]) -> int:
+    """How many terms a user op's output may accumulate, for its default budget: the
+    longest axis of its floating-point array inputs (a row's reduction or scan, a
+    convolution's signal, attention's keys); 1 without one."""
+    return int(max((max(np.shape(x), default=1) for x in _float_arrays(inputs)), default=1))
+
+
+def _values_repeat(arrays: Sequence[Any]) -> bool:
+    """Whether every floating-point input repeats its values (fewer than 8 distinct finite
+    ones among 32 evenly spaced): a constant, a mask, a coarse grid."""
+    for x in arrays:
+        flat = np.asarray(to_host(x)).reshape(-1)
+        sample = flat[::max(1, flat.size // 32)][:32].astype(np.float64)
+        if np.unique(sample[np.isfinite(sample)]).size >= _VARIED:
+            return False
+    return True
+
+
+def _accumulation_units(inputs: Sequence[Any]) -> float:
+    """The default budget's accumulated error in units of ``u_acc max|ref|``, for an
+    ``n``-term accumulation whose partial sums stay within the largest output (a scan's
+    partial sums are its outputs; a normalisation's relative error is its sum's), ``n`` the
+    :func:`accumulation_length`: ``8 sqrt(max(n, 64))``, the probabilistic bound (Higham &
+    Mary, λ = 8) for rounding errors that are independent and average zero. When every
+    floating-point input repeats its values, whose sums round alike at every step, it is
+    ``max(n, 64)``, the worst-case bound (docs/accuracy.md, "User ops")."""
+    terms = max(accumulation_length(inputs), _MIN_TERMS)
+    floats = _float_arrays(inputs)
+    if floats and terms > _MIN_TERMS and _values_repeat(floats):
+        return float(terms)
+    return ERROR_LAMBDA * math.sqrt(terms)
+
+
 def _default_budget(inputs: Sequence[np.ndarray], exact: np.ndarray) -> np.ndarray:
     first = _first_float(inputs)
     p = precision(first if first is not None else np.float64)
     scale = float(np.max(np.abs(exact))) if exact.size else 0.0
     return 2.0 * p.unit_roundoff * np.abs(exact) + (
-        64.0 * p.accumulate_unit_roundoff * scale + p.smallest_normal)
+        _accumulation_units(inputs) * p.accumulate_unit_roundoff * scale + p.smallest_normal)
 
 
-def _default_model(exact: np.ndarray, out_dtype: str, reference_dtype: str) -> ErrorModel:
+def _default_model(inputs: Sequence[Any], exact: np.ndarray, out_dtype: str,
+                   reference_dtype: str) -> ErrorModel:
     """The default budget of a user op whose reference computes in a wider precision than
     its output: the exact result rounded once to the output dtype (half an ulp), the
-    reference's own rounding, and ``64 u_acc max|ref|`` of accumulated error, as for
-    :func:`_default_budget`; a float32 flush-to-zero is allowed as for the built-ins."""
+    reference's own rounding, and the accumulated error of :func:`_accumulation_units`,
+    as for :func:`_default_budget`; a float32 flush-to-zero is allowed as for the
+    built-ins."""
     p = precision(out_dtype)
     magnitude = np.abs(_finite_or_zero(exact))
     scale = float(np.max(magnitude)) if magnitude.size else 0.0
-    accumulated = 64.0 * p.accumulate_unit_roundoff * scale + (
+    accumulated = _accumulation_units(inputs) * p.accumulate_unit_roundoff * scale + (
         precision(reference_dtype).unit_roundoff * magnitude)
     flush = 2.0 * p.accumulate_smallest_normal
     allowed = _with_rounding(magnitude, accumulated, flush, out_dtype)
 
     def scales(index: np.ndarray) -> ErrorScales:
         # the whole accumulated allowance is the random part's scale, not an eighth of
-        # it: the default budget bounds errors of a shape it does not know
+        # it: the default budget bounds errors of a shape it does not know (a scan's
+        # outputs share theirs, a long sum of one sign leans a little)
         return ErrorScales(accumulated.reshape(-1)[index], np.zeros(index.shape),
                            np.zeros(index.shape))
 
@@ -846,7 +893,7 @@ def error_model(op: Op, inputs: Sequence[np.ndarray], exact: np.ndarray, *,
                 and reference_dtype is not None
                 and precision(reference_dtype).unit_roundoff
                 < precision(out_dtype).unit_roundoff):
-            return _default_model(exact, out_dtype, reference_dtype)
+            return _default_model(inputs, exact, out_dtype, reference_dtype)
         return None
     if op.name == "matmul":
         tf32 = dtype_name(inputs[0].dtype) in op.allow_tf32

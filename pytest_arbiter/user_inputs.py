@@ -53,17 +53,24 @@ def is_float_array(x: Any) -> bool:
 def user_trials(validate: Callable[..., None], gate_inputs: UserGateInputs | None,
                 op_name: str, inputs: tuple[Any, ...], seed: int) -> list[UserTrial]:
     """The extra trials of one dispatch: ``gate_inputs(inputs, rng)``'s, each checked by
-    ``validate`` (a refused one is ``ValueError``: the generator is wrong), or the derived
-    ones that ``validate`` accepts."""
-    if gate_inputs is None:
-        kept = []
-        for trial in derived_trials(inputs, seed):
-            try:
-                validate(*trial.inputs)
-            except Exception:  # derived values the op does not take: not a trial
-                continue
-            kept.append(trial)
-        return kept
+    ``validate`` (a refused one is ``ValueError``: the generator is wrong), then the
+    derived ones that ``validate`` accepts. The op's own inputs add to the derived ones:
+    they probe what the op's author knows of, the derived ones what a test's inputs hide
+    (ties, NaN, overflow), and neither replaces the other."""
+    given = [] if gate_inputs is None else _given_trials(validate, gate_inputs, op_name,
+                                                         inputs, seed)
+    kept = []
+    for trial in derived_trials(inputs, seed):
+        try:
+            validate(*trial.inputs)
+        except Exception:  # derived values the op does not take: not a trial
+            continue
+        kept.append(trial)
+    return given + kept
+
+
+def _given_trials(validate: Callable[..., None], gate_inputs: UserGateInputs, op_name: str,
+                  inputs: tuple[Any, ...], seed: int) -> list[UserTrial]:
     made = gate_inputs(inputs, np.random.default_rng(seed))
     if isinstance(made, tuple) or not isinstance(made, Sequence):
         raise TypeError(f"op {op_name!r}: gate_inputs must return a list of input tuples, "
@@ -150,23 +157,56 @@ def _rows(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
 
 
+def _tie_value(v: float) -> float:
+    """The value a tied run repeats: ``v`` rounded to a power of two (same sign), so that
+    its multiples, its square's and its partial sums are exact in any accumulator. A value
+    with a full fraction, added to itself, rounds the same way at every step: its sum errs
+    like ``n u |S|``, no random walk, and fails a correct kernel (docs/accuracy.md)."""
+    if v == 0.0 or not math.isfinite(v):
+        return 0.0
+    return math.copysign(2.0 ** round(math.log2(abs(v))), v)
+
+
 def _specials(x: np.ndarray) -> tuple[np.ndarray, str]:
-    """Special rows in a fresh draw: a constant row (ties), signed zeros, and with five
-    rows or more a NaN, a +inf and a -inf (+inf again for a non-negative input)."""
+    """Special rows in a fresh draw: a constant row of a power of two (ties), signed zeros,
+    and with five rows or more a NaN, a +inf and a -inf (+inf again for a non-negative
+    input)."""
     out = np.array(x, dtype=np.float64, copy=True)
     rows = _rows(out)
     n = rows.shape[1]
+    tie = _tie_value(float(rows[0, 0]))
     if rows.shape[0] < 5:
-        rows[0, :n // 2] = rows[0, 0]
+        rows[0, :n // 2] = tie
         rows[0, n // 2:] = np.where(np.arange(n - n // 2) % 2, -0.0, 0.0)
         return out, "ties and signed zeros in the last axis' halves"
     negative = bool((x < 0).any())
-    rows[0] = rows[0, 0]
+    rows[0] = tie
     rows[1] = np.where(np.arange(n) % 2, -0.0, 0.0) if negative else 0.0
     rows[2, n // 2] = np.nan
     rows[3, n // 3] = np.inf
     rows[4, (2 * n) // 3] = -np.inf if negative else np.inf
     return out, "special rows: a constant row (ties), signed zeros, a NaN, +inf, -inf"
+
+
+def _offset_rows(base: np.ndarray, peak: float, *, narrow: bool
+                 ) -> tuple[np.ndarray, float, float]:
+    """``base`` with each row centred on its mean, plus an offset and ``64 (row % 16)``,
+    both times the power of two at or above ``peak / 12``: ``(values, offset, step)``.
+
+    The offset keeps a long sum's or scan's rounding errors independent and zero-mean, as
+    a correct kernel's budget assumes; an offset off the partial sums' grid, or a
+    remainder of one sign, rounds every addition alike once the partial sums outgrow it
+    (docs/accuracy.md). Float32 and float64 rows keep their fraction bits: the offset is
+    1024, a power of two, and the remainder is centred. A 16-bit row rounds to a grid on
+    which a float32 sum of it is exact: its offset is 3000, between two bfloat16
+    numbers, so that a row keeps two values or more."""
+    lift = 2.0 ** max(0, math.ceil(math.log2(peak / 12.0)))
+    offset = (3000.0 if narrow else 1024.0) * lift
+    step = _OFFSET_STEP * lift
+    rows = _rows(base)
+    centred = rows - rows.mean(axis=1, keepdims=True)
+    index = (np.arange(rows.shape[0]) % 16).reshape(-1, 1)
+    return (centred + offset + step * index).reshape(base.shape), offset, step
 
 
 def derived_trials(inputs: tuple[Any, ...], seed: int) -> list[UserTrial]:
@@ -191,17 +231,13 @@ def derived_trials(inputs: tuple[Any, ...], seed: int) -> list[UserTrial]:
     base = fresh[main]
     peak = float(np.max(np.abs(base), initial=0.0)) or 1.0
     scaled = base * 2.0 ** math.floor(math.log2(top / peak))
-    narrow = x.dtype.itemsize == 2
-    offset = (3000.0 if narrow else 1000.0) * max(1.0, peak / 12.0)
-    rows = _rows(base).shape[0]
-    step = (np.arange(rows) % 16).reshape(_rows(base).shape[0], 1) * _OFFSET_STEP
-    shifted = (_rows(base) + offset + step * max(1.0, peak / 12.0)).reshape(base.shape)
+    shifted, offset, step = _offset_rows(base, peak, narrow=x.dtype.itemsize == 2)
     special, what = _specials(base)
     return [
         trial("fresh values of the dispatch's shapes", "generated", base),
         trial(f"large magnitudes: input {main} scaled to max |x| near {top:.3g}",
               "conditioned", scaled),
-        trial(f"large offsets: input {main} + {offset:.4g} + {_OFFSET_STEP:g} x (row % 16)",
+        trial(f"large offsets: input {main} centred + {offset:.6g} + {step:.6g} x (row % 16)",
               "conditioned", shifted),
         trial(f"{what} (input {main})", "special", special),
     ]

@@ -91,8 +91,10 @@ def test_the_gate_ran_the_users_inputs(arbiter):
     x = np.random.default_rng(2).standard_normal((8, 300)).astype("float32")
     report = arbiter.arbiter.gate("t27_shifted", x)
     assert report.passed, report.summary()
-    assert [t.shapes for t in report.trials] == ["8x300", "8x300", "2x5000"]
+    # the dispatch's, the op's own gate inputs, then the derived trials: added, not replaced
+    assert [t.shapes for t in report.trials] == ["8x300", "8x300", "2x5000", *["8x300"] * 4]
     assert report.trials[1].input == "gate_inputs #0"
+    assert report.trials[3].input.startswith("fresh values")
 ''')
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=3)
