@@ -933,7 +933,7 @@ def op(name: str, *, reference: Reference | None = None,
     error per output element; the default is documented in ``docs/accuracy.md`` (integer
     and boolean outputs: exact). ``gate_inputs(inputs, rng)`` returns a list of extra
     input tuples for the gate, made from one dispatch's inputs with the seeded
-    ``numpy.random.Generator`` ``rng``; without it the gate derives its own. The reference
+    ``numpy.random.Generator`` ``rng``; the gate adds trials it derives itself. The reference
     may compute in any precision: outputs are expected in :func:`result_dtype`, or in
     ``out_dtype`` (a dtype name or NumPy dtype) when given. Registering ``name`` again
     with another reference is ``ValueError``; a re-import of the same code is not.
