@@ -270,7 +270,9 @@ def _fallback(p: _Planning) -> Fallback | None:
     shapes = entry.provenance.get("shapes")
     measured = tuple(tuple(int(d) for d in s) for s in shapes) if isinstance(shapes, list) else ()
     return Fallback(winner, why, measured,
-                    {r.name: float(r.stats.median_ns) for r in entry.ranking})
+                    # a carried row was not timed beside the winner: no slowdown from it
+                    {r.name: float(r.stats.median_ns) for r in entry.ranking
+                     if not r.carried})
 
 
 def _event(arb: Arbiter, key: DispatchKey, source: Source, order: list[str], notes: Notes,
