@@ -48,10 +48,13 @@ def test_the_cuda_extras_bring_the_toolkit_wheels() -> None:
 def test_the_extras_resolve_to_nvrtc_and_cublas(tmp_path: Path, extra: str, nvrtc: str,
                                                 cublas: str) -> None:
     report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
-         "--report", str(report), *extras()[extra]],
-        capture_output=True, text=True, timeout=300, check=False)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+             "--report", str(report), *extras()[extra]],
+            capture_output=True, text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"the package index did not answer for {extra} within 300 s")
     if proc.returncode != 0:
         pytest.skip(f"pip could not resolve {extra} here: {proc.stderr.strip()[-300:]}")
     names = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
