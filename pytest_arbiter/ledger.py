@@ -86,28 +86,27 @@ class RunLedger:
         record (a retried test's earlier attempts are not what the gate counts)."""
         return merge_counts(self.junit_by_test.values())
 
-    def own_findings(self) -> dict[FindingKey, str]:
-        return self.arbiter.record.snapshot()[0] if self.arbiter is not None else {}
-
-    def own_reached(self) -> set[FindingKey]:
-        return self.arbiter.record.snapshot()[1] if self.arbiter is not None else set()
+    def own_findings(self) -> tuple[dict[FindingKey, str], set[FindingKey]]:
+        """This process's findings and the ones a dispatch reached (one snapshot)."""
+        return self.arbiter.record.snapshot() if self.arbiter is not None else ({}, set())
 
     def dispatch_counts(self) -> dict[HistogramKey, int]:
         """This process's counts without the findings no dispatch of it reached: what
         its dispatches alone did."""
         counts = self.histogram.counts()
-        reached = self.own_reached()
-        unreached = [f for f in self.own_findings() if f not in reached]
-        for key, found in finding_counts(unreached).items():
-            left = counts.pop(key, 0) - found
+        found, reached = self.own_findings()
+        unreached = [f for f in found if f not in reached]
+        for key, count in finding_counts(unreached).items():
+            left = counts.pop(key, 0) - count
             if left > 0:
                 counts[key] = left
         return counts
 
     def findings(self) -> dict[FindingKey, str]:
         """Every finding of the run no dispatch of the run reached, each once."""
-        reached = self.worker_reached | self.own_reached()
-        return {f: why for f, why in {**self.worker_findings, **self.own_findings()}.items()
+        found, reached = self.own_findings()
+        reached |= self.worker_reached
+        return {f: why for f, why in {**self.worker_findings, **found}.items()
                 if f not in reached}
 
     def counts(self) -> dict[HistogramKey, int]:
@@ -200,8 +199,8 @@ class RunLedger:
     def _dispatched(self, nodeid: str, before: Mapping[HistogramKey, int],
                     expected: bool) -> dict[HistogramKey, int]:
         """The test's dispatch counts, its findings taken out (see :meth:`record_test`)."""
-        reached = self.own_reached()
-        made = [f for f in self.own_findings() if f not in self._attributed]
+        found, reached = self.own_findings()
+        made = [f for f in found if f not in self._attributed]
         self._attributed.update(made)
         delta_counts = self.histogram.minus(before)
         # a finding made now that no dispatch reached is counted once per run, outside
@@ -284,11 +283,11 @@ class RunLedger:
 
             # only what this worker measured: the controller read the same cache file
             measured = MeasureCache(self.measured_entries()).to_dict()
+        found, reached = self.own_findings()
         return {
             "histogram": DispatchHistogram(self.dispatch_counts()).to_dict(),
-            "findings": [[*found, why, found in self.expected_findings,
-                          found in self.own_reached()]
-                         for found, why in self.own_findings().items()],
+            "findings": [[*f, why, f in self.expected_findings, f in reached]
+                         for f, why in found.items()],
             "expected": self.expected.to_dict(),
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,

@@ -420,9 +420,6 @@ def _say_now(config: pytest.Config) -> Callable[[str], None]:
     capman = config.pluginmanager.getplugin("capturemanager")
 
     def say(text: str) -> None:
-        import contextlib
-        import sys
-
         suspended = (capman.global_and_fixture_disabled() if capman is not None
                      else contextlib.nullcontext())
         with suspended:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.cache import CacheEntry, CacheKey
 from pytest_arbiter.candidates import Candidate
-from pytest_arbiter.decision.plans import NOT_REGISTERED, Fallback, KeyPlan, Step, default_accepts
+from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accepts
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen, usable
 from pytest_arbiter.decision.selection import DispatchEvent, Selection
@@ -260,7 +260,7 @@ def _fallback(p: _Planning) -> Fallback | None:
     cand = next((c for c in p.pool if c.name == winner), None)
     why = ""
     if cand is None:
-        why = f"{NOT_REGISTERED}: its module, or a package it needs, is missing"
+        why = "not registered in this run: its module, or a package it needs, is missing"
     else:
         own = Notes()
         if not usable(cand, p.region, own):
@@ -272,7 +272,7 @@ def _fallback(p: _Planning) -> Fallback | None:
     return Fallback(winner, why, measured,
                     # a carried row was not timed beside the winner: no slowdown from it
                     {r.name: float(r.stats.median_ns) for r in entry.ranking
-                     if not r.carried})
+                     if not r.carried}, cand is not None)
 
 
 def _event(arb: Arbiter, key: DispatchKey, source: Source, order: list[str], notes: Notes,

@@ -35,11 +35,6 @@ class Step:
     vouched: bool = False
 
 
-NOT_REGISTERED = "not registered in this run"
-"""How the reason of a winner missing from the registry starts (its module, or a package
-it needs, is missing; or it was removed)."""
-
-
 @dataclass(frozen=True)
 class Fallback:
     """The key's measured winner, for telling a silent fallback from a measured order:
@@ -52,6 +47,9 @@ class Fallback:
     shapes: tuple[tuple[int, ...], ...]
     medians: dict[str, float]
     """The entry's median per candidate, for the measured slowdown."""
+    registered: bool = True
+    """False: the winner is not registered in this run at all (its module, or a package
+    it needs, is missing; or it was removed)."""
 
     def measured_on(self, inputs: Sequence[Any]) -> bool:
         """Whether ``inputs`` are what the entry measured: its shapes, arrays row-major
@@ -75,7 +73,7 @@ class Fallback:
         else:
             slower = "" if ran == REFERENCE else ", never timed against it"
         gone = ("; if it was removed, drop its entries: pytest-arbiter forget CACHE "
-                f"--candidate {self.winner}") if why.startswith(NOT_REGISTERED) else ""
+                f"--candidate {self.winner}") if not self.registered else ""
         return (f"the measured winner {self.winner} could not run here ({why}); "
                 f"{ran} ran instead{slower}{gone}")
 
