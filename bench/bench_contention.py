@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_arbiter.cache_file import decode_document
-from pytest_arbiter.measure import ComparePolicy
+from pytest_arbiter.store.cache_file import decode_document
+from pytest_arbiter.timing.measure import ComparePolicy
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import msgspec
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import (
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import (
     CACHE_SCHEMA,
     CACHE_VERSION,
     CacheEntry,
@@ -38,7 +38,7 @@ from pytest_arbiter.cache import (
     MeasureCache,
     shapes_text,
 )
-from pytest_arbiter.corpus import merge
+from pytest_arbiter.store.corpus import merge
 
 DEVICES = (("sm_120", "nvidia", "NVIDIA RTX PRO 6000"), ("sm_90", "nvidia", "NVIDIA H100"),
            ("gfx1151", "amd", "AMD Radeon 8060S"), ("cpu-x86_64-avx2", "cpu", "AMD EPYC"))

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_arbiter.measure import ComparePolicy, compare_latencies
-from pytest_arbiter.recheck import RecheckPolicy, recheck
+from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
+from pytest_arbiter.timing.recheck import RecheckPolicy, recheck
 
 RNG = np.random.default_rng(0)
 SIN_X = RNG.uniform(0.5, 1.5, 50_000)

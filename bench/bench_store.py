@@ -185,8 +185,8 @@ def main() -> int:
 
         v2 = {m: importlib.import_module(f"arbiter_v2.{m}")
               for m in ("artifacts", "cache", "corpus", "measure")}
-        from pytest_arbiter import artifacts, corpus
-        from pytest_arbiter.cache import MeasureCache
+        from pytest_arbiter.store import artifacts, corpus
+        from pytest_arbiter.store.cache import MeasureCache
 
         if not args.skip_small:
             small(args, tmp, v2_root, v2, artifacts, corpus, MeasureCache)

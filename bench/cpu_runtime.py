@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from pytest_arbiter import ComparePolicy, MeasureCache, measured_arbitrate
-from pytest_arbiter.candidates import CandidateRegistry
-from pytest_arbiter.device import cpu_device
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.runtime import register_bundled
 
 MATMUL = [(16, 16, 16), (64, 64, 64), (256, 256, 256), (1024, 1024, 1024),

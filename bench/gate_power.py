@@ -113,7 +113,7 @@ def _out(c: np.ndarray, like: np.ndarray) -> np.ndarray:
 def _narrow(dtype: np.dtype) -> np.dtype:
     """The narrow type a buggy kernel keeps partials in: the 16-bit dtype itself, bfloat16
     for float32."""
-    from pytest_arbiter.dtypes import numpy_dtype
+    from pytest_arbiter.core.dtypes import numpy_dtype
 
     return dtype if dtype.itemsize == 2 else numpy_dtype("bfloat16")
 
@@ -1510,7 +1510,7 @@ USER_VARIANTS: tuple[Variant, ...] = (
 # -- running the checkers -----------------------------------------------------------------
 
 def _candidate_class() -> type:
-    from pytest_arbiter.candidates import Candidate
+    from pytest_arbiter.core.candidates import Candidate
 
     class Recorder(Candidate):
         """Runs a kernel and keeps each output (or the exception), in the gate's order."""
@@ -1533,13 +1533,13 @@ def _candidate_class() -> type:
 
 
 def _user_op() -> Any:
-    from pytest_arbiter.ops import make_op
+    from pytest_arbiter.core.ops import make_op
 
     return make_op(USER_OP, rms_reference)
 
 
 def _user_inputs(shape: tuple[int, ...], dtype: str, seed: int) -> tuple[np.ndarray, ...]:
-    from pytest_arbiter.dtypes import numpy_dtype
+    from pytest_arbiter.core.dtypes import numpy_dtype
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape) * np.exp2(rng.integers(-2, 3, (shape[0], 1)))
@@ -1576,7 +1576,7 @@ class Bench:
     """Runs kernels on cases, caching each case's inputs and reference outputs."""
 
     def __init__(self) -> None:
-        from pytest_arbiter.ops import OPS
+        from pytest_arbiter.core.ops import OPS
 
         self.ops = {"matmul": OPS.get("matmul"), "softmax": OPS.get("softmax"),
                     USER_OP: _user_op()}
@@ -1584,7 +1584,7 @@ class Bench:
         self._refs: dict[tuple[Case, int], list[np.ndarray]] = {}
 
     def inputs(self, case: Case, seed: int) -> list[tuple[np.ndarray, ...]]:
-        from pytest_arbiter.regions import MatmulRegion, SoftmaxRegion
+        from pytest_arbiter.core.regions import MatmulRegion, SoftmaxRegion
 
         op = self.ops[case.op]
         if case.op == USER_OP:
@@ -1596,7 +1596,7 @@ class Bench:
     def references(self, case: Case, seed: int) -> list[np.ndarray]:
         """The exact result of each input rounded to the case's dtype: what the tolerance
         checks compare against."""
-        from pytest_arbiter.dtypes import round_to
+        from pytest_arbiter.core.dtypes import round_to
 
         key = (case, seed)
         if key not in self._refs:
@@ -1610,7 +1610,7 @@ class Bench:
                          ) -> list[np.ndarray]:
         """The exact results of the trials the gate ran the user op's kernel on (the
         dispatch's and the derived ones), rounded to the case's dtype."""
-        from pytest_arbiter.dtypes import round_to
+        from pytest_arbiter.core.dtypes import round_to
 
         trials = _user_trial_inputs(op, self.inputs(case, seed)[0], seed)
         ran = [t for t, r in zip(trials, report.trials, strict=True)
@@ -1620,9 +1620,9 @@ class Bench:
 
     def check(self, variant: Variant, case: Case, seed: int, *,
               baselines: bool = True) -> Verdicts:
-        from pytest_arbiter.dtypes import numpy_dtype
-        from pytest_arbiter.gate import f4_gate
-        from pytest_arbiter.regions import MatmulRegion, SoftmaxRegion
+        from pytest_arbiter.core.dtypes import numpy_dtype
+        from pytest_arbiter.core.gate import f4_gate
+        from pytest_arbiter.core.regions import MatmulRegion, SoftmaxRegion
 
         op = self.ops[case.op]
         cand = self.recorder(variant, op.name)
@@ -1654,7 +1654,7 @@ class Bench:
 def _user_trial_inputs(op: Any, own: tuple[np.ndarray, ...], seed: int
                       ) -> list[tuple[Any, ...]]:
     """The user op's gate inputs in the gate's order: the dispatch's, then the derived."""
-    from pytest_arbiter.user_inputs import user_trials
+    from pytest_arbiter.core.user_inputs import user_trials
 
     extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
     return [own, *(t.inputs for t in extra)]
@@ -1698,7 +1698,7 @@ def run_power(shapes: dict[str, tuple[tuple[int, ...], ...]], *, seed: int | Non
               dtypes: Sequence[str] = DTYPES, ops: Sequence[str] = ("matmul", "softmax", USER_OP),
               progress: Callable[[str], None] | None = None) -> Tally:
     """Every variant on every case at one gate seed, judged by the three checkers."""
-    from pytest_arbiter.gate import GATE_SEED
+    from pytest_arbiter.core.gate import GATE_SEED
 
     seed = GATE_SEED if seed is None else seed
     bench = Bench()
@@ -1753,7 +1753,7 @@ def run_sweep(shapes: dict[str, tuple[tuple[int, ...], ...]], seeds: int, *,
               dtypes: Sequence[str] = DTYPES,
               ops: Sequence[str] = ("matmul", "softmax", USER_OP),
               progress: Callable[[str], None] | None = None) -> Sweep:
-    from pytest_arbiter.gate import GATE_SEED
+    from pytest_arbiter.core.gate import GATE_SEED
 
     bench = Bench()
     sweep = Sweep()
@@ -1860,7 +1860,7 @@ class _UserRun:
 def _user_run(variant: Variant, ops: tuple[Any, Any], inputs: tuple[Any, ...], seed: int,
               refs: list[np.ndarray] | None, tally: UserTally) -> tuple[_UserRun, list[np.ndarray]]:
     from pytest_arbiter import f4_gate
-    from pytest_arbiter.dtypes import round_to
+    from pytest_arbiter.core.dtypes import round_to
 
     rejected: dict[str, bool] = {}
     logs = []
@@ -1904,8 +1904,8 @@ def run_user_power(*, quick: bool = False, seeds: int | None = None,
                    progress: Callable[[str], None] | None = None) -> UserTally:
     """Every user-op kernel on each of its test shapes, dtypes and seeds, gated through the
     public API with and without the op's ``gate_inputs``, beside the tolerance checks."""
-    from pytest_arbiter.dtypes import numpy_dtype
-    from pytest_arbiter.gate import GATE_SEED
+    from pytest_arbiter.core.dtypes import numpy_dtype
+    from pytest_arbiter.core.gate import GATE_SEED
 
     seeds = seeds if seeds is not None else (2 if quick else USER_SEEDS)
     registered = register_user_ops()
@@ -2016,9 +2016,9 @@ def format_user_power(tally: UserTally) -> list[str]:
 
 def tf32_rows(shape: tuple[int, int, int]) -> list[str]:
     """The TF32 policy: a TF32 GEMM under the default float32 budget and once allowed."""
-    from pytest_arbiter.gate import GATE_SEED, f4_gate
-    from pytest_arbiter.ops import OPS, allow_tf32
-    from pytest_arbiter.regions import MatmulRegion
+    from pytest_arbiter.core.gate import GATE_SEED, f4_gate
+    from pytest_arbiter.core.ops import OPS, allow_tf32
+    from pytest_arbiter.core.regions import MatmulRegion
 
     recorder = _candidate_class()
     region = MatmulRegion.of(*shape, "float32")

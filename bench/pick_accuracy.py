@@ -57,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_arbiter.measure import ComparePolicy, compare_latencies
+from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
 
 Kernel = Callable[[], None]
 Picker = Callable[[Kernel, Kernel], list[tuple[str, str]]]

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
-from pytest_arbiter.candidates import Candidate, CandidateRegistry, FunctionCandidate
-from pytest_arbiter.dtypes import numpy_dtype
-from pytest_arbiter.histogram import DispatchHistogram
-from pytest_arbiter.ops import Op, make_op
+from pytest_arbiter.core.candidates import Candidate, CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.dtypes import numpy_dtype
+from pytest_arbiter.core.ops import Op, make_op
+from pytest_arbiter.gating.histogram import DispatchHistogram
 from pytest_arbiter.runtime import register_bundled
 
 # bench/ is not a package: its sibling module is found on the script's own folder

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from pytest_arbiter.cli import main
+from pytest_arbiter.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

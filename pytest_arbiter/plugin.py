@@ -1,12 +1,12 @@
 """The pytest plugin: options, markers, the ``arbiter`` fixture and the hooks.
 
 This module only wires pytest to plain objects: ``pytest_configure`` resolves the
-settings (:mod:`~pytest_arbiter.settings`), builds an :class:`ArbiterSession` (what
+settings (:mod:`~pytest_arbiter.session.settings`), builds an :class:`ArbiterSession` (what
 every process of a run has: the arbiter, per-test attribution, device skips) and
 registers it with :class:`ControllerHooks` (the end of the run: the workers' data, the
-artifacts through :class:`~pytest_arbiter.controller.Controller`, the verdict and the
-summary of :mod:`~pytest_arbiter.summary`) or, in a pytest-xdist worker,
-:class:`WorkerHooks` (its :class:`~pytest_arbiter.ledger.RunLedger` sent to the
+artifacts through :class:`~pytest_arbiter.session.controller.Controller`, the verdict and the
+summary of :mod:`~pytest_arbiter.session.summary`) or, in a pytest-xdist worker,
+:class:`WorkerHooks` (its :class:`~pytest_arbiter.session.ledger.RunLedger` sent to the
 controller). State lives in ``config.stash`` under :data:`SESSION_KEY`.
 
 Every dispatch of the process goes through the run's arbiter: the plugin binds
@@ -28,23 +28,24 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_arbiter import hooks, process
-from pytest_arbiter.backends import BACKENDS
-from pytest_arbiter.controller import Controller
-from pytest_arbiter.device import device_tag, forget, worker_device_environment
-from pytest_arbiter.histogram import DispatchHistogram, HistogramKey
-from pytest_arbiter.ledger import RunLedger
-from pytest_arbiter.safetext import escape
-from pytest_arbiter.settings import ArbiterSettings, add_options, resolve
-from pytest_arbiter.summary import RunVerdict, render
+from pytest_arbiter.decision import process
+from pytest_arbiter.extend import hooks
+from pytest_arbiter.extend.backends import BACKENDS
+from pytest_arbiter.extend.device import device_tag, forget, worker_device_environment
+from pytest_arbiter.gating.histogram import DispatchHistogram, HistogramKey
+from pytest_arbiter.session.controller import Controller
+from pytest_arbiter.session.ledger import RunLedger
+from pytest_arbiter.session.settings import ArbiterSettings, add_options, resolve
+from pytest_arbiter.session.summary import RunVerdict, render
+from pytest_arbiter.store.safetext import escape
 
 if TYPE_CHECKING:
-    from pytest_arbiter.artifacts import Stamp
-    from pytest_arbiter.cache import CacheEntry, MeasureCache
-    from pytest_arbiter.completeness import RunScope
-    from pytest_arbiter.decision import Arbiter
-    from pytest_arbiter.fixture import ArbiterFixture
-    from pytest_arbiter.signals import CancelGuard
+    from pytest_arbiter.decision.arbiter import Arbiter
+    from pytest_arbiter.gating.completeness import RunScope
+    from pytest_arbiter.session.fixture import ArbiterFixture
+    from pytest_arbiter.session.signals import CancelGuard
+    from pytest_arbiter.store.artifacts import Stamp
+    from pytest_arbiter.store.cache import CacheEntry, MeasureCache
 
 MARKERS = (
     "host_free: runs with no accelerator at all; every CPU CI runner runs it",
@@ -58,9 +59,9 @@ MARKERS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """The arbiter's hooks (:mod:`pytest_arbiter.hookspecs`), so conftest files and
-    plugins may implement them; :func:`pytest_arbiter.hooks.relay_to` forwards to them."""
-    from pytest_arbiter import hookspecs
+    """The arbiter's hooks (:mod:`pytest_arbiter.extend.hookspecs`), so conftest files and
+    plugins may implement them; :func:`pytest_arbiter.extend.hooks.relay_to` forwards to them."""
+    from pytest_arbiter.extend import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -123,7 +124,7 @@ def _check_writable(settings: ArbiterSettings) -> None:
     """Every artifact path the options name can be written: a usage error before any
     test runs, not a lost run after all of them. A missing folder is created, as
     ``--junitxml`` creates its own."""
-    from pytest_arbiter.completeness import unwritable
+    from pytest_arbiter.gating.completeness import unwritable
 
     for flag, path in (("--arbiter-histogram", settings.histogram),
                        ("--arbiter-write-baseline", settings.write_baseline),
@@ -154,7 +155,7 @@ def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
     """The cache at ``path`` (None if there is none), and its file's stamp."""
     if path is None or not path.exists():
         return None, None
-    from pytest_arbiter import artifacts
+    from pytest_arbiter.store import artifacts
 
     try:
         return artifacts.read_cache_stamped(path)
@@ -181,7 +182,7 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
                     "is new")
     if not path.exists():
         return {}, f"baseline {path} does not exist yet: it counts as empty"
-    from pytest_arbiter import artifacts
+    from pytest_arbiter.store import artifacts
 
     try:
         return artifacts.read_histogram(path), f"baseline {path}"
@@ -260,7 +261,7 @@ class ArbiterSession:
         return self._arbiter
 
     def fixture_for(self, item: pytest.Item) -> ArbiterFixture:
-        from pytest_arbiter.fixture import ArbiterFixture
+        from pytest_arbiter.session.fixture import ArbiterFixture
 
         nodeid = item.nodeid
         return ArbiterFixture(self.get_arbiter(), fail=pytest.fail, skip=pytest.skip,
@@ -296,7 +297,7 @@ class ArbiterSession:
                                    if not str(p[0]).startswith(("arbiter:", "arbiter-"))]
         if not delta:
             return
-        from pytest_arbiter.junit import EXPECT_DEGRADE_PROPERTY, property_name
+        from pytest_arbiter.gating.junit import EXPECT_DEGRADE_PROPERTY, property_name
 
         for key, count in delta:
             item.user_properties.append((property_name(key), count))
@@ -310,14 +311,14 @@ class ArbiterSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         process.started(self.factory)
         if self.settings.tune:  # a SIGTERM keeps what was measured, as Ctrl-C does
-            from pytest_arbiter.signals import CancelGuard
+            from pytest_arbiter.session.signals import CancelGuard
 
             self._guard = CancelGuard.install(_xdist_stop(self.config),
                                               _say_now(self.config))
 
     def scope(self, session: pytest.Session, exitstatus: int | None = None) -> RunScope:
-        """What this run covered (see :mod:`pytest_arbiter.completeness`)."""
-        from pytest_arbiter.completeness import RunScope
+        """What this run covered (see :mod:`pytest_arbiter.gating.completeness`)."""
+        from pytest_arbiter.gating.completeness import RunScope
 
         option = self.config.option
         partial = []
@@ -370,7 +371,7 @@ class ArbiterSession:
     def pytest_make_parametrize_id(self, config: pytest.Config, val: object,
                                    argname: str) -> str | None:
         # a GateCase exists only once its module was imported: don't import it for this
-        fixture_module = sys.modules.get("pytest_arbiter.fixture")
+        fixture_module = sys.modules.get("pytest_arbiter.session.fixture")
         if fixture_module is not None and isinstance(val, fixture_module.GateCase):
             return str(val.id)
         return None
@@ -394,19 +395,19 @@ class ArbiterSession:
 
 def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
                    histogram: DispatchHistogram) -> Arbiter:
-    from pytest_arbiter.cache import MeasureCache
-    from pytest_arbiter.candidates import REGISTRY
-    from pytest_arbiter.decision import Arbiter
+    from pytest_arbiter.core.candidates import REGISTRY
+    from pytest_arbiter.decision.arbiter import Arbiter
+    from pytest_arbiter.store.cache import MeasureCache
 
     recheck, budget = None, None
     if settings.recheck != "off":
-        from pytest_arbiter.recheck import RecheckPolicy, RunBudget
+        from pytest_arbiter.timing.recheck import RecheckPolicy, RunBudget
 
         recheck = RecheckPolicy(
             key_budget_s=settings.recheck_key_budget or RecheckPolicy.key_budget_s,
             call_timeout_s=settings.call_timeout)
         budget = RunBudget(settings.recheck_budget) if settings.recheck_budget else None
-    from pytest_arbiter.measure import ComparePolicy
+    from pytest_arbiter.timing.measure import ComparePolicy
 
     policy = ComparePolicy(cap_s=settings.tune_budget or float("inf"))
     return Arbiter(registry=REGISTRY, cache=cache if cache is not None else MeasureCache(),
@@ -444,8 +445,8 @@ def _xdist_stop(config: pytest.Config) -> Callable[[str], bool] | None:
 
 def _write_benchmark_json(path: Path, ledger: RunLedger, root: Path) -> None:
     """``--arbiter-benchmark-json``: the comparisons the run measured, for
-    pytest-benchmark's tools (:mod:`pytest_arbiter.benchmark_json`)."""
-    from pytest_arbiter import artifacts, benchmark_json
+    pytest-benchmark's tools (:mod:`pytest_arbiter.store.benchmark_json`)."""
+    from pytest_arbiter.store import artifacts, benchmark_json
 
     try:
         benchmark_json.write(path, ledger.measured_entries(), commit_folder=root)
@@ -501,7 +502,7 @@ class ControllerHooks:
         # the controller this sees every worker's reports too
         if (report.when == "teardown" and report.user_properties
                 and _junit_log(self.session.config) is not None):
-            from pytest_arbiter.junit import add_recorded
+            from pytest_arbiter.gating.junit import add_recorded
 
             recorded: dict[HistogramKey, int] = {}
             add_recorded(recorded, report.user_properties)
@@ -517,7 +518,7 @@ class ControllerHooks:
         log = _junit_log(s.config)
         if log is None:
             return
-        from pytest_arbiter.junit import suite_properties
+        from pytest_arbiter.gating.junit import suite_properties
 
         ledger = s.ledger
         for name, value in suite_properties(ledger.counts(), ledger.junit_recorded,

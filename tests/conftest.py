@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_arbiter import device as core_device
-from pytest_arbiter.candidates import CandidateRegistry
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.runtime import register_bundled
 from pytest_arbiter.runtime.cuda import device as cuda_device, lane
 

@@ -74,7 +74,7 @@ def dispatch_test(module: str, op: str, sizes: Iterable[int] = (16,),
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``pytest-arbiter ARGS`` as this interpreter runs it, in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ})
 

@@ -22,12 +22,12 @@ from pytest_arbiter import (
     measure_latency,
     measured_arbitrate,
 )
-from pytest_arbiter.cache import CacheEntry, RankedCandidate
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate, candidate
-from pytest_arbiter.device import cpu_device
-from pytest_arbiter.measure import CPU_TIMER, LatencyStats
-from pytest_arbiter.ops import OPS
-from pytest_arbiter.regions import bucket_dims
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate, candidate
+from pytest_arbiter.core.ops import OPS
+from pytest_arbiter.core.regions import bucket_dims
+from pytest_arbiter.extend.device import cpu_device
+from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import CPU_TIMER, LatencyStats
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
 
@@ -323,18 +323,18 @@ def test_import_and_dispatch_leave_pytest_and_cupy_out() -> None:
 def test_loading_the_plugin_imports_neither_numpy_nor_the_kernels() -> None:
     code = ("import sys, pytest_arbiter.plugin; "
             "print(sorted(m for m in ('numpy', 'pytest_arbiter.runtime', "
-            "'pytest_arbiter.decision') if m in sys.modules))")
+            "'pytest_arbiter.decision.arbiter') if m in sys.modules))")
     assert _fresh_python(code) == "[]"
 
 
 def test_the_registry_loads_the_bundled_kernels_on_first_read() -> None:
-    code = ("import sys; from pytest_arbiter.candidates import REGISTRY; "
+    code = ("import sys; from pytest_arbiter.core.candidates import REGISTRY; "
             "before = 'pytest_arbiter.runtime' in sys.modules; "
             "names = {c.name for c in REGISTRY.for_op('matmul', 'cpu')}; "
             "print(before, sorted(names))")
     assert _fresh_python(code) == "False ['blas_matmul', 'dot_matmul', 'panel_matmul']"
     # the GPU lanes' device probes come with them: no "no probe registered" here
-    code = ("from pytest_arbiter.device import probe_device; "
+    code = ("from pytest_arbiter.extend.device import probe_device; "
             "print('no device probe is registered' in str(probe_device('nvidia')))")
     assert _fresh_python(code) == "False"
 

@@ -53,7 +53,7 @@ def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[st
 
 
 def gate_update(path: Path, report: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "gate", "--baseline",
+    done = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", "gate", "--baseline",
                            str(path), "--update", str(report)],
                           capture_output=True, text=True, check=False)
     return done.stdout + done.stderr

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 pytest.importorskip("pytest_benchmark")
 from pytest_benchmark.storage.file import FileStorage

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.junit import case_id, parse_property, read_junit
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.gating.junit import case_id, parse_property, read_junit
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 DECLINING_CONFTEST = """
 import pytest_arbiter
@@ -101,7 +101,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
     characters escaped, ``since`` only when known. Through a real stdout too."""
     import datetime
 
-    from pytest_arbiter import cache_json
+    from pytest_arbiter.store import cache_json
 
     odd = CacheEntry(
         "dev\x1b[31m\u2028\u00e9\U0001f600\x7f", "cpu", "op\n::error::x", 'b"\\', "float32",
@@ -131,7 +131,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
             assert run("show", "--json", path)[1] == expected
         finally:
             cache_json.ENTRIES_PER_CHUNK = was
-    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "show", "--json",
+    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", "show", "--json",
                            str(path)], capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.decode("ascii") == expected
 
@@ -548,9 +548,9 @@ def test_forget_from_an_old_file_writes_it_back_as_version_3(tmp_path: Path,
 
 HOLDER = """
 import sys, time
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, RankedCandidate
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 path, hold = sys.argv[1], float(sys.argv[2])
 with artifacts.cache_lock(path):
@@ -617,14 +617,14 @@ def test_forget_gives_up_on_a_held_lock_and_leaves_the_file(
 
 
 def test_console_script_and_no_pytest_import(tmp_path: Path) -> None:
-    code = ("import sys, pytest_arbiter.cli, pytest_arbiter.junit\n"
+    code = ("import sys, pytest_arbiter.cli.main, pytest_arbiter.gating.junit\n"
             "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules\n"
-            "sys.exit(pytest_arbiter.cli.main(['--version']))")
+            "sys.exit(pytest_arbiter.cli.main.main(['--version']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "pytest-arbiter 0.1.0"
-    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "show",
+    proc = subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", "show",
                            str(tmp_path / "missing.json")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "missing.json" in proc.stderr

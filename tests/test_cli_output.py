@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_show_into_head_exits_quietly(tmp_path: Path) -> None:
     than a pipe's buffer)."""
     path = tmp_path / "big.json"
     _big_cache(path)
-    script = (f"set -o pipefail; {sys.executable} -m pytest_arbiter.cli show {path} "
+    script = (f"set -o pipefail; {sys.executable} -m pytest_arbiter.cli.main show {path} "
               "| head -n 2")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                           env=_env(), timeout=120)
@@ -76,7 +76,7 @@ def test_closed_pipe_from_python(tmp_path: Path) -> None:
     """The reader closes the pipe after one line: no traceback, exit 0."""
     path = tmp_path / "big.json"
     _big_cache(path)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_arbiter.cli", "show", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_arbiter.cli.main", "show", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_arbiter.cli import build_parser
-from pytest_arbiter.settings import OPTIONS
+from pytest_arbiter.cli.main import build_parser
+from pytest_arbiter.session.settings import OPTIONS
 
 yaml = pytest.importorskip("yaml")
 

@@ -22,8 +22,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import (
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.extend.device import cpu_device
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import (
     CACHE_VERSION,
     NO_SINCE,
     CacheEntry,
@@ -33,12 +36,9 @@ from pytest_arbiter.cache import (
     RankedCandidate,
     since_for,
 )
-from pytest_arbiter.cache_file import decode_document, encode_document
-from pytest_arbiter.candidates import CandidateRegistry
-from pytest_arbiter.corpus import diff, merge, prefer
-from pytest_arbiter.decision import measured_arbitrate
-from pytest_arbiter.device import cpu_device
-from pytest_arbiter.measure import ComparePolicy, LatencyStats
+from pytest_arbiter.store.cache_file import decode_document, encode_document
+from pytest_arbiter.store.corpus import diff, merge, prefer
+from pytest_arbiter.timing.measure import ComparePolicy, LatencyStats
 
 FAST = ComparePolicy(warmup=1, min_rounds=3, max_rounds=5, budget_s=0.001)
 DATA = Path(__file__).with_name("data")
@@ -361,7 +361,7 @@ def test_a_file_is_read_a_block_of_lines_at_a_time_with_the_same_result(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer's layout is decoded block by block (the file's bytes are never all in
     memory beside the entries); a bad entry in a later block is still named exactly."""
-    from pytest_arbiter import cache_file
+    from pytest_arbiter.store import cache_file
 
     built = [entry(f"b{i:03d}", host=f"h{i % 3}", fingerprints={"a": f"{i % 2}" * 16},
                    environment={"numpy": str(i % 4)}, since=T0 if i % 2 else NO_SINCE)
@@ -704,9 +704,9 @@ def test_merging_caches_and_loaded_caches_is_the_same_merge(a: dict, b: dict, c:
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from pytest_arbiter import artifacts
-    from pytest_arbiter.cache import CacheEntry, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
+    from pytest_arbiter.store import artifacts
+    from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+    from pytest_arbiter.timing.measure import LatencyStats
 
     path, worker, rounds, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     stats = LatencyStats(10.0, 9.0, 9.5, 10.5, 12.0, 5)
@@ -737,9 +737,9 @@ def test_eight_processes_adding_entries_concurrently_lose_none(tmp_path: Path) -
 
 KILLED = textwrap.dedent("""
     import os, signal, sys
-    from pytest_arbiter import artifacts
-    from pytest_arbiter.cache import CacheEntry, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
+    from pytest_arbiter.store import artifacts
+    from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+    from pytest_arbiter.timing.measure import LatencyStats
 
     def die(src, dst):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -772,7 +772,7 @@ def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "cache.json"
     before = write(path, entry())
     with filelock.FileLock(str(artifacts.lock_path(path))):
-        code = ("import sys; from pytest_arbiter import artifacts\n"
+        code = ("import sys; from pytest_arbiter.store import artifacts\n"
                 "try:\n    artifacts.update_cache(sys.argv[1], [], timeout=0.2)\n"
                 "except artifacts.ArtifactError as e:\n    print(e); sys.exit(3)\n")
         proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
@@ -832,9 +832,9 @@ def test_atomic_write_keeps_normal_permissions(tmp_path: Path) -> None:
 
 TUNE_TEST = """
 import numpy as np
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, RankedCandidate
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 def test_tune(arbiter):
     a = np.ones((16, 16), np.float32)
@@ -860,8 +860,8 @@ def test_tune_merges_into_the_cache_and_keeps_what_others_wrote(
 
 FORGET_TEST = """
 import numpy as np
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import MeasureCache
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import MeasureCache
 
 def test_tune(arbiter):
     a = np.ones((16, 16), np.float32)

@@ -11,7 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from pytest_arbiter import DeviceInfo, device as core_device
+from pytest_arbiter import DeviceInfo
+from pytest_arbiter.extend import device as core_device
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_gemm.py"
 

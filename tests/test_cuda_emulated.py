@@ -39,9 +39,9 @@ from gpu_gates import gate_cases, gpu_candidate, run_gate
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_arbiter import Arbiter
-from pytest_arbiter.candidates import CandidateRegistry
-from pytest_arbiter.dtypes import numpy_dtype
-from pytest_arbiter.ops import OPS
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.core.dtypes import numpy_dtype
+from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.runtime.cuda import emitted, sources
 
 

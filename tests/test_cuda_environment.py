@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cuda_fakes import H100, FakeGpu
 
-from pytest_arbiter.fingerprint import current_environment, forget_environment
+from pytest_arbiter.extend.fingerprint import current_environment, forget_environment
 from pytest_arbiter.runtime.cuda import sources
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from cuda_fakes import FakeArray, FakeGpu
 
-from pytest_arbiter import Arbiter, device as core_device
-from pytest_arbiter.candidates import Candidate, CandidateRegistry
-from pytest_arbiter.gate import f4_gate
-from pytest_arbiter.histogram import NO_CANDIDATE
-from pytest_arbiter.ops import OPS
+from pytest_arbiter import Arbiter
+from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
+from pytest_arbiter.core.gate import f4_gate
+from pytest_arbiter.core.ops import OPS
+from pytest_arbiter.extend import device as core_device
+from pytest_arbiter.gating.histogram import NO_CANDIDATE
 from pytest_arbiter.runtime.cuda.shipped import LibraryMatmul
-from pytest_arbiter.watchdog import CallTimeout, watchdog
+from pytest_arbiter.timing.watchdog import CallTimeout, watchdog
 
 
 class FaultingMatmul(LibraryMatmul):

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_arbiter import Arbiter, ComparePolicy, DeviceInfo, device as core_device
-from pytest_arbiter.candidates import CandidateRegistry
-from pytest_arbiter.dtypes import numpy_dtype
-from pytest_arbiter.histogram import NO_CANDIDATE
+from pytest_arbiter import Arbiter, ComparePolicy, DeviceInfo
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.core.dtypes import numpy_dtype
+from pytest_arbiter.extend import device as core_device
+from pytest_arbiter.gating.histogram import NO_CANDIDATE
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import device as cuda_device, emitted, sources
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
@@ -340,7 +341,7 @@ def test_event_timer_flushes_l2_outside_the_timed_span(cupy_as: Callable[[Any], 
 
 
 def test_event_timer_is_the_gpu_targets_timer() -> None:
-    from pytest_arbiter.decision import timer_for
+    from pytest_arbiter.decision.timers import timer_for
 
     assert isinstance(timer_for("nvidia"), CudaEventTimer)
     assert timer_for("nvidia") is timer_for("amd")

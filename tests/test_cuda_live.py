@@ -14,13 +14,13 @@ import pytest
 from gpu_gates import gate_cases, gpu_candidate, run_gate
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
-from pytest_arbiter.candidates import Candidate, CandidateRegistry
-from pytest_arbiter.device import DeviceInfo, probe_device
-from pytest_arbiter.measure import measure_latency
+from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
+from pytest_arbiter.extend.device import DeviceInfo, probe_device
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.device import load_cupy
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
+from pytest_arbiter.timing.measure import measure_latency
 
 NVIDIA = pytest.mark.arbiter_device(*sources.ARCHS)
 AMD = pytest.mark.arbiter_device("amd")

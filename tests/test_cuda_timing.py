@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from cuda_fakes import H100, RTX5090, FakeGpu
 
-from pytest_arbiter import device as core_device
-from pytest_arbiter.device_lock import lock_path, measurement_lock
+from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
+from pytest_arbiter.timing.device_lock import lock_path, measurement_lock
 
 
 @pytest.fixture

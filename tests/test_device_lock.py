@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import MeasureCache, measured_arbitrate
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.device_lock import LOCK_DIR_ENV, lock_path, measurement_lock
-from pytest_arbiter.measure import ComparePolicy
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.timing.device_lock import LOCK_DIR_ENV, lock_path, measurement_lock
+from pytest_arbiter.timing.measure import ComparePolicy
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +28,7 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 HOLDER = """
 import os, sys, time
-from pytest_arbiter.device_lock import measurement_lock
+from pytest_arbiter.timing.device_lock import measurement_lock
 go, out = sys.argv[1], sys.argv[2]
 while not os.path.exists(go):
     time.sleep(0.001)

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter import Arbiter, CacheMiss, ComparePolicy, Decline, MeasureCache
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
 from pytest_arbiter.decision import plans as plans_module
-from pytest_arbiter.ops import OpRegistry, make_op
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
 
@@ -513,7 +513,7 @@ def test_a_dispatch_to_an_unknown_target_names_the_known_ones() -> None:
 
 
 def test_default_arbiter_in_another_mode_is_a_view_on_the_same_arbiter() -> None:
-    from pytest_arbiter.process import default_arbiter
+    from pytest_arbiter.decision.process import default_arbiter
 
     own = default_arbiter()
     other = "tune" if own.mode != "tune" else "static"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, CacheMiss, ComparePolicy, LowConfidence, MeasureCache
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.ops import OpRegistry, make_op
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
 
 
 def quick(x: np.ndarray) -> np.ndarray:

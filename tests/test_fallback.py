@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.measure import compare_latencies
-from pytest_arbiter.ops import OpRegistry, make_op
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
+from pytest_arbiter.timing.measure import compare_latencies
 
 POLICY = ComparePolicy(min_rounds=7, max_rounds=40, budget_s=0.01)
 WORKS = {"fast": True}
@@ -171,7 +171,7 @@ def test_a_lost_device_lane_stops_the_dispatch_and_later_ones_say_why() -> None:
     """A candidate whose fault poisons its lane (device.mark_unusable): the faulting
     dispatch records the error and sends nothing more there; every later dispatch of
     any key of that target is no_candidate with the reason."""
-    from pytest_arbiter import device
+    from pytest_arbiter.extend import device
 
     def poisoning(x: np.ndarray, *rest: Any) -> np.ndarray:
         device.mark_unusable("cpu", "a sticky fault poisoned the lane")

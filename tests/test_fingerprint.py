@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_arbiter.candidates import Candidate, FunctionCandidate
-from pytest_arbiter.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
+from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 
 
 def _candidate(source: str, name: str = "k", version: str | None = None) -> FunctionCandidate:
@@ -70,7 +70,7 @@ def test_the_fingerprint_is_the_same_in_every_process() -> None:
         import sys
         sys.path.insert(0, sys.argv[1])
         from test_fingerprint import _candidate
-        from pytest_arbiter.fingerprint import fingerprint_of
+        from pytest_arbiter.extend.fingerprint import fingerprint_of
         print(fingerprint_of(_candidate('''
         def k(a, b):
             if a.dtype.name in {"float16", "bfloat16", "float32", "int8"}:
@@ -150,7 +150,7 @@ def test_the_cpu_environment_names_python_numpy_and_the_device_without_cupy() ->
     assert env["numpy"] == np.__version__ and env["python"].count(".") == 2
     assert env["device_name"] and all(isinstance(v, str) for v in env.values())
     assert "cupy" not in env
-    code = ("import json, sys; from pytest_arbiter.fingerprint import current_environment; "
+    code = ("import json, sys; from pytest_arbiter.extend.fingerprint import current_environment; "
             "current_environment('cpu'); print(json.dumps('cupy' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
-from pytest_arbiter.cache import CacheEntry
-from pytest_arbiter.candidates import CandidateRegistry, Decline, FunctionCandidate
-from pytest_arbiter.corpus import merge
-from pytest_arbiter.decision import StaleEntry, measured_arbitrate
-from pytest_arbiter.fingerprint import current_environment, fingerprint_of
-from pytest_arbiter.ops import OPS
+from pytest_arbiter.core.candidates import CandidateRegistry, Decline, FunctionCandidate
+from pytest_arbiter.core.ops import OPS
+from pytest_arbiter.decision.states import StaleEntry
+from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.store.corpus import merge
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
 
@@ -292,8 +293,8 @@ def alpha(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry() -> None:
-    from pytest_arbiter.corpus import prefer
-    from pytest_arbiter.recheck import RecheckPolicy
+    from pytest_arbiter.store.corpus import prefer
+    from pytest_arbiter.timing.recheck import RecheckPolicy
 
     cands = registry(fn(alpha, "alpha"), fn(fourfold, "beta"))
     strong = ComparePolicy(min_rounds=30, max_rounds=60, budget_s=0.5)
@@ -322,7 +323,7 @@ def test_a_candidate_that_declines_when_run_is_measured_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """It declines in the gate: recorded as declined, not measured again on every plan
     (two keys bump the cache in turn), and strict replays the tuned corpus."""
-    from pytest_arbiter.candidates import Decline
+    from pytest_arbiter.core.candidates import Decline
     from pytest_arbiter.decision import tuning as arbiter_module
 
     def work_stealing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -387,7 +388,7 @@ def test_a_row_not_timed_in_the_latest_comparison_is_carried_after_every_timed_r
 # -- a user op's kernel that declined the only inputs it was tried on ------------------
 
 def _user_op(*cands: tuple[Callable[..., Any], str, int]) -> tuple[CandidateRegistry, Any]:
-    from pytest_arbiter.ops import OpRegistry, make_op
+    from pytest_arbiter.core.ops import OpRegistry, make_op
 
     ops = OpRegistry()
     ops.register(make_op("fr_mm", lambda a, b: np.matmul(a, b, dtype=np.float64)))
@@ -470,8 +471,8 @@ def test_timing_a_kernel_that_had_declined_wins_the_merge_on_the_same_basis() ->
     """Its first timing keeps the entry's since (the same code and environment) and
     wins the merge because it timed more of the key's candidates; two runners that time
     it compete on their evidence, not on their clocks."""
-    from pytest_arbiter.cache import Considered, since_for
-    from pytest_arbiter.corpus import prefer
+    from pytest_arbiter.store.cache import Considered, since_for
+    from pytest_arbiter.store.corpus import prefer
 
     reg, ops = _user_op((_row_major_only, "fr_rowmajor", 9), (_rowwise, "fr_rowwise", 1))
     arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)

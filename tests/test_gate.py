@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Decline, MatmulRegion, SoftmaxRegion, f4_gate
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.dtypes import DTYPE_NAMES
-from pytest_arbiter.gate import GATE_SEED
-from pytest_arbiter.ops import OPS, make_op
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.dtypes import DTYPE_NAMES
+from pytest_arbiter.core.gate import GATE_SEED
+from pytest_arbiter.core.ops import OPS, make_op
 
 DTYPES = list(DTYPE_NAMES)
 MATMUL_SHAPES = [(32, 16, 32), (24, 16, 32), (1, 7, 300), (65, 33, 512)]
@@ -173,7 +173,7 @@ def test_user_op_gates_on_its_own_inputs(rng: np.random.Generator) -> None:
 # The new names are read through their modules inside each test, so each test fails on its
 # own (not at import) against a gate without them.
 
-from pytest_arbiter import (  # noqa: E402
+from pytest_arbiter.core import (  # noqa: E402
     dtypes as dtypes_module,
     gate as gate_module,
     ops as ops_module,

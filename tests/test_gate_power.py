@@ -69,7 +69,7 @@ def test_reduced_false_alarm_sweep_is_clean(bench: ModuleType) -> None:
 def test_rounding_helpers(bench: ModuleType) -> None:
     import numpy as np
 
-    from pytest_arbiter.dtypes import numpy_dtype, round_to, spacing
+    from pytest_arbiter.core.dtypes import numpy_dtype, round_to, spacing
 
     bf16 = numpy_dtype("bfloat16")
     values = np.random.default_rng(5).standard_normal(1000) * 3.0

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from pytest_arbiter import backends
-from pytest_arbiter.backends import Backend, BackendTable
-from pytest_arbiter.device import DeviceInfo
+from pytest_arbiter.extend import backends
+from pytest_arbiter.extend.backends import Backend, BackendTable
+from pytest_arbiter.extend.device import DeviceInfo
 
 NPU_PLUGIN = '''
 import numpy as np
@@ -61,9 +61,9 @@ def _fresh_python(code: str) -> str:
 def test_a_plugin_registered_outside_pytest_brings_a_backend_candidates_and_reports() -> None:
     code = NPU_PLUGIN + textwrap.dedent('''
         import json
-        from pytest_arbiter import hooks
-        from pytest_arbiter.device import probe_device
-        from pytest_arbiter.candidates import REGISTRY, known_targets
+        from pytest_arbiter.extend import hooks
+        from pytest_arbiter.extend.device import probe_device
+        from pytest_arbiter.core.candidates import REGISTRY, known_targets
         hooks.plugin_manager().register(Plugin())
         arb = pytest_arbiter.Arbiter(mode="tune")
         a = np.ones((8, 8), np.float32)
@@ -80,9 +80,9 @@ def test_a_plugin_registered_outside_pytest_brings_a_backend_candidates_and_repo
 
 def test_a_plugin_registered_after_the_backends_loaded_still_adds_its_own() -> None:
     code = NPU_PLUGIN + textwrap.dedent('''
-        from pytest_arbiter import hooks
-        from pytest_arbiter.candidates import REGISTRY
-        from pytest_arbiter.device import forget, probe_device
+        from pytest_arbiter.extend import hooks
+        from pytest_arbiter.core.candidates import REGISTRY
+        from pytest_arbiter.extend.device import forget, probe_device
         print(probe_device("npu"), "npu_matmul" in REGISTRY, end=" | ")
         hooks.plugin_manager().register(Plugin())
         forget("npu")
@@ -166,7 +166,7 @@ def test_conftest_hooks_see_the_verdict_the_gate_failure_and_the_measured_entry(
 
 def test_the_report_header_names_the_devices_mode_cache_and_baseline(
         pytester: pytest.Pytester) -> None:
-    from pytest_arbiter.device import cpu_device
+    from pytest_arbiter.extend.device import cpu_device
 
     pytester.makepyfile(test_one="def test_ok():\n    pass\n")
     result = pytester.runpytest_subprocess("--arbiter-baseline=base.json")
@@ -178,11 +178,11 @@ def test_the_older_registration_calls_still_override_a_backend() -> None:
     code = textwrap.dedent('''
         import json
         from pytest_arbiter import register_device_probe, register_timer
-        from pytest_arbiter.decision import timer_for
-        from pytest_arbiter.candidates import known_targets
-        from pytest_arbiter.device import DeviceInfo, probe_device, register_array_target
-        from pytest_arbiter.device import target_of_array
-        from pytest_arbiter.measure import CpuTimer
+        from pytest_arbiter.decision.timers import timer_for
+        from pytest_arbiter.core.candidates import known_targets
+        from pytest_arbiter.extend.device import DeviceInfo, probe_device, register_array_target
+        from pytest_arbiter.extend.device import target_of_array
+        from pytest_arbiter.timing.measure import CpuTimer
 
         class Arr:
             pass

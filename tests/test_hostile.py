@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_arbiter import artifacts, histogram_file, junit
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.histogram import OUTCOMES
-from pytest_arbiter.measure import LatencyStats
-from pytest_arbiter.safetext import escape, line
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.gating import histogram_file, junit
+from pytest_arbiter.gating.histogram import OUTCOMES
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.store.safetext import escape, line
+from pytest_arbiter.timing.measure import LatencyStats
 
 
 def gate(*argv: str | Path) -> tuple[int, str, str]:
@@ -341,7 +342,7 @@ def test_show_diff_and_merge_escape_names_from_caches(tmp_path: Path) -> None:
 
 def test_an_unexpected_error_is_exit_2_not_a_verdict(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
-    import pytest_arbiter.cli as cli
+    import pytest_arbiter.cli.main as cli
 
     def broken(args: object, out: object) -> int:
         raise RuntimeError("boom\n::error::x")
@@ -389,7 +390,7 @@ def test_an_unreadable_baseline_is_a_usage_error_naming_it(pytester: pytest.Pyte
 def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
     """A name a kernel cannot register, a decline's reason, a name a baseline file holds:
     each is printed escaped (and registration refuses the name with the rule)."""
-    from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
+    from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
 
     with pytest.raises(ValueError, match=r"candidate name .* is not allowed"):
         CandidateRegistry().add(FunctionCandidate(len, EVIL, "matmul", "cpu", 0, None, None))
@@ -642,7 +643,7 @@ def test_non_utf8_is_a_clear_error_whichever_msgspec_reads_it(
 
     import msgspec
 
-    from pytest_arbiter import strictjson
+    from pytest_arbiter.store import strictjson
 
     def old_decode(data: bytes, **_: object) -> object:
         bytes(data).decode("utf-8")  # what msgspec 0.18 does with a bad string

@@ -16,9 +16,9 @@ names = sorted(m.name for m in pkgutil.walk_packages(pytest_arbiter.__path__,
 random.Random(SEED).shuffle(names)
 for name in names:
     importlib.import_module(name)
-from pytest_arbiter import hooks
-from pytest_arbiter.backends import BACKENDS
-from pytest_arbiter.candidates import REGISTRY
+from pytest_arbiter.extend import hooks
+from pytest_arbiter.extend.backends import BACKENDS
+from pytest_arbiter.core.candidates import REGISTRY
 print(json.dumps({"modules": len(names), "candidates": sorted(REGISTRY._by_name),
                   "backends": BACKENDS.targets(), "manager": bool(hooks._MANAGER),
                   "cupy": "cupy" in sys.modules}))

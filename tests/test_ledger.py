@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_arbiter.baseline import gate_fleet
-from pytest_arbiter.completeness import RunScope, baseline_to_write
-from pytest_arbiter.controller import Controller, failing_outcomes
-from pytest_arbiter.decision import DispatchEvent
-from pytest_arbiter.histogram import DispatchHistogram
-from pytest_arbiter.ledger import RunLedger
-from pytest_arbiter.settings import ArbiterSettings
-from pytest_arbiter.summary import render
+from pytest_arbiter.decision.selection import DispatchEvent
+from pytest_arbiter.gating.baseline import gate_fleet
+from pytest_arbiter.gating.completeness import RunScope, baseline_to_write
+from pytest_arbiter.gating.histogram import DispatchHistogram
+from pytest_arbiter.session.controller import Controller, failing_outcomes
+from pytest_arbiter.session.ledger import RunLedger
+from pytest_arbiter.session.settings import ArbiterSettings
+from pytest_arbiter.session.summary import render
 
 KEY = ("cpu", "matmul", "64x64x64/a16.16.16", "float32")
 STALE_LINE = "stale: the cached winner a now takes 3x the time of b (sign test p=1e-9, 40 " \

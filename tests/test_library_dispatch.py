@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_arbiter import Arbiter, artifacts
-from pytest_arbiter.candidates import REGISTRY, CandidateRegistry
+from pytest_arbiter import Arbiter
+from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry
+from pytest_arbiter.store import artifacts
 
 pytest_plugins = ["pytester"]
 

@@ -16,8 +16,8 @@ from types import FrameType
 
 import pytest
 
-from pytest_arbiter.measure import ComparePolicy, compare_latencies
-from pytest_arbiter.watchdog import CallTimeout, watchdog, watchdog_available
+from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
+from pytest_arbiter.timing.watchdog import CallTimeout, watchdog, watchdog_available
 
 # a time per candidate, or a function of the call's number (1-based, warmup included)
 Script = Mapping[str, float | Callable[[int], float]]

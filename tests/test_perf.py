@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache, measured_arbitrate
-from pytest_arbiter.cache import CacheEntry, RankedCandidate
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.device import cpu_device
-from pytest_arbiter.histogram import DispatchHistogram
-from pytest_arbiter.measure import LatencyStats, compare_latencies
-from pytest_arbiter.regions import MatmulRegion
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.regions import MatmulRegion
+from pytest_arbiter.extend.device import cpu_device
+from pytest_arbiter.gating.histogram import DispatchHistogram
+from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats, compare_latencies
 
 STATIC = "static"
 
@@ -363,7 +363,7 @@ def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
 
 def test_memoised_plans_stay_bounded_and_dispatch_keeps_working(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_arbiter.decision as arbiter_module
+    from pytest_arbiter.decision import arbiter as arbiter_module
     from pytest_arbiter.decision import plans
 
     monkeypatch.setattr(plans, "MAX_PLANS", 8)

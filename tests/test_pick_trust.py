@@ -36,8 +36,8 @@ from pick_kernels import (
 )
 
 import pytest_arbiter
-from pytest_arbiter import artifacts
-from pytest_arbiter.junit import read_junit
+from pytest_arbiter.gating.junit import read_junit
+from pytest_arbiter.store import artifacts
 
 timing = pytest.mark.timing
 slow = pytest.mark.slow

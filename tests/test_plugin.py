@@ -17,13 +17,14 @@ from typing import NoReturn
 import numpy as np
 import pytest
 
-from pytest_arbiter import REGISTRY, artifacts, gate_matrix
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.decision import Arbiter
-from pytest_arbiter.fixture import ArbiterFixture, GateCase
+from pytest_arbiter import REGISTRY, gate_matrix
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.decision.arbiter import Arbiter
 from pytest_arbiter.runtime import register_bundled
-from pytest_arbiter.settings import OPTIONS, ArbiterSettings, resolve
+from pytest_arbiter.session.fixture import ArbiterFixture, GateCase
+from pytest_arbiter.session.settings import OPTIONS, ArbiterSettings, resolve
+from pytest_arbiter.store import artifacts
 
 DECLINING_CONFTEST = """
 import pytest_arbiter
@@ -288,8 +289,8 @@ def test_tune_ragged_shape_never_degrades_and_wrong_kernel_never_wins(
 
 
 def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
-    from pytest_arbiter import artifacts
-    from pytest_arbiter.cache import MeasureCache
+    from pytest_arbiter.store import artifacts
+    from pytest_arbiter.store.cache import MeasureCache
 
     pytester.makepyfile(test_one=DISPATCH_TEST)
     artifacts.write_cache(pytester.path / "corpus.json", MeasureCache())
@@ -608,7 +609,7 @@ def test_plugin_loads_and_gates_with_xdist_disabled(pytester: pytest.Pytester) -
 
 
 def test_worker_device_environment_round_robins_workers() -> None:
-    from pytest_arbiter.device import worker_device_environment
+    from pytest_arbiter.extend.device import worker_device_environment
 
     assert worker_device_environment("gw0", ["0", "1"]) == {
         "CUDA_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
@@ -663,7 +664,7 @@ def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester
             pass
 
         def test_zz_last():
-            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.decision" in sys.modules)
+            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.decision.arbiter" in sys.modules)
     """)
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider",
                                            "--arbiter-histogram=h.json")
@@ -676,10 +677,10 @@ def test_workers_entries_replace_what_was_read_and_resolve_by_the_merge_rule(
         tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from pytest_arbiter import artifacts
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
     from pytest_arbiter.plugin import ArbiterSession
+    from pytest_arbiter.store import artifacts
+    from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+    from pytest_arbiter.timing.measure import LatencyStats
 
     def entry(winner: str, confidence: float, host: str) -> CacheEntry:
         stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 25)
@@ -780,9 +781,9 @@ def test_the_session_end_empties_the_cache_and_ends_the_arbiter(tmp_path: Path) 
     pytest_unconfigure: the session empties the cache itself."""
     from types import SimpleNamespace
 
-    from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-    from pytest_arbiter.measure import LatencyStats
     from pytest_arbiter.plugin import ArbiterSession
+    from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+    from pytest_arbiter.timing.measure import LatencyStats
 
     stats = LatencyStats(1000.0, 900.0, 950.0, 1050.0, 1200.0, 5)
     corpus = tmp_path / "corpus.json"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.corpus import merge
-from pytest_arbiter.ops import OpRegistry, make_op
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.corpus import merge
 from tests.test_corpus import T0, T1, entry
 
 

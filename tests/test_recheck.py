@@ -13,8 +13,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from pytest_arbiter.measure import ComparePolicy
-from pytest_arbiter.recheck import (
+from pytest_arbiter.timing.measure import ComparePolicy
+from pytest_arbiter.timing.recheck import (
     RecheckPolicy,
     RecheckResult,
     RunBudget,

@@ -58,7 +58,7 @@ def test_product():
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", *args],
+    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", *args],
                           capture_output=True, text=True, timeout=120, check=False)
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_arbiter import candidates, gate, ops
-from pytest_arbiter.candidates import Candidate, CandidateRegistry, FunctionCandidate
-from pytest_arbiter.dtypes import bfloat16
+from pytest_arbiter.core import candidates, gate, ops
+from pytest_arbiter.core.candidates import Candidate, CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.dtypes import bfloat16
 
 # -- helpers ----------------------------------------------------------------------------
 
@@ -370,7 +370,7 @@ def test_declined_inputs_says_the_dispatch_own_inputs_were_declined(f32: np.ndar
     ok = gate.f4_gate(cand, matmul, inputs=(square, square))
     assert ok.passed and not ok.declined_inputs
     # without inputs of its own, trial 0 is a generated one, never "the dispatch's"
-    from pytest_arbiter.regions import MatmulRegion
+    from pytest_arbiter.core.regions import MatmulRegion
 
     alone = gate.f4_gate(cand, matmul, region=MatmulRegion.of(6, 8, 10, "float32"))
     assert not alone.declined_inputs
@@ -393,9 +393,9 @@ def test_call_timeout_runs_each_call_under_the_watchdog(monkeypatch: pytest.Monk
         def __exit__(self, *exc: object) -> None:
             raise Stuck(f"call took longer than {self.seconds}s")
 
-    fake = types.ModuleType("pytest_arbiter.watchdog")
+    fake = types.ModuleType("pytest_arbiter.timing.watchdog")
     fake.watchdog = Watchdog  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pytest_arbiter.watchdog", fake)
+    monkeypatch.setitem(sys.modules, "pytest_arbiter.timing.watchdog", fake)
     inputs = (f32, f32.T.copy())
     blas = FunctionCandidate(np.matmul, "timed", "matmul", "cpu", 0, None, None)
     report = gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs, call_timeout_s=0.5)
@@ -409,7 +409,7 @@ def test_call_timeout_runs_each_call_under_the_watchdog(monkeypatch: pytest.Monk
 
 def test_call_timeout_without_a_watchdog_module_still_gates(monkeypatch: pytest.MonkeyPatch,
                                                             f32: np.ndarray) -> None:
-    monkeypatch.setitem(sys.modules, "pytest_arbiter.watchdog", None)  # import fails
+    monkeypatch.setitem(sys.modules, "pytest_arbiter.timing.watchdog", None)  # import fails
     blas = FunctionCandidate(np.matmul, "timed", "matmul", "cpu", 0, None, None)
     report = gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=(f32, f32.T.copy()),
                           call_timeout_s=0.5)
@@ -418,8 +418,8 @@ def test_call_timeout_without_a_watchdog_module_still_gates(monkeypatch: pytest.
 
 def test_two_lambdas_or_closures_of_one_module_are_two_registrations() -> None:
     """Same module and qualname is a re-import only when the module was imported again."""
-    from pytest_arbiter.candidates import CandidateRegistry, FunctionCandidate
-    from pytest_arbiter.ops import OpRegistry, make_op
+    from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+    from pytest_arbiter.core.ops import OpRegistry, make_op
 
     def factory(k: int) -> Any:
         def scale_fast(x: Any) -> Any:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 HOSTILE = "<script>alert(1)</script>\x1b[31m"
 CONSIDERED = {"wmma": {"fingerprint": "3f9d0c2a71b4e865", "outcome": "timed"}}

@@ -48,7 +48,7 @@ def total(path: Path) -> int:
 
 
 def gate(*reports: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli", "gate", "--baseline",
+    return subprocess.run([sys.executable, "-m", "pytest_arbiter.cli.main", "gate", "--baseline",
                            str(reports[0].with_name("b.json")), *map(str, reports)],
                           capture_output=True, text=True, check=False)
 

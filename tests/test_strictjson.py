@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_arbiter import artifacts, strictjson
-from pytest_arbiter.strictjson import MAX_DEPTH, check_depth
+from pytest_arbiter.store import artifacts, strictjson
+from pytest_arbiter.store.strictjson import MAX_DEPTH, check_depth
 
 
 def nested(depth: int, kind: str = "mixed") -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 # imported before pytester's in-process runs, which drop modules they imported
-from pytest_arbiter import artifacts  # noqa: F401
+from pytest_arbiter.store import artifacts  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_arbiter.cli.main import main
+
 # imported here, not first inside an in-process pytester run (which would unload them)
-from pytest_arbiter import artifacts
-from pytest_arbiter.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.cli import main
-from pytest_arbiter.measure import LatencyStats
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 

@@ -220,7 +220,7 @@ def test_integer_boolean_and_plain_number_inputs(pytester: pytest.Pytester) -> N
 import numpy as np
 import pytest
 import pytest_arbiter
-from pytest_arbiter.ops import OPS
+from pytest_arbiter.core.ops import OPS
 
 
 def test_a_plain_float_is_passed_through_and_named_in_the_key():
@@ -291,7 +291,7 @@ def test_gate_region_on_a_user_op_says_what_is_missing(pytester: pytest.Pytester
     declined."""
     pytester.makeconftest(MISSPELT.replace('"t27_pdist_2"', '"t27_pdist"'))
     pytester.makepyfile(test_region='''
-from pytest_arbiter.regions import Region
+from pytest_arbiter.core.regions import Region
 
 
 def test_region(arbiter):

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import f4_gate
-from pytest_arbiter.candidates import FunctionCandidate
-from pytest_arbiter.gate import GateReport
-from pytest_arbiter.ops import Op, make_op
+from pytest_arbiter.core.candidates import FunctionCandidate
+from pytest_arbiter.core.gate import GateReport
+from pytest_arbiter.core.ops import Op, make_op
 
 Kernel = Callable[..., np.ndarray]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_arbiter import artifacts
+from pytest_arbiter.store import artifacts
 
 yaml = pytest.importorskip("yaml")
 
@@ -112,7 +112,7 @@ def _repository(path: Path) -> Path:
 def _tools(folder: Path) -> Path:
     """``python`` and ``pytest-arbiter`` as the test's interpreter runs them."""
     folder.mkdir()
-    for name, argv in (("python", ""), ("pytest-arbiter", " -m pytest_arbiter.cli")):
+    for name, argv in (("python", ""), ("pytest-arbiter", " -m pytest_arbiter.cli.main")):
         tool = folder / name
         tool.write_text(f'#!/bin/sh\nexec "{sys.executable}"{argv} "$@"\n')
         tool.chmod(0o755)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_arbiter import artifacts
-from pytest_arbiter.completeness import RunScope, baseline_to_write, unwritable
+from pytest_arbiter.gating.completeness import RunScope, baseline_to_write, unwritable
+from pytest_arbiter.store import artifacts
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 

@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pytest_arbiter.cache import MeasureCache
-from pytest_arbiter.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
+from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
+from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
+from pytest_arbiter.core.ops import OPS, OpRegistry
+from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.gating import GateMemo, layout
 from pytest_arbiter.decision.planner import build_keyplan
 from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
@@ -34,13 +36,11 @@ from pytest_arbiter.decision.states import (
     exc_text,
     is_mode,
 )
-from pytest_arbiter.device import target_of_array, unusable_reason
-from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
-from pytest_arbiter.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
-from pytest_arbiter.measure import ComparePolicy
-from pytest_arbiter.ops import OPS, OpRegistry
-from pytest_arbiter.recheck import RecheckPolicy, RunBudget
-from pytest_arbiter.regions import Region
+from pytest_arbiter.extend.device import target_of_array, unusable_reason
+from pytest_arbiter.gating.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
+from pytest_arbiter.store.cache import MeasureCache
+from pytest_arbiter.timing.measure import ComparePolicy
+from pytest_arbiter.timing.recheck import RecheckPolicy, RunBudget
 
 StepOutcome = Literal["ran", "declined", "passed", "error", "rejected"]
 """What one step did with a dispatch: ran it, declined it, was passed over having been
@@ -70,7 +70,7 @@ class Arbiter:
     ``mode``: ``tune`` measures at the first cache miss; ``static`` uses the tier order
     on a miss; ``strict`` makes a miss an error (CI replay of a committed cache).
     ``recheck``: re-time each key dispatched from the cache, its winner against the
-    runner-up, once per process (:mod:`pytest_arbiter.recheck`); a winner now slower is
+    runner-up, once per process (:mod:`pytest_arbiter.timing.recheck`); a winner now slower is
     recorded as ``stale`` and, in tune mode, the key is measured again.
     ``gate``: F4-gate every candidate for a dispatch key before it first runs for it
     (on in every pytest run). Off (production's default), a candidate runs ungated only

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.cache import CacheEntry, Considered, RankedCandidate
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.decision.screen import Notes
-from pytest_arbiter.device import DeviceInfo
-from pytest_arbiter.fingerprint import fingerprint_of
-from pytest_arbiter.measure import Comparison
+from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.fingerprint import fingerprint_of
+from pytest_arbiter.store.cache import CacheEntry, Considered, RankedCandidate
+from pytest_arbiter.timing.measure import Comparison
 
 
 def ranked_rows(comparison: Comparison, old: CacheEntry | None,
@@ -78,7 +78,7 @@ def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set
 
 def provenance(device: DeviceInfo, inputs: Sequence[Any], comparison: Comparison,
                timed_alone: bool) -> dict[str, Any]:
-    """Who measured, when, on what shapes, at what cost (:class:`~pytest_arbiter.cache.
+    """Who measured, when, on what shapes, at what cost (:class:`~pytest_arbiter.store.cache.
     Provenance`'s keys)."""
     from pytest_arbiter import __version__
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.gate import GateReport, f4_gate
+from pytest_arbiter.core.ops import Op
 from pytest_arbiter.decision.states import DispatchKey, GateKind
-from pytest_arbiter.gate import GateReport, f4_gate
-from pytest_arbiter.ops import Op
 
 
 class Verdict(NamedTuple):

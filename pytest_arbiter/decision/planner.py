@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_arbiter.cache import CacheEntry, CacheKey
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.ops import Op
+from pytest_arbiter.core.regions import Region
+from pytest_arbiter.decision.freshness import freshness, vouched
 from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accepts
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen, usable
@@ -26,12 +28,10 @@ from pytest_arbiter.decision.states import (
     StaleEntry,
 )
 from pytest_arbiter.decision.tuning import measured_arbitrate
-from pytest_arbiter.device import DeviceInfo, probe_device
-from pytest_arbiter.fingerprint import current_environment, fingerprint_of
-from pytest_arbiter.freshness import freshness, vouched
-from pytest_arbiter.histogram import HistogramKey, Outcome
-from pytest_arbiter.ops import Op
-from pytest_arbiter.regions import Region
+from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.gating.histogram import HistogramKey, Outcome
+from pytest_arbiter.store.cache import CacheEntry, CacheKey
 
 if TYPE_CHECKING:
     from pytest_arbiter.decision.arbiter import Arbiter

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.ops import Op
 from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
-from pytest_arbiter.histogram import REFERENCE, HistogramKey
-from pytest_arbiter.ops import Op
+from pytest_arbiter.gating.histogram import REFERENCE, HistogramKey
 
 
 @dataclass(eq=False)

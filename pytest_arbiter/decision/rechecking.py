@@ -8,15 +8,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytest_arbiter.cache import CacheEntry, CacheKey
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.gating import Verdict
 from pytest_arbiter.decision.screen import Notes, accepting, usable
 from pytest_arbiter.decision.states import RecheckStatus
 from pytest_arbiter.decision.timers import timer_for
-from pytest_arbiter.device_lock import measurement_lock
-from pytest_arbiter.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
-from pytest_arbiter.regions import Region
+from pytest_arbiter.store.cache import CacheEntry, CacheKey
+from pytest_arbiter.timing.device_lock import measurement_lock
+from pytest_arbiter.timing.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
 
 
 class Rechecker:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 from pytest_arbiter.decision.states import DispatchKey
-from pytest_arbiter.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
+from pytest_arbiter.gating.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
 
 
 class Record:

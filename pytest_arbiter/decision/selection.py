@@ -8,14 +8,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_arbiter.cache import CacheEntry
-from pytest_arbiter.candidates import Candidate
+from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.gate import GateReport
+from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.screen import Notes, screen
 from pytest_arbiter.decision.states import RecheckStatus, Source
-from pytest_arbiter.gate import GateReport
-from pytest_arbiter.histogram import Outcome
-from pytest_arbiter.measure import Comparison
-from pytest_arbiter.regions import Region
+from pytest_arbiter.gating.histogram import Outcome
+from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.timing.measure import Comparison
 
 
 @dataclass

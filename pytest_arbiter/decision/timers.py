@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_arbiter import hooks
-from pytest_arbiter.backends import BACKENDS
-from pytest_arbiter.measure import CPU_TIMER, Timer
+from pytest_arbiter.extend import hooks
+from pytest_arbiter.extend.backends import BACKENDS
+from pytest_arbiter.timing.measure import CPU_TIMER, Timer
 
 
 def register_timer(target: str, make_timer: Callable[[], Timer]) -> None:

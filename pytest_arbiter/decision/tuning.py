@@ -18,24 +18,24 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter import hooks
-from pytest_arbiter.cache import CacheEntry, CacheKey, MeasureCache, since_for, utc_now
-from pytest_arbiter.candidates import Candidate, Decline
+from pytest_arbiter.core.candidates import Candidate, Decline
+from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
+from pytest_arbiter.core.ops import OPS, Op
+from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.entry import considered_rows, provenance, ranked_rows
+from pytest_arbiter.decision.freshness import Freshness, freshness
 from pytest_arbiter.decision.gating import Verdict, verdict_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen
 from pytest_arbiter.decision.selection import Selection
 from pytest_arbiter.decision.states import exc_text
 from pytest_arbiter.decision.timers import timer_for
-from pytest_arbiter.device import DeviceInfo, probe_device
-from pytest_arbiter.device_lock import measurement_lock
-from pytest_arbiter.fingerprint import current_environment
-from pytest_arbiter.freshness import Freshness, freshness
-from pytest_arbiter.gate import GATE_SEED, GateReport, f4_gate
-from pytest_arbiter.histogram import Outcome
-from pytest_arbiter.measure import ComparePolicy, Comparison, Timer, compare_latencies
-from pytest_arbiter.ops import OPS, Op
-from pytest_arbiter.regions import Region
+from pytest_arbiter.extend import hooks
+from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.fingerprint import current_environment
+from pytest_arbiter.gating.histogram import Outcome
+from pytest_arbiter.store.cache import CacheEntry, CacheKey, MeasureCache, since_for, utc_now
+from pytest_arbiter.timing.device_lock import measurement_lock
+from pytest_arbiter.timing.measure import ComparePolicy, Comparison, Timer, compare_latencies
 
 VerdictFn = Callable[[Candidate], Verdict]
 """A candidate's gate verdict for the measured key (the arbiter passes its memo)."""

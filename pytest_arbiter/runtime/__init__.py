@@ -1,6 +1,6 @@
 """The bundled runtime: the CPU lane always, the CUDA/ROCm lane behind lazy CuPy imports.
 
-This module is the bundled lanes' plugin: :func:`pytest_arbiter.hooks.load_backends`
+This module is the bundled lanes' plugin: :func:`pytest_arbiter.extend.hooks.load_backends`
 registers it with the arbiter's plugin manager on first need. Importing it registers
 nothing; it never imports pytest or CuPy.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.hookspecs import hookimpl
+from pytest_arbiter.extend.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from pytest_arbiter.backends import Backend
-    from pytest_arbiter.candidates import CandidateRegistry
+    from pytest_arbiter.core.candidates import CandidateRegistry
+    from pytest_arbiter.extend.backends import Backend
 
 
 def bundled_backends() -> list[Backend]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.backends import Backend
-from pytest_arbiter.device import DeviceInfo, cpu_device
+from pytest_arbiter.extend.backends import Backend
+from pytest_arbiter.extend.device import DeviceInfo, cpu_device
 from pytest_arbiter.runtime.cuda import device as gpu, timer as gpu_timer
 
 if TYPE_CHECKING:
-    from pytest_arbiter.candidates import Candidate
-    from pytest_arbiter.measure import Timer
+    from pytest_arbiter.core.candidates import Candidate
+    from pytest_arbiter.timing.measure import Timer
 
 
 class CpuBackend(Backend):

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.candidates import Candidate, FunctionCandidate
-from pytest_arbiter.dtypes import compute_dtype
+from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
+from pytest_arbiter.core.dtypes import compute_dtype
 
 PANEL = 256
 

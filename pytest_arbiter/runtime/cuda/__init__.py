@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_arbiter.candidates import Candidate
+    from pytest_arbiter.core.candidates import Candidate
 
 
 def candidates() -> list[Candidate]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from pytest_arbiter.dtypes import dtype_name
+from pytest_arbiter.core.dtypes import dtype_name
 
 
 def _shape(x: Any) -> str:

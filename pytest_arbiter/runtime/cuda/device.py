@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pytest_arbiter import device as core_device
-from pytest_arbiter.device import DeviceInfo
+from pytest_arbiter.extend import device as core_device
+from pytest_arbiter.extend.device import DeviceInfo
 from pytest_arbiter.runtime.cuda import install
 
 EXTRAS_HINT = "install pytest-arbiter[cuda12], [cuda13] or [rocm]"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.device import DeviceInfo
+from pytest_arbiter.extend.device import DeviceInfo
 from pytest_arbiter.runtime.cuda import sources
 from pytest_arbiter.runtime.cuda.checks import (
     device_pointer,
@@ -63,7 +63,7 @@ class EmittedCandidate(GpuCandidate):
 
     def fingerprint_parts(self) -> tuple[str, ...]:
         """What the kernel's code is beyond its Python class: the ``.cu`` source text and
-        the compile options (:func:`pytest_arbiter.fingerprint.fingerprint_of`)."""
+        the compile options (:func:`pytest_arbiter.extend.fingerprint.fingerprint_of`)."""
         source = self.kernel_source
         return (source.file, source.text(), *source.options())
 

@@ -6,7 +6,7 @@ at the next synchronising call, which may belong to the next candidate; and a bl
 synchronise sits in C, where the watchdog's signal cannot reach it. So a GPU candidate
 waits for its own work by polling an event from Python (:func:`wait`), and an error
 that leaves the context unusable (:data:`STICKY`) marks the target unusable through
-:func:`pytest_arbiter.device.mark_unusable`: later probes give the reason, and the
+:func:`pytest_arbiter.extend.device.mark_unusable`: later probes give the reason, and the
 arbiter records ``no_candidate`` instead of blaming the next candidate.
 """
 
@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pytest_arbiter import device as core_device
-from pytest_arbiter.watchdog import CallTimeout
+from pytest_arbiter.extend import device as core_device
+from pytest_arbiter.timing.watchdog import CallTimeout
 
 STICKY = frozenset({
     226,  # cudaErrorContained

@@ -1,0 +1,654 @@
+"""The ``pytest-arbiter`` console script: show, merge, diff and report caches; gate reports.
+
+Exit codes: 0 pass, 1 gate failed (or ``merge --fail-on-conflict`` met a conflict),
+2 usage error, an input that cannot be read, or an internal error. An unreadable input
+is never taken for "no new degrades". The work is done by the library; this module
+parses arguments and prints, every line escaped (:mod:`pytest_arbiter.store.safetext`): the
+names in it come from runners' files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import itertools
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from pytest_arbiter import __version__
+from pytest_arbiter.gating.baseline import gate_fleet, tightened
+from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache
+from pytest_arbiter.store.corpus import diff
+from pytest_arbiter.store.safetext import escape, line as safe_line
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MAX_TESTS_SHOWN = 10
+
+DESCRIPTION = """\
+Work with pytest-arbiter's artifacts: the measured-winner cache (corpus) and the
+dispatch reports a fleet of CI runners writes.
+
+exit codes: 0 pass, 1 gate failed, 2 usage error or unreadable input"""
+
+
+def format_ns(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def _key_text(key: Sequence[str]) -> str:
+    return "/".join(key)
+
+
+def _entry_key(key: HistogramKey) -> str:
+    return f"target={key.target} op={key.op} candidate={key.selected}"
+
+
+def _say(out: TextIO, text: str) -> None:
+    """Write one line of output. Names in it come from runners' files: every character
+    that is not printable is escaped, and a line cannot start a CI log command."""
+    out.write(safe_line(text) + "\n")
+
+
+# -- show ------------------------------------------------------------------------------
+
+
+SHOW_COLUMNS = ("device", "target", "op", "bucket", "dtype", "winner", "median",
+                "runner-up", "samples", "spread", "confidence", "host", "measured")
+
+
+def _show_row(e: CacheEntry) -> tuple[str, ...]:
+    best = e.ranking[0].stats
+    second = e.ranking[1] if len(e.ranking) > 1 else None
+    if second is not None and second.carried:
+        runner = f"{second.name} (carried: not timed with the winner)"
+    elif second is not None and best.median_ns > 0:
+        runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
+    else:
+        runner = "-"
+    conf = (f"{e.confidence:.3f}" + (" tie" if e.tie else "")
+            + (" low-confidence" if e.low_confidence else ""))
+    return (e.device, e.target, e.op, e.bucket, e.dtype, e.winner, format_ns(best.median_ns),
+            runner, str(best.samples), f"{e.spread * 100:.1f}%", conf,
+            str(e.provenance.get("host", "-")), str(e.provenance.get("measured_at", "-")))
+
+
+def _slower(ratio: float, tie: bool) -> str:
+    """How much slower the runner-up measured, with one sign. A runner-up faster by the
+    median ranks second only in a tie (broken by tier): the difference is noise; or
+    because it lost most of the paired rounds: marked ``*`` (:data:`PAIRED_NOTE`)."""
+    pct = (ratio - 1) * 100
+    if pct < 0 and tie:
+        return f"\u00b1{-pct:.1f}%"
+    return f"{pct:+.1f}%" + ("*" if pct < 0 else "")
+
+
+PAIRED_NOTE = ("* a lower median, but ranked second: it lost most of the rounds timed side "
+               "by side (docs/ci.md)")
+SHOW_WIDTH = 100
+NARROW_COLUMNS = ("key", "winner", "median", "runner-up", "confidence")
+NARROW_CAPS = (44, 13, 8, 17, 10)
+"""Each narrow column's widest cell: with the separators, 100 columns."""
+
+
+def _cut(text: str, width: int, middle: bool = False) -> str:
+    """``text`` in ``width`` columns: cut at the end, or in the middle (a key keeps
+    its dtype)."""
+    if len(text) <= width:
+        return text
+    if middle:
+        head = (width - 3) // 2
+        return text[:head] + "..." + text[len(text) - (width - 3 - head):]
+    return text[:width - 3] + "..."
+
+
+def _narrow_row(e: CacheEntry) -> tuple[str, ...]:
+    """``show``'s default row: the key (device/op/bucket/dtype), the winner and its
+    median, the runner-up and how much slower, the confidence; cut to fit 100 columns."""
+    wide = [escape(cell) for cell in _show_row(e)]
+    key = "/".join((wide[0], wide[2], wide[3], wide[4]))
+    second = e.ranking[1] if len(e.ranking) > 1 else None
+    if second is None:
+        runner = "-"
+    else:
+        how = "carried" if second.carried else wide[7].rpartition(" ")[2]
+        runner = f"{_cut(escape(second.name), NARROW_CAPS[3] - len(how) - 1)} {how}"
+    conf = wide[10].replace("low-confidence", "low").replace(" tie low", " tie,low")
+    cells = (key, wide[5], wide[6], runner, conf)
+    return tuple(_cut(cell, cap, middle=cell is key)
+                 for cell, cap in zip(cells, NARROW_CAPS, strict=True))
+
+
+_CELLS = "\x00"  # never in an escaped cell
+
+
+def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
+    """Columns padded to their widest cell. Each row is kept as one string until every
+    width is known (a million rows as lists of cells would double ``show``'s memory)."""
+    widths: list[int] = []
+    lines: list[str] = []
+    for row in rows:
+        # one C call checks the whole row: most rows have nothing to escape
+        cells = list(row) if "".join(row).isprintable() else list(map(escape, row))
+        lengths = list(map(len, cells))
+        widths = list(map(max, widths, lengths)) if widths else lengths
+        lines.append(_CELLS.join(cells))
+    for text in lines:
+        cells = text.split(_CELLS)
+        _say(out, "  ".join(map(str.ljust, cells, widths)).rstrip())
+
+
+def _paired_only(e: CacheEntry) -> bool:
+    """The runner-up's median is below the winner's though no tie ranked it second."""
+    if len(e.ranking) < 2 or e.tie or e.ranking[1].carried:
+        return False
+    return e.ranking[1].stats.median_ns < e.ranking[0].stats.median_ns
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    cache = artifacts.read_cache(args.cache)
+    entries = [e for e in cache.entries()
+               if (args.device is None or e.device == args.device)
+               and (args.op is None or e.op == args.op)]
+    if args.json:
+        from pytest_arbiter.store.cache_json import json_chunks
+
+        binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
+        if binary is not None:
+            out.flush()
+            binary.writelines(json_chunks(entries))
+            binary.flush()
+        else:
+            out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
+        return EXIT_OK
+    if not entries:
+        _say(out, f"{args.cache}: no entries")
+        return EXIT_OK
+    if args.wide:
+        _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
+    else:
+        _print_table(itertools.chain([NARROW_COLUMNS], map(_narrow_row, entries)), out)
+    if any(_paired_only(e) for e in entries):
+        _say(out, PAIRED_NOTE)
+    devices = sorted({e.device for e in entries})
+    low = sum(1 for e in entries if e.low_confidence)
+    _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})"
+         + (f"; {low} low-confidence (the next --arbiter-tune measures them again)"
+            if low else ""))
+    return EXIT_OK
+
+
+# -- merge -----------------------------------------------------------------------------
+
+
+def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
+    out_path = Path(args.output)
+    shards: list[MeasureCache] = []
+    for shard in args.shards:
+        if Path(shard).resolve() == out_path.resolve():
+            continue  # OUT is read under its lock by update_cache
+        shards.append(artifacts.read_cache(shard))
+    result = artifacts.update_cache(out_path, *shards)
+    for conflict in result.conflicts:
+        _say(out, conflict.describe())
+    _say(out, f"{out_path}: {len(result.entries)} entries after merging "
+         f"{len(args.shards)} shard(s); {len(result.conflicts)} conflict(s)")
+    if result.conflicts and args.fail_on_conflict:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# -- diff ------------------------------------------------------------------------------
+
+
+def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
+    old = artifacts.read_cache(args.old)
+    new = artifacts.read_cache(args.new)
+    d = diff(old, new)
+    for change in d.changed:
+        margin = change.margin
+        beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
+                else f"; {change.old.winner} not timed in NEW")
+        _say(out, f"changed {_key_text(change.key)}: {change.old.winner} "
+             f"({format_ns(change.old_ns)}) -> {change.new.winner} "
+             f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
+    for entry in d.added:
+        _say(out, f"added {_key_text(entry.key)}: {entry.winner} "
+             f"({format_ns(entry.ranking[0].stats.median_ns)})")
+    for entry in d.removed:
+        _say(out, f"removed {_key_text(entry.key)}: {entry.winner}")
+    _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
+         f"{len(d.removed)} removed, {d.same} unchanged")
+    return EXIT_OK
+
+
+# -- forget ----------------------------------------------------------------------------
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> datetime.timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: an age (argparse's ``type``)."""
+    found = _AGE.fullmatch(text.strip())
+    if found is None:
+        raise argparse.ArgumentTypeError(
+            f"{escape(repr(text))} is not an age: a number and a unit, s, m, h, d or w "
+            "(30d, 12h)")
+    try:
+        return datetime.timedelta(seconds=float(found.group(1)) * _UNIT_S[found.group(2)])
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is too long ago") from None
+
+
+def _date(text: str) -> datetime.datetime:
+    """``2026-11-01`` (midnight UTC) or an RFC 3339 time (``2026-11-01T06:00:00Z``; UTC
+    when it has no offset): a moment (argparse's ``type``)."""
+    import msgspec
+
+    try:
+        day = msgspec.convert(text.strip(), datetime.date)
+        return datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc)
+    except msgspec.ValidationError:
+        pass
+    try:
+        when = msgspec.convert(text.strip(), datetime.datetime)
+    except msgspec.ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"{escape(repr(text))} is not a date (2026-11-01) or a time "
+            "(2026-11-01T06:00:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def _name(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty name matches no entry")
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is not a number of seconds")
+    return value
+
+
+def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.store.corpus import Selection
+
+    cutoffs = [c for c in (args.before, None if args.older_than is None
+                           else datetime.datetime.now(datetime.timezone.utc) - args.older_than)
+               if c is not None]
+    selection = Selection(args.device, args.op, args.candidate,
+                          min(cutoffs) if cutoffs else None)
+    if selection.empty and not args.all:
+        sys.stderr.write("pytest-arbiter forget: error: name what to forget (--device, --op, "
+                         "--candidate, --older-than, --before), or --all for every entry\n")
+        return EXIT_USAGE
+    if args.all and not selection.empty:
+        sys.stderr.write("pytest-arbiter forget: error: --all forgets every entry: it "
+                         "takes no other filter\n")
+        return EXIT_USAGE
+    # with a time filter, the entries the other filters pick whose age is unknown: kept
+    untimed = Selection(args.device, args.op, args.candidate)
+    undated = 0
+
+    def picks(entry: CacheEntry) -> bool:
+        nonlocal undated
+        if selection.measured_before is not None and selection.measured_at(entry) is None:
+            undated += untimed.picks(entry)
+            return False
+        return selection.picks(entry)
+
+    gone, remain = artifacts.forget_entries(args.cache, picks, dry_run=args.dry_run,
+                                            timeout=args.lock_timeout)
+    verb = "would forget" if args.dry_run else "forgot"
+    for entry in gone:
+        _say(out, f"{verb} {_key_text(entry.key)}: winner {entry.winner}, measured "
+             f"{entry.provenance.get('measured_at', 'at an unknown time')}")
+    if undated:
+        _say(out, f"kept {undated} entries that match but do not say when they were "
+             "measured (no provenance.measured_at): their age is unknown")
+    if args.dry_run:
+        _say(out, f"{args.cache}: {len(gone)} entries would be removed, {remain} would "
+             "remain (dry run: nothing written)")
+    elif gone:
+        _say(out, f"{args.cache}: removed {len(gone)} entries, {remain} remain")
+    else:
+        _say(out, f"{args.cache}: no entry matches; nothing removed, {remain} remain")
+    return EXIT_OK
+
+
+# -- gate ------------------------------------------------------------------------------
+
+
+def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.gating.junit import ids_for, read_reports
+
+    fleet = read_reports(args.inputs, allow_no_data=args.allow_no_data)
+    baseline_path = Path(args.baseline)
+    if baseline_path.exists():
+        baseline = artifacts.read_histogram(baseline_path)
+        note = f"baseline {baseline_path}: {len(baseline)} entries"
+    else:
+        baseline = {}
+        note = f"baseline {baseline_path} does not exist yet: it counts as empty"
+    run = fleet.gated()
+    failing = GATED_OUTCOMES + ((STALE,) if args.stale == "fail" else ())
+    fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence())
+    _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
+         f"{len(fleet.counts)} dispatch entries; {note}")
+    if not fleet.counts:
+        _say(out, "warning: the reports hold no pytest-arbiter dispatch data "
+             "(was the plugin active? did any test dispatch?)")
+    tests = ids_for(fleet, fv.verdict.new)
+    for key, count in sorted(fv.verdict.new.items()):
+        ids = tests[key]
+        shown = ", ".join(ids[:MAX_TESTS_SHOWN])
+        more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
+        _say(out, f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
+             f"{shown or 'no recorded test'}{more}")
+    for key, count in sorted(fv.verdict.known.items()):
+        _say(out, f"known {key.outcome}: {_entry_key(key)} ({count} dispatches, in the baseline)")
+    for key in fv.fixed:
+        _say(out, f"fixed {key.outcome}: {_entry_key(key)} (no longer seen; "
+             + ("removed from the baseline)" if args.update
+                else "tighten the baseline with --update)"))
+    for key in fv.unchecked:
+        _say(out, f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
+             f"{key.target}/{key.op}: kept in the baseline)")
+    if args.update:
+        artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
+        _say(out, f"wrote the tightened baseline {baseline_path} "
+             f"({len(fv.fixed)} fixed entries removed)")
+    stale = [line for _, line in fleet.stale]
+    if stale and args.stale != "fail":
+        _say(out, f"{len(stale)} stale cached winner(s) reported, not gated (--stale=fail "
+             "gates them; 'pytest-arbiter stale' lists them)")
+    if not fv.passed:
+        _say(out, f"degrade gate FAILED: {len(fv.verdict.new)} new "
+             f"{' or '.join([', '.join(failing[:-1]), failing[-1]])} entries "
+             "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
+             "the baseline)")
+        return EXIT_FAILED
+    _say(out, f"degrade gate passed ({len(fv.verdict.known)} known gated entries)")
+    return EXIT_OK
+
+
+# -- stale ----------------------------------------------------------------------------
+
+
+def cmd_stale(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.gating.junit import read_reports
+
+    fleet = read_reports(args.inputs)
+    by_key: dict[str, list[str]] = {}
+    for source, line in fleet.stale:
+        key, _, found = line.partition(": ")
+        by_key.setdefault(key, []).append(f"{source}: {found}")
+    if args.json:
+        out.write(json.dumps([{"key": key, "found": lines}
+                              for key, lines in sorted(by_key.items())], indent=1) + "\n")
+        return EXIT_OK
+    _say(out, f"read {len(fleet.sources)} report(s): {len(by_key)} stale key(s)")
+    for key, lines in sorted(by_key.items()):
+        _say(out, key)
+        for text in lines:
+            _say(out, f"  {text}")
+    return EXIT_OK
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.cli import report
+
+    cache = artifacts.read_cache(args.cache)
+    histograms = [report.HistogramInput(str(path), artifacts.read_histogram(path))
+                  for path in args.histograms]
+    try:
+        page = report.render(cache, histograms)
+    except report.ReportUnavailable as exc:
+        sys.stderr.write(f"pytest-arbiter report: {exc}\n")
+        return EXIT_USAGE
+    artifacts.write_text_atomic(args.output, page)
+    _say(out, f"{args.output}: {len(cache)} entries, {len(histograms)} histogram(s)")
+    return EXIT_OK
+
+
+# -- export ----------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.store import benchmark_json
+
+    cache = artifacts.read_cache(args.cache)
+    entries = [e for e in cache.entries()
+               if (args.device is None or e.device == args.device)
+               and (args.op is None or e.op == args.op)]
+    if args.output is None:
+        doc = benchmark_json.document(entries)
+        out.write(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        return EXIT_OK
+    count = benchmark_json.write(Path(args.output), entries)
+    _say(out, f"{args.output}: {count} benchmarks from {len(entries)} entries "
+         "(pytest-benchmark JSON)")
+    return EXIT_OK
+
+
+def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    exp = sub.add_parser(
+        "export", help="write a cache's comparisons in another tool's format",
+        description="Write the comparisons of a cache in pytest-benchmark's JSON format "
+        "(--benchmark-json): one benchmark per key and candidate timed in the key's latest "
+        "comparison, grouped by key, statistics in seconds (mean: the median; stddev: "
+        "the interquartile range / 1.349). 'pytest-benchmark compare FILE' and "
+        "github-action-benchmark (tool: pytest) read it.")
+    exp.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    exp.add_argument("--format", required=True, choices=("pytest-benchmark",),
+                     help="the output format")
+    exp.add_argument("-o", "--output", metavar="FILE",
+                     help="the file to write (default: standard output)")
+    exp.add_argument("--device", help="only entries of this device tag")
+    exp.add_argument("--op", help="only entries of this op")
+    exp.set_defaults(run=cmd_export)
+
+
+# -- wiring ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pytest-arbiter", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    show = sub.add_parser("show", help="print a cache as a table (or JSON)",
+                          description="Print the entries of a cache artifact, one row per "
+                          "key: winner, its median, the runner-up, the evidence.")
+    show.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    show.add_argument("--json", action="store_true",
+                      help="print the entries as JSON (self-contained, one object each)")
+    show.add_argument("--device", help="only entries of this device tag")
+    show.add_argument("--op", help="only entries of this op")
+    show.add_argument("--wide", action="store_true",
+                      help="every column (target, samples, spread, host, measured), "
+                      "uncut; by default the table fits 100 columns")
+    show.set_defaults(run=cmd_show)
+
+    mrg = sub.add_parser(
+        "merge", help="merge cache shards into a corpus",
+        description="Merge cache shards into OUT under OUT's lock (OUT.lock). OUT's "
+        "current entries are kept unless the merge rule prefers a shard's entry for the "
+        "same key (measured against newer code or a newer environment, then higher "
+        "confidence, more samples, lower spread); OUT is "
+        "created if missing and may also be listed as a shard. Conflicts (two clear "
+        "picks of different winners for one key) are printed.")
+    mrg.add_argument("-o", "--output", required=True, metavar="OUT",
+                     help="the corpus to merge into (written atomically)")
+    mrg.add_argument("shards", nargs="+", metavar="SHARD", help="cache artifacts to merge")
+    mrg.add_argument("--fail-on-conflict", action="store_true",
+                     help="exit 1 when the merge met a conflict")
+    mrg.set_defaults(run=cmd_merge)
+
+    dif = sub.add_parser("diff", help="winners that changed between two caches",
+                         description="List the keys whose winner differs between OLD and "
+                         "NEW with both medians and the change, then added and removed "
+                         "keys.")
+    dif.add_argument("old", metavar="OLD")
+    dif.add_argument("new", metavar="NEW")
+    dif.set_defaults(run=cmd_diff)
+
+    fgt = sub.add_parser(
+        "forget", help="remove entries from a cache",
+        description="Remove the entries of CACHE that every given filter picks, under "
+        "CACHE's lock (CACHE.lock), and rewrite it atomically (through a symbolic link, "
+        "at its target). Refuses to run without a filter unless --all is given. Says how "
+        "many entries were removed and how many remain. A version 1 or 2 file is "
+        "rewritten as version 3.")
+    fgt.add_argument("cache", metavar="CACHE", help="the cache artifact to remove entries from")
+    fgt.add_argument("--device", type=_name, help="entries of this device tag")
+    fgt.add_argument("--op", type=_name, help="entries of this op")
+    fgt.add_argument("--candidate", type=_name, metavar="NAME",
+                     help="entries whose ranking, rejected or considered candidates name "
+                     "NAME")
+    fgt.add_argument("--older-than", type=_age, metavar="AGE",
+                     help="entries measured (provenance.measured_at) more than AGE ago: "
+                     "30d, 12h, 90m, 2w; an entry without measured_at is kept")
+    fgt.add_argument("--before", type=_date, metavar="DATE",
+                     help="entries measured before DATE (2026-11-01 is midnight UTC, or "
+                     "2026-11-01T06:00:00Z)")
+    fgt.add_argument("--all", action="store_true", help="every entry (and no other filter)")
+    fgt.add_argument("--dry-run", action="store_true",
+                     help="list what would be removed; write nothing")
+    fgt.add_argument("--lock-timeout", type=_seconds, default=artifacts.LOCK_TIMEOUT_S,
+                     metavar="SECONDS", help="how long to wait for another writer's lock "
+                     "(default %(default)g)")
+    fgt.set_defaults(run=cmd_forget)
+
+    gate = sub.add_parser(
+        "gate", help="fail on new degraded dispatches across the fleet's reports",
+        description="Merge the dispatch counts of JUnit XML reports (the arbiter:... "
+        "properties pytest-arbiter records per test) and/or histogram JSON files "
+        "(--arbiter-histogram), and fail (exit 1) on a degraded entry the baseline does "
+        "not list, naming target, op, candidate and the tests that hit it. Exit 2 when "
+        "an input cannot be read.")
+    gate.add_argument("--baseline", required=True, metavar="BASELINE",
+                      help="the committed histogram baseline (a missing file counts as "
+                      "empty)")
+    gate.add_argument("--update", action="store_true",
+                      help="write the tightened baseline: fixed entries removed (new ones "
+                      "are not added)")
+    gate.add_argument("inputs", nargs="+", metavar="INPUT",
+                      help="JUnit XML reports and/or histogram JSON files")
+    gate.add_argument("--allow-no-data", action="append", default=[], metavar="FILE",
+                      help="a JUnit report that may carry no pytest-arbiter data (a run "
+                      "with the plugin off, on purpose); any other such report is an "
+                      "error (exit 2): a runner whose degrades cannot be seen never "
+                      "passes the gate silently. Repeat for several files")
+    gate.add_argument("--stale", choices=("report", "fail"), default="report",
+                      help="'fail': a 'stale' entry (a cached winner a recheck found "
+                      "slower, --arbiter-recheck) the baseline does not list fails the "
+                      "gate too (default: report)")
+    gate.set_defaults(run=cmd_gate)
+
+    stl = sub.add_parser(
+        "stale", help="list the stale cached winners the fleet's reports found",
+        description="List the keys whose cached winner a recheck (pytest "
+        "--arbiter-recheck) found slower than another candidate timed side by side, "
+        "from the runners' JUnit XML reports, with what each runner found: the keys to "
+        "re-tune.")
+    stl.add_argument("inputs", nargs="+", metavar="REPORT", help="JUnit XML reports")
+    stl.add_argument("--json", action="store_true",
+                     help="print the keys as JSON: [{\"key\", \"found\"}]")
+    stl.set_defaults(run=cmd_stale)
+
+    rep = sub.add_parser(
+        "report", help="write an HTML page of a cache: heat maps of the winners' speedups",
+        description="Write one self-contained HTML page (inline SVG, nothing loaded from "
+        "the network): per device and op, heat maps of shape bucket by dtype coloured by "
+        "the winner's speedup over the runner-up and over the slowest, a table of every "
+        "entry, the histograms' degraded, rejected and error entries, and the entries due "
+        "for re-measurement. Needs matplotlib: pip install 'pytest-arbiter[report]'.")
+    rep.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
+    rep.add_argument("histograms", nargs="*", metavar="HISTOGRAM",
+                     help="dispatch histogram JSON files (--arbiter-histogram)")
+    rep.add_argument("-o", "--output", required=True, metavar="HTML",
+                     help="the page to write")
+    rep.set_defaults(run=cmd_report)
+    _add_export(sub)
+    return parser
+
+
+QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report", "export"})
+"""Commands whose output a reader may cut short (``| head``): a pass, not an error."""
+
+
+def _reader_gone(stream: TextIO, command: str) -> int:
+    """The reader of the output closed it (``pytest-arbiter show ... | head``): exit
+    quietly, as Python's documentation on SIGPIPE recommends, by pointing the output at
+    the null device so that the interpreter's last flush cannot fail again. A gate whose
+    verdict was not read out exits 2: a cut-off gate never passes."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd >= 0:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return EXIT_OK if command in QUIET_ON_BROKEN_PIPE else EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code (argparse's own exits are returned too)."""
+    stream = out if out is not None else sys.stdout
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # A short-lived process over large acyclic data: the cyclic collector would only
+    # rescan the loaded entries again and again.
+    gc.disable()
+    try:
+        code: int = args.run(args, stream)
+        stream.flush()
+        return code
+    except BrokenPipeError:
+        return _reader_gone(stream, args.command)
+    except artifacts.ArtifactError as exc:
+        sys.stderr.write(f"pytest-arbiter {args.command}: error: {escape(exc)}\n")
+        return EXIT_USAGE
+    except Exception as exc:
+        # a bug, not a verdict: exit 1 (what an uncaught traceback gives) means "the gate
+        # failed"; the traceback is kept for the report, escaped like all output
+        sys.stderr.write(f"pytest-arbiter {args.command}: internal error: "
+                         f"{escape(type(exc).__name__)}: {escape(exc)}\n")
+        for text in traceback.format_exc().splitlines():
+            sys.stderr.write(safe_line(text) + "\n")
+        return EXIT_USAGE
+    finally:
+        gc.enable()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

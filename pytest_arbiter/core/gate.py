@@ -1,0 +1,647 @@
+"""The F4 gate, the accuracy gate: a candidate agrees with the reference within the op's
+budget ("F4" is the gate's name in this project, not an abbreviation)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from pytest_arbiter.core.candidates import Candidate, Decline
+from pytest_arbiter.core.dtypes import dtype_name, precision, round_to, spacing
+from pytest_arbiter.core.ops import (
+    ERROR_LAMBDA,
+    ErrorModel,
+    ErrorScales,
+    Op,
+    compares_exactly,
+    error_model,
+    result_dtype,
+    to_host,
+)
+from pytest_arbiter.core.regions import Region
+from pytest_arbiter.core.user_inputs import is_scalar, same_layout_copy, sensitivity, user_trials
+from pytest_arbiter.extend.hooks import call as call_hook
+from pytest_arbiter.timing.watchdog import CallTimeout
+
+GATE_SEED = 20240611
+
+
+def _shape_text(inputs: Sequence[Any]) -> str:
+    return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One gate input: what ran, and how far from the reference it landed."""
+
+    index: int
+    seed: int | None
+    shapes: str
+    status: str  # "pass", "fail" (out of budget, wrong shape...), "error" (raised), "declined",
+    # "skipped" (a derived input whose exact result is not representable: nothing checked)
+    reason: str = ""
+    worst_abs: float = 0.0
+    worst_rel: float = 0.0
+    worst_ratio: float = 0.0  # worst error over its allowed error; > 1 fails
+    input: str = ""  # what the input probes: "the dispatch's own inputs", "ragged tails ..."
+    bias: float = 0.0  # the bias check's statistic over its bound; > 1 fails (0: not run)
+    spread: float = 0.0  # the spread check's statistic over its bound; > 1 fails
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """The gate verdict for one candidate on one region."""
+
+    candidate: str
+    op: str
+    region: str
+    dtype: str
+    passed: bool
+    reason: str
+    worst_abs: float
+    worst_rel: float
+    worst_ratio: float
+    budget: str
+    failing: TrialResult | None  # the first trial that failed or raised
+    trials: tuple[TrialResult, ...] = field(default_factory=tuple)
+
+    @property
+    def error(self) -> str:
+        """The first trial's reason in which the candidate raised (or its ``accepts()`` did);
+        ``""`` when none did."""
+        return next((t.reason for t in self.trials if t.status == "error"), "")
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the candidate returned a wrong result: out of budget, biased or too
+        spread out, wrong shape or dtype, NaN/Inf where the reference is finite (or the
+        reverse), all zeros, or modified inputs (an exception is :attr:`error`)."""
+        return any(t.status == "fail" for t in self.trials)
+
+    @property
+    def declined_inputs(self) -> bool:
+        """Whether the candidate declined the dispatch's own inputs (gated with ``inputs``)."""
+        return any(t.index == 0 and t.seed is None and t.status == "declined"
+                   for t in self.trials)
+
+    def summary(self) -> str:
+        """A readable report: verdict, worst error against budget, failing shape and seed."""
+        head = "passed" if self.passed else "FAILED"
+        lines = [f"F4 gate {head}: candidate {self.candidate!r} on {self.region}",
+                 f"  budget: {self.budget}",
+                 f"  worst abs error {self.worst_abs:.3e}, worst rel error {self.worst_rel:.3e}, "
+                 f"worst error/allowed {self.worst_ratio:.3g}"]
+        if self.failing is not None:
+            f = self.failing
+            what = f" ({f.input})" if f.input else ""
+            lines.append(f"  failing input #{f.index}{what}: shapes {f.shapes}, "
+                         f"seed {f.seed}: {f.reason}")
+        elif not self.passed:
+            lines.append(f"  {self.reason}")
+        declined = [t for t in self.trials if t.status == "declined"]
+        if declined:
+            lines.append(f"  {len(declined)} gate input(s) declined by the candidate "
+                         f"(e.g. shapes {declined[0].shapes}: {declined[0].reason})")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _budget_text(op: Op, dtype: str) -> str:
+    if op.name == "matmul" and op.builtin:
+        tf32 = ", TF32 inputs accepted" if dtype in op.allow_tf32 else ""
+        return (f"|C - C_ref| <= half an ulp of C + 8 u_acc (sqrt(K/3) |C_ref| + sqrt(K) "
+                f"sqrt((A*A)(B*B))) on generated inputs, 8 sqrt(K) u_acc |A||B| on the "
+                f"dispatch's, + flush; bias and spread checks; {dtype}{tf32} "
+                f"(docs/accuracy.md)")
+    if op.name == "softmax" and op.builtin:
+        return (f"|y - y_ref| <= half an ulp of y + u_acc (8 + 2|x - max| + 2 log s "
+                f"+ 8 (sqrt n + 5 + 5 sqrt R) + range) |y_ref| + flush; bias and spread "
+                f"checks; {dtype} (docs/accuracy.md)")
+    return f"op {op.name!r} budget for {dtype} (docs/accuracy.md)"
+
+
+def _expected(op: Op, inputs: Sequence[np.ndarray]
+              ) -> tuple[np.ndarray, np.dtype, str | None]:
+    """The float64 ground truth, the dtype the candidate's output must have, and the
+    floating dtype the reference computed it in (``None``: not floating point)."""
+    if op.builtin:
+        return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
+    ref = np.asarray(to_host(op.reference(*[_host_copy(x) for x in inputs])))
+    return ref.astype(np.float64), result_dtype(op, inputs, ref), _float_name(ref.dtype)
+
+
+Guard = Callable[[], AbstractContextManager[Any]]
+
+
+def _call_guard(call_timeout_s: float | None) -> Guard:
+    """A context manager factory for each candidate call: the watchdog when one is asked
+    for and :mod:`pytest_arbiter.timing.watchdog` exists, else nothing."""
+    if call_timeout_s is None:
+        return contextlib.nullcontext
+    try:
+        watchdog = importlib.import_module("pytest_arbiter.timing.watchdog").watchdog
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext
+    seconds = call_timeout_s
+    return lambda: watchdog(seconds)
+
+
+STAT_ALPHA = 1e-9
+"""False-alarm probability of each statistical check on one gate input (two-sided)."""
+_LOG_TERM = math.log(2.0 / STAT_ALPHA)
+_MIN_UNITS = 8
+"""Fewer distinct outputs than this and the statistical checks say nothing."""
+STAT_SAMPLE = 2048
+"""The statistical checks look at this many outputs of a trial at most, evenly spread."""
+_ROUNDING_VARIANCE = 1.0 / 12.0  # of one rounding to nearest, in ulp^2: the weights' floor
+_STAT_DTYPES = ("float32", "float16", "bfloat16")
+_FLUSH_MARGIN = 64.0
+
+
+@dataclass(frozen=True)
+class _Units:
+    """The sampled outputs of one trial, one entry per distinct (group, exact value), in
+    units of the output's spacing (ulp) at the exact value."""
+
+    d: np.ndarray  # got - round(exact): the error beyond a correctly rounded result
+    z: np.ndarray  # got - exact
+    z_ideal: np.ndarray  # round(exact) - exact: the correctly rounded result's own error
+    sign: np.ndarray  # sign of the exact value
+    sd: np.ndarray
+    common: np.ndarray
+    systematic: np.ndarray
+    bound: np.ndarray  # the largest |z| the elementwise budget lets through
+    group: np.ndarray  # the group (softmax row); each unit its own when nothing is shared
+
+
+def _units(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
+           seed: int) -> _Units:
+    """At most STAT_SAMPLE finite outputs, every k-th one (a choice fixed before the errors
+    are seen, so the checks' false-alarm bound holds for the sample). Outputs equal in the exact
+    result and in one group are one unit: a deterministic kernel computes them alike,
+    so their errors are one observation, not several."""
+    flat_exact, flat_got = exact.reshape(-1), got.reshape(-1)
+    stride = -(-flat_exact.size // STAT_SAMPLE)
+    index = np.arange(seed % stride, flat_exact.size, stride)
+    sampled = flat_exact[index]
+    keep = np.isfinite(sampled) & np.isfinite(flat_got[index])
+    if model.flush:
+        # where flushing float32 subnormals to zero (allowed) could move an output by more
+        # than 1/64 of its spacing, its error says nothing about rounding
+        keep &= spacing(np.where(keep, sampled, 0.0), dtype) >= _FLUSH_MARGIN * model.flush
+    index = index[keep]
+    e = flat_exact[index]
+    if model.group_size:
+        groups = index // model.group_size
+        order = np.lexsort((e, groups))
+        groups = groups[order]
+        same = (np.diff(e[order]) == 0) & (np.diff(groups) == 0)
+    else:
+        order = np.argsort(e)
+        same = np.diff(e[order]) == 0
+    index, e = index[order], e[order]
+    g = flat_got[index]
+    if not model.group_size:
+        groups = np.arange(e.size)
+    ulp = spacing(e, dtype)
+    ideal = round_to(e, dtype)
+    scales = model.scales(index)
+    columns = [(g - ideal) / ulp, (g - e) / ulp, (ideal - e) / ulp]
+    maxima = [scales.sd / ulp, scales.common / ulp, scales.systematic / ulp,
+              model.allowed.reshape(-1)[index] / ulp]
+    sign = np.sign(e)
+    if same.any():
+        starts = np.flatnonzero(np.concatenate([[True], ~same]))
+        counts = np.diff(np.append(starts, e.size))
+        columns = [np.add.reduceat(c, starts) / counts for c in columns]
+        maxima = [np.maximum.reduceat(m, starts) for m in maxima]
+        sign, groups = sign[starts], groups[starts]
+    d, z, z_ideal = columns
+    sd, common, systematic, bound = maxima
+    return _Units(d, z, z_ideal, sign, sd, common, systematic, bound,
+                  np.asarray(groups, dtype=np.int64))
+
+
+def _bernstein(variance: float, largest: float) -> float:
+    """The deviation a sum of independent zero-mean terms (total variance ``variance``,
+    each within ``largest`` of its mean) exceeds with probability at most STAT_ALPHA."""
+    return math.sqrt(2.0 * _LOG_TERM * variance) + 2.0 / 3.0 * _LOG_TERM * largest
+
+
+def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.bincount(group, weights=values)
+    return out
+
+
+def _bias_check(u: _Units) -> tuple[float, str]:
+    """Bias: the weighted mean of ``d`` (signed, and relative to each output's sign) is
+    zero for round to nearest, up to the model's systematic allowance and its noise.
+
+    Under the rounding model, E[d] equals the mean shift of the value before the last
+    rounding (its position within a spacing being uniform), and
+    E[d^2] <= E|c| + E[c^2] for a shift c: so with c of scale sd (independent), common
+    (shared by a group) and systematic, Var(d) <= sd + sd^2 + common + systematic.
+    """
+    v = u.sd + u.sd ** 2 + u.common + u.systematic
+    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
+    independent = float(np.sum(w * w * v))
+    shared = float(np.sum(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
+    threshold = _bernstein(independent + shared, float(np.max(2.0 * w * (u.bound + 0.5))))
+    allowance = float(np.sum(w * u.systematic))
+    total = float(np.sum(w))
+    worst_ratio, worst_text = 0.0, ""
+    for stat, lean in ((float(np.sum(w * u.sign * u.d)), ("away from zero", "toward zero")),
+                       (float(np.sum(w * u.d)), ("upward", "downward"))):
+        ratio = (abs(stat) - allowance) / threshold
+        if ratio > worst_ratio:
+            worst_ratio = ratio
+            worst_text = (
+                f"bias check: the errors lean {lean[0] if stat > 0 else lean[1]}, "
+                f"{stat / total:+.3g} ulp on average over {u.d.size} distinct outputs, "
+                f"where round to nearest allows {(allowance + threshold) / total:.2g} "
+                f"({ratio:.3g}x the bound)")
+    return worst_ratio, worst_text
+
+
+def _spread_check(u: _Units) -> tuple[float, str]:
+    """Spread: the squared error beyond the correctly rounded result's, z^2 - z_ideal^2,
+    has mean E[c^2] <= sd^2 + systematic^2 for a shift c before the last rounding. A
+    group's shared relative error is first estimated (least squares, clipped to the
+    budget's ERROR_LAMBDA scales) and taken out, its estimation error allowed for."""
+    z = u.z
+    expected = u.sd ** 2 + u.systematic ** 2
+    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
+    reach = u.bound + 0.5
+    if u.common.any():
+        h = u.common * u.sign
+        fit_w = w * u.common ** 2
+        slope = _group_sums(w * h * z, u.group) / np.maximum(_group_sums(fit_w, u.group), 1e-300)
+        slope = np.clip(slope, -ERROR_LAMBDA, ERROR_LAMBDA)
+        z = z - slope[u.group] * h
+        noise = _group_sums(w * w * u.common ** 2 * (expected + 0.25), u.group) / np.maximum(
+            _group_sums(fit_w, u.group), 1e-300) ** 2
+        expected = expected + u.common ** 2 * noise[u.group]
+        reach = reach + ERROR_LAMBDA * u.common
+    excess = z ** 2 - u.z_ideal ** 2
+    stat = float(np.sum(w * excess))
+    mean = float(np.sum(w * expected))
+    flips = u.sd + u.sd ** 2 + u.systematic + u.common + expected
+    variance = float(np.sum(w * w * flips * reach ** 2))
+    threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
+    ratio = (stat - mean) / threshold
+    total = float(np.sum(w))
+    text = (f"spread check: the errors are {math.sqrt(max(stat, 0.0) / total):.3g} ulp RMS "
+            f"beyond correct rounding over {z.size} distinct outputs, where the rounding "
+            f"model allows {math.sqrt((mean + threshold) / total):.3g} ({ratio:.3g}x the bound)")
+    return ratio, text
+
+
+def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
+                seed: int) -> tuple[float, float, str]:
+    """``(bias ratio, spread ratio, reason)`` of one trial; a ratio over 1 fails, and the
+    reason says which check failed and by how much ("" when both pass)."""
+    units = _units(got, exact, model, dtype, seed)
+    if units.d.size < _MIN_UNITS:
+        return 0.0, 0.0, ""
+    bias, bias_text = _bias_check(units)
+    spread, spread_text = _spread_check(units)
+    if bias > 1.0:
+        return bias, spread, bias_text
+    if spread > 1.0:
+        return bias, spread, spread_text
+    return bias, spread, ""
+
+
+TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "user"]
+"""Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
+(``builtin``), or a user op's extra trials (:data:`~pytest_arbiter.core.user_inputs.TrialKind`)."""
+_DERIVED = ("generated", "conditioned", "special")
+_SENSITIVE = ("conditioned", "special", "user")
+"""Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
+_STAT_SOURCES = ("builtin", "generated", "user")
+
+
+@dataclass(frozen=True)
+class _Trial:
+    seed: int | None
+    inputs: tuple[Any, ...]
+    name: str
+    source: TrialSource = "own"
+
+
+def _host(x: Any) -> Any:
+    """A trial's input on the host; a plain number stays one."""
+    return x if is_scalar(x) else to_host(x)
+
+
+def _host_copy(x: Any) -> Any:
+    return x if is_scalar(x) else np.array(x, copy=True)
+
+
+def _check_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
+                 guard: Guard = contextlib.nullcontext) -> TrialResult:
+    """Run ``cand`` on one gate input and judge its output. NumPy's floating-point warnings
+    are off meanwhile: the gate feeds NaN, inf and subnormals on purpose, and a kernel's
+    ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
+    a warning would be raised as one)."""
+    with np.errstate(all="ignore"):
+        return _judge_trial(cand, op, index, trial, guard)
+
+
+def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
+    """``(status, reason)`` when ``accepts()`` refuses the inputs or raises; else None."""
+    try:
+        if not cand.accepts(*inputs):
+            return "declined", "accepts() returned False"
+    except Decline as dec:
+        return "declined", f"Decline: {dec.reason}"
+    except Exception as exc:
+        return "error", f"accepts() raised {type(exc).__name__}: {exc}"
+    return None
+
+
+def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
+    """Why a derived trial checks nothing (``""``: it does): its exact result overflows
+    the output dtype, or is not finite although its inputs are (the reference's own
+    overflow). Special values' NaN and inf are what a kernel must match."""
+    if source not in _DERIVED:
+        return ""
+    finite = np.isfinite(exact)
+    if source != "special" and not bool(finite.all()):
+        return "skipped: the reference is not finite on these finite inputs"
+    float_name = _float_name(out_dtype)
+    if float_name is not None and exact.size and float(np.max(
+            np.abs(np.where(finite, exact, 0.0)))) > precision(float_name).largest:
+        return f"skipped: the exact result overflows {float_name}"
+    return ""
+
+
+def _judge_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
+                 guard: Guard) -> TrialResult:
+    inputs, shapes = trial.inputs, _shape_text(trial.inputs)
+
+    def result(status: str, reason: str = "") -> TrialResult:
+        return TrialResult(index, trial.seed, shapes, status, reason, input=trial.name)
+
+    refused = _declined(cand, inputs)
+    if refused is not None:
+        return result(*refused)
+    originals = [_host_copy(x) for x in inputs]
+    try:
+        exact, out_dtype, reference_dtype = _expected(op, originals)
+    except Exception as exc:
+        if trial.source not in _DERIVED:
+            raise
+        return result("skipped", f"skipped: the reference raised {type(exc).__name__}")
+    skip = _unrepresentable(trial.source, exact, out_dtype)
+    if skip:
+        return result("skipped", skip)
+    try:
+        # the kernel sees the inputs' own memory layout (strides and all): a kernel
+        # wrong on a strided view must fail here, not pass on a contiguous copy
+        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in inputs])
+        with guard():
+            # the copies back wait for a device candidate's work: under the guard, so a
+            # fault or a hang there is this candidate's, never escapes nor blames the next
+            out = np.asarray(to_host(cand.run(*prepared)))
+            afterwards = [_host(x) for x in prepared]
+    except Decline as dec:
+        return result("declined", f"Decline: {dec.reason}")
+    except (Exception, CallTimeout) as exc:
+        return result("error", f"raised {type(exc).__name__}: {exc}")
+    for original, after in zip(originals, afterwards, strict=True):
+        if not np.array_equal(original, after, equal_nan=True):
+            return result("fail", "the kernel modified its inputs")
+    if out.shape != exact.shape:
+        return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
+    if out.dtype != out_dtype:
+        return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
+    if compares_exactly(op, out_dtype):
+        return result(*_exact_verdict(out, exact))
+    return _judge_values(op, index, trial, originals, exact, reference_dtype, out)
+
+
+def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
+    """An integer or boolean output: equal to the reference's, element for element."""
+    wrong = out.astype(np.float64) != exact
+    if not wrong.any():
+        return "pass", ""
+    where = tuple(int(i) for i in np.argwhere(wrong)[0])
+    return "fail", (f"{int(wrong.sum())} output(s) differ from the reference's exact "
+                    f"{out.dtype} values, first at {where}: got {out[where]}, reference "
+                    f"{exact[where]:g} (integer and boolean outputs are compared exactly)")
+
+
+def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
+                  exact: np.ndarray, reference_dtype: str | None,
+                  out: np.ndarray) -> TrialResult:
+    """A floating-point output against the reference: non-finite values, the elementwise
+    budget, and on the gate's own random inputs the bias and spread checks."""
+    seed, shapes, name = trial.seed, _shape_text(trial.inputs), trial.name
+    got = out.astype(np.float64)
+    float_name = _float_name(out.dtype)
+    wrong, checked = _non_finite(got, exact, float_name)
+    if wrong:
+        return TrialResult(index, seed, shapes, "fail", wrong, input=name)
+    if exact.size and not got.any() and exact.any():
+        return TrialResult(index, seed, shapes, "fail",
+                           "output is all zeros where the reference is not", input=name)
+    model, allowed = _budget(op, trial, originals, exact, float_name, reference_dtype)
+    err = np.abs(got - exact)
+    if checked is not None:
+        err = np.where(checked, err, 0.0)
+    ratio = err / allowed  # (floating-point warnings are off in the trial)
+    if model is None or trial.source in _SENSITIVE:
+        ratio = np.where(err > 0, ratio, 0.0)  # a user budget may allow 0 somewhere
+    rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
+    if checked is not None:
+        rel = np.where(checked, rel, 0.0)
+    worst_abs = float(err.max()) if err.size else 0.0
+    worst_rel = float(rel.max()) if rel.size else 0.0
+    worst_ratio = float(ratio.max()) if ratio.size else 0.0
+    if worst_ratio > 1.0:
+        where = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+        return TrialResult(
+            index, seed, shapes, "fail",
+            f"error {float(err[where]):.3e} at {where} exceeds the allowed "
+            f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
+            worst_abs, worst_rel, worst_ratio, input=name)
+    bias = spread = 0.0
+    if (model is not None and seed is not None and float_name in _STAT_DTYPES
+            and trial.source in _STAT_SOURCES):
+        # the checks' null model holds for random inputs only; the dispatch's inputs may
+        # be structured (equal rows, sorted values) and make a correct kernel's rounding
+        # errors look biased, and offsets and specials add errors of their own
+        sample = got if checked is None else np.where(checked, got, np.nan)
+        bias, spread, why = _statistics(sample, exact, model, float_name, seed)
+        if why:
+            return TrialResult(index, seed, shapes, "fail", why, worst_abs, worst_rel,
+                               worst_ratio, input=name, bias=bias, spread=spread)
+    return TrialResult(index, seed, shapes, "pass", "", worst_abs, worst_rel, worst_ratio,
+                       input=name, bias=bias, spread=spread)
+
+
+def _budget(op: Op, trial: _Trial, originals: list[Any], exact: np.ndarray,
+            float_name: str | None, reference_dtype: str | None
+            ) -> tuple[ErrorModel | None, np.ndarray]:
+    """The error model (``None``: a user op's own ``budget=``) and the elementwise budget
+    of one trial. A trial whose inputs the gate or the op's ``gate_inputs`` chose beyond
+    fresh draws (large magnitudes, offsets, special values, the user's own) may be
+    ill-conditioned: its budget adds the reference's measured sensitivity, and so does the
+    statistical checks' scale of a correct kernel's error (docs/accuracy.md)."""
+    model = error_model(op, originals, exact, generated=trial.seed is not None,
+                        out_dtype=float_name, reference_dtype=reference_dtype)
+    if trial.source not in _SENSITIVE:
+        allowed = model.allowed if model is not None else np.asarray(
+            op.budget(originals, exact), dtype=np.float64)
+        return model, allowed
+    extra = sensitivity(op.reference, tuple(originals), exact, trial.seed or 0)
+    if model is not None:
+        model = _widened(model, extra)
+        return model, model.allowed
+    return None, np.asarray(op.budget(originals, exact), dtype=np.float64) + extra
+
+
+def _widened(model: ErrorModel, extra: np.ndarray) -> ErrorModel:
+    """``model`` with ``extra`` (absolute, per output) added to its budget and to the scale
+    of the independent random part of a correct kernel's error."""
+    flat = extra.reshape(-1)
+    base = model.scales
+
+    def scales(index: np.ndarray) -> ErrorScales:
+        terms = base(index)
+        return terms._replace(sd=terms.sd + flat[index])
+
+    return replace(model, allowed=model.allowed + extra, scales=scales)
+
+
+def _float_name(dtype: np.dtype) -> str | None:
+    """The arbiter's name for a floating output dtype; ``None`` for any other (an int64
+    argmax, say), which has no rounding to check."""
+    try:
+        return dtype_name(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _non_finite(got: np.ndarray, exact: np.ndarray,
+                float_name: str | None) -> tuple[str, np.ndarray | None]:
+    """Where the reference defines a NaN, the output must be NaN; where it defines an
+    infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
+    into NaN); where it is finite, a finite value, unless rounding the exact value to the
+    output dtype overflows (then that infinity is right). A non-finite value must never
+    come back finite. ``(what is wrong or "", the outputs to hold to the budget)``, the
+    mask ``None`` when that is all of them."""
+    finite = np.isfinite(exact)
+    all_finite = bool(finite.all())
+    if all_finite and bool(np.isfinite(got).all()):
+        return "", None
+    overflowed = np.zeros(exact.shape, dtype=bool)
+    if float_name is not None:
+        big = finite & (np.abs(np.where(finite, exact, 0.0)) > precision(float_name).largest)
+        if big.any():
+            rounded = round_to(np.where(big, exact, 0.0), float_name)
+            overflowed = big & np.isinf(rounded) & (got == rounded)
+    checks = (
+        (finite & ~np.isfinite(got) & ~overflowed,
+         "NaN/Inf output(s) where the reference is finite"),
+        (np.isnan(exact) & ~np.isnan(got),
+         "output(s) not NaN where the reference is NaN (a NaN, 0 * inf or inf - inf "
+         "must propagate)"),
+        (np.isinf(exact) & (got != exact) & ~np.isnan(got),
+         "output(s) neither NaN nor the reference's infinity where it is infinite"),
+    )
+    for bad, what in checks:
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{int(bad.sum())} {what}, first at {where}: got {float(got[where]):g}, "
+                    f"reference {float(exact[where]):g}"), None
+    return "", finite & ~overflowed
+
+
+def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
+            seed: int) -> tuple[Region, list[_Trial]]:
+    """The region and the gate's inputs: the dispatch's own, then a built-in op's
+    generated ones, or a user op's extra trials (its ``gate_inputs``', then the derived)."""
+    trials: list[_Trial] = []
+    if inputs is not None:
+        op.validate(*inputs)
+        own = tuple(_host(x) for x in inputs)
+        trials.append(_Trial(None, own, "the dispatch's own inputs"))
+        if region is None:
+            region = op.region_of(*inputs)
+        if op.gate_inputs is None and not op.builtin:
+            extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
+            trials.extend(_Trial(seed + i, t.inputs, t.name, t.kind)
+                          for i, t in enumerate(extra))
+    if region is None:
+        raise ValueError("f4_gate needs inputs or a region")
+    if op.gate_inputs is not None:
+        generated = op.gate_inputs(region, seed)
+        names = getattr(generated, "names", None) or []
+        trials.extend(_Trial(seed + i, t, names[i] if i < len(names)
+                             else f"generated input {i}", "builtin")
+                      for i, t in enumerate(generated))
+    return region, trials
+
+
+def _nothing_checked(op: Op, trials: Sequence[_Trial], results: Sequence[TrialResult]) -> str:
+    """Why a gate with no failure still does not pass: no trial at all (a user op gated on
+    a region, with no inputs to start from), or every trial declined or skipped."""
+    if not trials:
+        return (f"nothing to check: op {op.name!r} is a user op, whose gate inputs are made "
+                "from a dispatch's inputs; gate the candidate on inputs "
+                "(arbiter.gate(name, *inputs)), not on a region alone")
+    if any(r.status == "declined" for r in results):
+        return "the candidate declined every gate input, so nothing was checked"
+    return "every gate input was skipped, so nothing was checked"
+
+
+def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
+            region: Region | None = None, seed: int = GATE_SEED,
+            call_timeout_s: float | None = None) -> GateReport:
+    """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
+
+    Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
+    and tails, all-positive, mixed-magnitude and offset values, zeros, NaN/inf and
+    subnormals: docs/accuracy.md); on those, besides the elementwise budget, the errors
+    must pass a bias and a spread check. User ops are gated on the dispatch's own inputs,
+    on the op's ``gate_inputs(inputs, rng)`` if it has one, and on trials derived from
+    the dispatch's inputs (fresh values, large magnitudes and offsets, special values);
+    the statistical checks run on the random ones (docs/accuracy.md, "User ops").
+    A candidate that declines every input does not pass; one that raises does not either
+    (its trial's status is ``"error"``).
+    ``call_timeout_s``: run each candidate call under :mod:`pytest_arbiter.timing.watchdog`'s
+    ``watchdog(seconds)`` when that module is present; a call it stops is an error.
+    """
+    guard = _call_guard(call_timeout_s)
+    region, trials = _trials(op, inputs, region, seed)
+    results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(trials)]
+    checked = [r for r in results if r.status not in ("declined", "skipped")]
+    failing = next((r for r in results if r.status in ("fail", "error")), None)
+    worst = max(checked, key=lambda r: r.worst_ratio, default=None)
+    if failing is not None:
+        reason = failing.reason
+    elif not checked:
+        reason = _nothing_checked(op, trials, results)
+    else:
+        reason = ""
+    report = GateReport(
+        candidate=cand.name, op=op.name, region=region.describe(), dtype=region.dtype,
+        passed=failing is None and bool(checked), reason=reason,
+        worst_abs=max((r.worst_abs for r in checked), default=0.0),
+        worst_rel=max((r.worst_rel for r in checked), default=0.0),
+        worst_ratio=worst.worst_ratio if worst else 0.0,
+        budget=_budget_text(op, region.dtype), failing=failing, trials=tuple(results))
+    if failing is not None:  # wrong or raising; declining every input is not a failure
+        call_hook("pytest_arbiter_gate_failed", report=report)
+    return report

@@ -1,0 +1,323 @@
+"""What a measurement was taken against: the candidates' code and the environment.
+
+A cache entry records, for every candidate considered for its key, the fingerprint of
+the candidate's code (:func:`fingerprint_of`), and the environment its timings are
+valid under (:func:`current_environment`). A candidate whose code changed, one added
+or removed, or a new driver, CuPy, NumPy or BLAS makes the entry's measurement stale:
+the next tune measures the key again, and the new entry supersedes the old one in a
+merge (docs/artifacts.md).
+
+The fingerprint of Python code is a hash of its bytecode, constants and names, which
+differ between Python minor versions: the environment records the Python version too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import re
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
+
+FINGERPRINT_HEX = 16
+"""Hex digits of a fingerprint (64 bits)."""
+
+
+def fingerprint_of(candidate: Candidate) -> str:
+    """A short, stable hex hash of what ``candidate`` runs (worked out once per
+    candidate object).
+
+    A function candidate: its function's code (bytecode, constants including nested
+    functions' code, global and attribute names; docstrings and line numbers left out).
+    A :class:`~pytest_arbiter.core.candidates.Candidate` subclass: the code of every method
+    its class and its bases define below ``Candidate`` (``run`` and what it calls on
+    ``self``: ``launch``, ``problem``, ...), plus what its ``fingerprint_parts()`` or
+    ``source()`` returns (a ``.cu`` kernel's source text and compile options). Either
+    way, plus ``candidate.version`` when one is declared.
+    """
+    found = _MEMO.get(candidate)
+    if found is None:
+        found = _MEMO[candidate] = _fingerprint(candidate)
+    return found
+
+
+_MEMO: weakref.WeakKeyDictionary[Candidate, str] = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(candidate: Candidate) -> str:
+    digest = hashlib.blake2b(digest_size=FINGERPRINT_HEX // 2)
+    if isinstance(candidate, FunctionCandidate):
+        _hash_callable(digest, candidate.fn)
+    else:
+        for klass in type(candidate).__mro__:
+            if klass is Candidate or klass is object:
+                break
+            for name in sorted(vars(klass)):
+                member = vars(klass)[name]
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if isinstance(member, property):
+                    member = member.fget
+                if isinstance(member, types.FunctionType):
+                    digest.update(f"\0method {klass.__name__}.{name}\0".encode())
+                    _hash_callable(digest, member)
+    for hook in ("fingerprint_parts", "source"):
+        offered = getattr(candidate, hook, None)
+        if callable(offered):
+            try:
+                parts = offered()
+            except Exception as exc:  # never into a dispatch: the entry just never matches
+                digest.update(f"\0{hook} raised {type(exc).__name__}: {exc}\0".encode())
+                continue
+            for part in [parts] if isinstance(parts, (str, bytes)) else parts:
+                digest.update(f"\0{hook}\0".encode())
+                digest.update(part if isinstance(part, bytes) else str(part).encode())
+    if candidate.version is not None:
+        digest.update(f"\0version\0{candidate.version}".encode())
+    return digest.hexdigest()
+
+
+MAX_HELPERS = 64
+"""At most this many helper functions a kernel calls are hashed with it."""
+
+
+def _hash_callable(digest: Any, fn: Callable[..., Any],
+                   seen: set[int] | None = None) -> None:
+    """Hash what ``fn`` runs: its code, and the code of the plain Python functions of its
+    own package that it reaches through its global names and closure (a shared tile
+    helper, a launch wrapper): an edit to one of them changes the fingerprint."""
+    seen = set() if seen is None else seen
+    seen.add(id(fn))
+    if isinstance(fn, functools.partial):
+        _hash_callable(digest, fn.func, seen)
+        digest.update(f"\0partial\0{_stable_repr(fn.args)}"
+                      f"{_stable_repr(tuple(sorted(fn.keywords.items())))}".encode())
+        return
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a callable object: its class's __call__
+        fn = vars(type(fn)).get("__call__", fn)
+        code = getattr(fn, "__code__", None)
+    if isinstance(code, types.CodeType):
+        _hash_code(digest, code, getattr(fn, "__doc__", None))
+        try:
+            helpers = _helpers(fn, code)
+        except Exception as exc:  # a module whose lookups raise: hashed by what we know
+            digest.update(f"\0helpers unreadable {type(exc).__name__}\0".encode())
+            return
+        for name, helper in helpers:
+            if id(helper) not in seen and len(seen) <= MAX_HELPERS:
+                digest.update(f"\0calls {name}\0".encode())
+                _hash_callable(digest, helper, seen)
+        return
+    # a builtin or a C function (np.matmul): its name; its library's version is in
+    # the environment
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(type(fn))
+    digest.update(f"\0builtin\0{module}.{name}".encode())
+
+
+def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
+    """The Python functions (and partials of them) of the user's own code that ``fn``'s
+    code names as globals, reaches as attributes of a module it names (``helpers.impl``),
+    or holds in its closure, by name. The user's own code: the kernel's own top-level
+    package, or any module not installed with Python or in site-packages."""
+    home = str(getattr(fn, "__module__", "") or "").split(".")[0]
+    names = sorted(_names(code))
+    found: dict[str, Any] = {}
+    namespace = getattr(fn, "__globals__", None) or {}
+    for name in names:
+        obj = namespace.get(name)
+        if isinstance(obj, types.ModuleType) and _own_code(obj, home):
+            members = vars(obj)  # never the module's __getattr__ (a lazy import)
+            for attr in names:
+                member = members.get(attr)
+                if member is not None:
+                    found.setdefault(f"{name}.{attr}", member)
+        else:
+            found.setdefault(name, obj)
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (),
+                          strict=False):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    out = []
+    for name, obj in sorted(found.items()):
+        target = obj.func if isinstance(obj, functools.partial) else obj
+        if isinstance(target, types.FunctionType) and _own_code(target, home):
+            out.append((name, obj))
+    return out
+
+
+def _own_code(obj: Any, home: str) -> bool:
+    """Whether ``obj`` (a function or a module) is the user's code, not a library's."""
+    if isinstance(obj, types.ModuleType):
+        module = str(vars(obj).get("__name__") or "")
+        path = vars(obj).get("__file__")
+        if module.split(".")[0] == home:
+            return True
+        return bool(path) and not str(path).startswith(_library_paths())
+    module = str(getattr(obj, "__module__", None) or "")
+    if module.split(".")[0] == home:
+        return True
+    code = getattr(obj, "__code__", None)
+    path = code.co_filename if code is not None else getattr(obj, "__file__", None)
+    if not path:
+        return False
+    return not str(path).startswith(_library_paths())
+
+
+@functools.cache
+def _library_paths() -> tuple[str, ...]:
+    """Where installed libraries and the standard library live: their code is versioned
+    by the environment, not fingerprinted."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib",
+                                                      "platlib")}
+    paths.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    paths.add(site.getusersitepackages())
+    return tuple(sorted(os.path.join(p, "") for p in paths if p))
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and its nested code objects use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _hash_code(digest: Any, code: types.CodeType, doc: str | None = None) -> None:
+    digest.update(b"\0code\0")
+    digest.update(code.co_code)
+    digest.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_names)).encode())
+    consts = code.co_consts
+    if doc is not None and consts and consts[0] == doc:
+        consts = consts[1:]  # the docstring: documentation, not behaviour
+    for const in consts:
+        if isinstance(const, types.CodeType):
+            _hash_code(digest, const)
+        else:
+            digest.update(b"\0const\0")
+            digest.update(_stable_repr(const).encode())
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` that does not depend on the process: a frozenset's order does (string
+    hashing is randomised), so its items are sorted."""
+    if isinstance(value, frozenset):
+        return "frozenset({" + ", ".join(sorted(map(_stable_repr, value))) + "})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_stable_repr, value)) + ",)"
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f"{value.__module__}.{value.__qualname__}"
+    if type(value).__module__ == "numpy" and hasattr(value, "tobytes"):
+        digest = hashlib.blake2b(value.tobytes(), digest_size=8).hexdigest()
+        return f"ndarray({value.dtype}, {getattr(value, 'shape', ())}, {digest})"
+    return _ADDRESS.sub("", repr(value))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+GPU_TARGETS = ("nvidia", "amd")
+
+
+def current_environment(target: str) -> dict[str, str]:
+    """What timings on ``target`` are valid under, here: ``device_name``, ``python``,
+    ``numpy``, ``blas`` (when NumPy says cheaply), and on a GPU target, when CuPy is
+    importable, ``cupy``, the runtime CuPy was built against (``cuda_runtime`` or
+    ``rocm_runtime``) and the one loaded here (``cuda_runtime_local``), ``driver``,
+    ``nvrtc``, ``blas_library`` (cuBLAS or hipBLAS), ``cupy_tf32`` and
+    ``nvidia_tf32_override``.
+
+    Worked out once per target and process. CuPy is never imported for the CPU target.
+    """
+    return dict(_environment(target))
+
+
+def forget_environment() -> None:
+    """Work the environment out again on the next call (tests swap CuPy in and out)."""
+    _environment.cache_clear()
+
+
+@functools.cache
+def _environment(target: str) -> tuple[tuple[str, str], ...]:
+    import numpy as np
+
+    from pytest_arbiter.extend.device import DeviceInfo, probe_device
+
+    env = {"python": platform.python_version(), "numpy": np.__version__}
+    blas = _numpy_blas()
+    if blas:
+        env["blas"] = blas
+    found = probe_device(target)
+    if isinstance(found, DeviceInfo):
+        env["device_name"] = found.name
+    if target in GPU_TARGETS:
+        env.update(_gpu_versions())
+    return tuple(sorted(env.items()))
+
+
+def _numpy_blas() -> str:
+    """``name version`` of the BLAS NumPy was built with (NumPy >= 1.26), else ``""``."""
+    import numpy as np
+
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k)).strip()
+    except Exception:
+        return ""
+
+
+TF32_VARIABLES = ("CUPY_TF32", "NVIDIA_TF32_OVERRIDE")
+"""Environment variables that let float32 GEMMs run on TF32 tensor cores (CuPy's
+``CUPY_TF32=1``) or forbid it (``NVIDIA_TF32_OVERRIDE=0``): they change both the
+timings and the results, so the environment records them (``unset`` when unset)."""
+
+
+def _gpu_versions() -> Iterable[tuple[str, str]]:
+    """CuPy, the CUDA runtime CuPy was built against (``cuda_runtime``) and the one
+    loaded here (``cuda_runtime_local``), the driver, NVRTC (which decides the machine
+    code), the BLAS library and the TF32 switches."""
+    from pytest_arbiter.runtime.cuda.device import cupy_or_reason, is_hip
+
+    cp = cupy_or_reason()
+    if isinstance(cp, str):
+        return []
+    hip = is_hip(cp)
+    runtime = "rocm_runtime" if hip else "cuda_runtime"
+    found = [("cupy", str(getattr(cp, "__version__", "?")))]
+    found += _read_each(((runtime, lambda: cp.cuda.runtime.runtimeGetVersion()),
+                         (f"{runtime}_local", lambda: cp.cuda.get_local_runtime_version()),
+                         ("driver", lambda: cp.cuda.runtime.driverGetVersion()),
+                         ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
+                         ("blas_library", lambda: _blas_library(cp, hip))))
+    found += [(name.lower(), os.environ.get(name, "unset")) for name in TF32_VARIABLES]
+    return found
+
+
+def _read_each(reads: Iterable[tuple[str, Callable[[], object]]]) -> list[tuple[str, str]]:
+    """``(key, str(read()))`` for each read that works; one that raises is left out."""
+    found = []
+    for key, read in reads:
+        try:
+            found.append((key, str(read())))
+        except Exception:
+            pass
+    return found
+
+
+def _blas_library(cp: Any, hip: bool) -> str:
+    handle = cp.cuda.device.get_cublas_handle()
+    return f"{'hipblas' if hip else 'cublas'} {cp.cuda.cublas.getVersion(handle)}"

@@ -1,0 +1,121 @@
+"""The degrade gate: compare a run's histogram with the committed baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, keyed
+
+FAILING_OUTCOMES = GATED_OUTCOMES
+
+
+@dataclass(frozen=True)
+class BaselineVerdict:
+    """New failing entries (not in the baseline), known ones, and fixed ones."""
+
+    new: dict[HistogramKey, int]
+    known: dict[HistogramKey, int]
+    fixed: list[HistogramKey]
+
+    @property
+    def passed(self) -> bool:
+        return not self.new
+
+    def describe_new(self) -> list[str]:
+        return [f"new {k.outcome}: target={k.target} op={k.op} candidate={k.selected} "
+                f"({v} dispatches)"
+                for k, v in sorted(self.new.items())]
+
+    def describe_fixed(self) -> list[str]:
+        return [f"fixed {k.outcome}: target={k.target} op={k.op} candidate={k.selected} "
+                "(no longer seen; tighten the baseline)" for k in self.fixed]
+
+
+def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+                        *, failing: tuple[str, ...] = FAILING_OUTCOMES) -> BaselineVerdict:
+    """A ``failing`` entry of ``run`` fails unless ``baseline`` lists the same key.
+
+    Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
+    """
+    run, baseline = keyed(run), keyed(baseline)
+    new = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k not in baseline}
+    known = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k in baseline}
+    fixed = sorted(k for k, v in baseline.items()
+                   if k.outcome in failing and v > 0 and run.get(k, 0) == 0)
+    return BaselineVerdict(new, known, fixed)
+
+
+@dataclass(frozen=True)
+class FleetVerdict:
+    """The gate over many runners' reports.
+
+    A baseline entry the reports no longer show is ``fixed`` only when some report
+    dispatched its (target, op) at all; otherwise it is ``unchecked`` (no runner of
+    that target reported, e.g. the GPU jobs did not run) and stays in the baseline. A
+    ``stale`` entry is never fixed this way: its absence may only mean no recheck ran.
+    """
+
+    verdict: BaselineVerdict
+    unchecked: list[HistogramKey]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
+
+    @property
+    def fixed(self) -> list[HistogramKey]:
+        return self.verdict.fixed
+
+
+Triple = tuple[str, str, str]
+"""(target, op, candidate)."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a run saw of its candidates, for telling a fixed entry from an unchecked
+    one: ``checked``, candidates that passed the F4 gate or ran a dispatch and never
+    failed; ``registered``, the candidates registered for each (target, op) the run
+    dispatched. An entry of a candidate that is neither checked nor gone (unavailable
+    on this runner, or not reached by a ``-k`` subset) proves nothing."""
+
+    checked: frozenset[Triple] = frozenset()
+    registered: frozenset[Triple] = frozenset()
+    ops: frozenset[tuple[str, str]] = field(default=frozenset())
+
+    @classmethod
+    def of(cls, checked: Iterable[Triple], failed: Iterable[Triple],
+           registered: Iterable[Triple]) -> Evidence:
+        known = frozenset(registered)
+        return cls(frozenset(checked) - frozenset(failed), known,
+                   frozenset((t, o) for t, o, _ in known))
+
+    def proves_fixed(self, key: HistogramKey) -> bool:
+        """The entry's candidate was checked and passed, or is gone from its op."""
+        triple = (key.target, key.op, key.selected)
+        gone = (key.target, key.op) in self.ops and triple not in self.registered
+        return triple in self.checked or gone
+
+
+def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+               *, failing: tuple[str, ...] = FAILING_OUTCOMES,
+               evidence: Evidence | None = None) -> FleetVerdict:
+    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones. With
+    ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed
+    only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
+    verdict = compare_to_baseline(run, baseline, failing=failing)
+    covered = {(k.target, k.op) for k, v in keyed(run).items() if v > 0}
+    # a stale entry that a run does not show was maybe never rechecked (no
+    # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
+    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE
+             and (evidence is None or evidence.proves_fixed(k))]
+    unchecked = [k for k in verdict.fixed if k not in fixed]
+    return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
+
+
+def tightened(baseline: Mapping[HistogramKey, int], fixed: list[HistogramKey]
+              ) -> dict[HistogramKey, int]:
+    """The baseline without its ``fixed`` entries: a fixed degrade may not come back."""
+    drop = set(fixed)
+    return {k: v for k, v in baseline.items() if k not in drop}

@@ -1,0 +1,204 @@
+"""The dispatch histogram: outcome counts per (target, op, selected candidate).
+
+Memory is bounded by the number of distinct keys: each dispatch bumps a counter. The
+file format (typed, validated) is :mod:`pytest_arbiter.gating.histogram_file`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, Literal, NamedTuple, cast
+
+Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
+"""What one dispatch record means (SPEC.md, "outcome"): :data:`OUTCOMES` as a type (a
+test keeps the two equal)."""
+OUTCOMES: tuple[Outcome, ...] = ("won", "degraded", "no_candidate", "error", "rejected",
+                                 "stale")
+GATED_OUTCOMES: tuple[Outcome, ...] = ("degraded", "rejected", "error")
+"""Outcomes the CI gate fails on unless the baseline lists them."""
+STALE = "stale"
+"""A cached winner a recheck found slower than another candidate, timed side by side
+(``--arbiter-recheck``): gated like the above only with ``--arbiter-recheck=fail``
+(``pytest-arbiter gate --stale=fail``)."""
+NO_CANDIDATE = "none"
+HISTOGRAM_SCHEMA: Final = "pytest-arbiter/histogram"
+HISTOGRAM_VERSION: Final = 1
+REFERENCE = "the reference"
+"""Who ran a dispatch no candidate could run (in a reason, an explain line)."""
+
+class HistogramKey(NamedTuple):
+    """One counter of the histogram. A plain 4-tuple in this order finds the same count."""
+
+    target: str
+    op: str
+    selected: str
+    """The candidate's name; ``"none"`` for ``no_candidate``."""
+    outcome: Outcome
+
+
+AnyCounts = Mapping[HistogramKey, int] | Mapping[tuple[str, str, str, str], int]
+"""Counts keyed by :class:`HistogramKey` or by plain tuples in its order."""
+
+
+def keyed(counts: AnyCounts) -> dict[HistogramKey, int]:
+    """``counts`` with each key a :class:`HistogramKey` (a caller may pass plain tuples)."""
+    return {k if type(k) is HistogramKey else HistogramKey._make(k): v
+            for k, v in counts.items()}
+
+
+FindingKey = tuple[str, str, str, str, str, Outcome]
+"""(target, op, bucket, dtype, candidate, outcome): a failing kernel that a measurement
+or a replay of the corpus found for one dispatch key (docs/contract.md, "Counting")."""
+
+
+def finding_counts(findings: Iterable[FindingKey]) -> dict[HistogramKey, int]:
+    """How many findings count under each histogram entry."""
+    out: dict[HistogramKey, int] = {}
+    for found in findings:
+        key = HistogramKey(found[0], found[1], found[4], found[5])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+class DispatchHistogram:
+    """Thread-safe outcome counters, convertible to and from plain JSON-able dicts.
+
+    Each key owns an ``itertools.count``: ``next()`` on it is one C call that the GIL
+    makes atomic, so the dispatch hot path bumps a counter without taking a lock.
+    """
+
+    def __init__(self, counts: AnyCounts | None = None) -> None:
+        self._counters: dict[HistogramKey, itertools.count[int]] = {}
+        self._base: dict[HistogramKey, int] = {}
+        self._extra: dict[HistogramKey, int] = {}
+        self._lock = threading.Lock()
+        for key, count in (counts or {}).items():
+            self.add(key, count)
+
+    def counter(self, key: tuple[str, str, str, str]) -> Callable[[], int]:
+        """The bound ``next`` of ``key``'s counter: call it to count one dispatch."""
+        # a plain tuple finds its HistogramKey: equal tuples, equal hashes
+        found = cast("dict[tuple[str, str, str, str], itertools.count[int]]",
+                     self._counters).get(key)
+        if found is None:
+            named = key if type(key) is HistogramKey else HistogramKey._make(key)
+            with self._lock:
+                found = self._counters.setdefault(named, itertools.count())
+        return found.__next__
+
+    def add(self, key: tuple[str, str, str, str], count: int = 1) -> None:
+        """Count ``key`` ``count`` times (already validated)."""
+        if count == 1:
+            self.counter(key)()
+            return
+        named = key if type(key) is HistogramKey else HistogramKey._make(key)
+        self.counter(named)
+        with self._lock:
+            self._extra[named] = self._extra.get(named, 0) + count
+
+    def _value(self, key: HistogramKey) -> int:
+        # repr(count(n)) is "count(n)": n values were handed out
+        handed_out = int(repr(self._counters[key])[6:-1])
+        return handed_out + self._extra.get(key, 0) - self._base.get(key, 0)
+
+    def record(self, target: str, op: str, selected: str, outcome: Outcome, count: int = 1) -> None:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; outcomes are {', '.join(OUTCOMES)}")
+        self.add(HistogramKey(target, op, selected, outcome), count)
+
+    def counts(self, target: str | None = None, op: str | None = None) -> dict[HistogramKey, int]:
+        """Counts per (target, op, selected, outcome), optionally for one target and/or op."""
+        with self._lock:
+            items = [(k, self._value(k)) for k in list(self._counters)]
+        return {k: v for k, v in items if v > 0
+                and (target is None or k.target == target) and (op is None or k.op == op)}
+
+    def total(self, outcome: str | None = None) -> int:
+        return sum(v for k, v in self.counts().items() if outcome is None or k.outcome == outcome)
+
+    def __len__(self) -> int:
+        return len(self.counts())
+
+    def discount(self, counts: Mapping[HistogramKey, int]) -> None:
+        """Take ``counts`` back (a retried test's earlier attempt); counters handed to
+        hot paths keep working."""
+        with self._lock:
+            for key, count in counts.items():
+                if key in self._counters:
+                    self._base[key] = self._base.get(key, 0) + min(count, self._value(key))
+
+    def clear(self) -> None:
+        """Zero every count; counters handed to hot paths keep working."""
+        with self._lock:
+            for key in self._counters:
+                self._base[key] = self._base.get(key, 0) + self._value(key)
+
+    def merge(self, other: DispatchHistogram | AnyCounts) -> None:
+        items = other.counts() if isinstance(other, DispatchHistogram) else keyed(other)
+        for key, count in items.items():
+            self.add(key, count)
+
+    def minus(self, before: Mapping[HistogramKey, int]) -> dict[HistogramKey, int]:
+        """Counts added since the snapshot ``before`` (what one test dispatched)."""
+        now = self.counts()
+        return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) > 0}
+
+    def entries(self) -> list[dict[str, Any]]:
+        return entries_of(self.counts())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The histogram file's document as plain builtins (an xdist worker's payload)."""
+        import msgspec
+
+        from pytest_arbiter.gating.histogram_file import document
+
+        data: dict[str, Any] = msgspec.to_builtins(document(self.counts()))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "histogram") -> DispatchHistogram:
+        return cls(counts_from_dict(data, source=source))
+
+
+def entries_of(counts: Mapping[HistogramKey, int],
+               expected: Mapping[HistogramKey, int] | None = None) -> list[dict[str, Any]]:
+    """Sorted entry dicts for a counts mapping, as the histogram file holds them.
+
+    ``expected``: how many of each key's dispatches came from tests that degrade on
+    purpose; written as the entry's ``"expected"`` where it is not zero.
+    """
+    import msgspec
+
+    from pytest_arbiter.gating.histogram_file import document
+
+    entries: list[dict[str, Any]] = msgspec.to_builtins(document(counts, expected).entries)
+    return entries
+
+
+def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
+                     ) -> dict[HistogramKey, int]:
+    """Parse a histogram dict; ``ValueError`` naming ``source`` and the bad part."""
+    return counts_and_expected(data, source=source)[0]
+
+
+def counts_and_expected(data: Mapping[str, Any], *, source: str = "histogram"
+                        ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts of a histogram dict and, per key, how many were degrades on purpose
+    (the entries' optional ``"expected"``); ``ValueError`` naming ``source``.
+
+    Validated as the file is (:mod:`pytest_arbiter.gating.histogram_file`): unknown or missing
+    fields, wrong types and out-of-range values are refused.
+    """
+    from pytest_arbiter.gating import histogram_file
+
+    return histogram_file.counts_and_expected(histogram_file.convert(data, source))
+
+
+def merge_counts(parts: Iterable[Mapping[HistogramKey, int]]) -> dict[HistogramKey, int]:
+    total: dict[HistogramKey, int] = {}
+    for part in parts:
+        for key, count in part.items():
+            total[key] = total.get(key, 0) + count
+    return total

@@ -1,0 +1,188 @@
+"""The dispatch histogram's file format, which is also the baseline's.
+
+The models below are the format's documentation and its validation: one msgspec
+decode checks every type and bound and names the JSON path of a bad value
+(``$.entries[3].count``); unknown fields, missing ones, NaN, infinities and
+out-of-range numbers are refused (see :mod:`pytest_arbiter.store.strictjson` for what every
+JSON artifact is checked for besides). A file this package writes also carries the
+sum of its counts (``total``), checked on read, so a damaged count (a ``1`` become a
+``0``) is an error rather than a degrade gone; a hand-written file may leave it out.
+
+Kept apart from :mod:`pytest_arbiter.gating.histogram` (the counters of the dispatch hot
+path) so that loading the plugin does not import msgspec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from pytest_arbiter.gating.histogram import (
+    HISTOGRAM_SCHEMA,
+    HISTOGRAM_VERSION,
+    HistogramKey,
+    Outcome,
+)
+from pytest_arbiter.store import strictjson
+from pytest_arbiter.store.safetext import escape
+
+MAX_COUNT = 2**63 - 1
+"""The largest count a file may hold (a signed 64-bit integer)."""
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class HistogramEntry(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                     kw_only=True, omit_defaults=True):
+    """How many dispatches of one (target, op, selected candidate) had one outcome.
+
+    Fields in the order they are written (sorted, as the first writer wrote them).
+    """
+
+    count: Count
+    expected: Count = 0
+    """How many of ``count`` came from tests that degrade on purpose (written when not
+    zero); the gates leave these out."""
+    op: Name
+    outcome: Outcome
+    selected: Name
+    """The candidate the arbiter selected (``none`` when nothing applied)."""
+    target: Name
+
+    def __post_init__(self) -> None:
+        if self.expected > self.count:
+            raise ValueError(f"expected ({self.expected}) is more than count ({self.count})")
+
+    @property
+    def key(self) -> HistogramKey:
+        return HistogramKey(self.target, self.op, self.selected, self.outcome)
+
+
+class HistogramTotal(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                     kw_only=True):
+    """The sums of the entries' ``count`` and ``expected``: a check, written by this
+    package, that no count was damaged."""
+
+    count: Annotated[int, msgspec.Meta(ge=0)]
+    expected: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class HistogramDocument(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                        kw_only=True, omit_defaults=True):
+    """A histogram (or baseline) file: ``schema``, ``version``, the entries sorted by
+    (target, op, selected, outcome), and optionally their ``total``."""
+
+    entries: tuple[HistogramEntry, ...]
+    schema: Literal["pytest-arbiter/histogram"]
+    total: HistogramTotal | None = None
+    version: Literal[1]
+
+    def __post_init__(self) -> None:
+        if self.total is None:
+            return
+        count = sum(e.count for e in self.entries)
+        expected = sum(e.expected for e in self.entries)
+        if (count, expected) != (self.total.count, self.total.expected):
+            raise ValueError(
+                f"the entries add up to count {count}, expected {expected}, but total says "
+                f"count {self.total.count}, expected {self.total.expected} (damaged, or "
+                "edited by hand: fix or delete the total)")
+
+
+BaselineDocument = HistogramDocument
+"""A baseline is a histogram file: its degraded, rejected and error entries are the
+known ones."""
+
+
+class _Header(msgspec.Struct):
+    schema: Any = None
+    version: Any = None
+
+
+# made at import: msgspec resolves a model's annotations through sys.modules on first
+# use, which a module that was imported and then dropped from it (pytester's in-process
+# runs) would no longer find
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(HistogramDocument)
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
+
+
+def document(counts: Mapping[HistogramKey, int],
+             expected: Mapping[HistogramKey, int] | None = None) -> HistogramDocument:
+    """The document for ``counts``: entries sorted by key, each key's ``expected`` (how
+    many were degrades on purpose) capped at its count, and the total."""
+    entries = []
+    for key, count in sorted(counts.items()):
+        on_purpose = min(count, (expected or {}).get(key, 0))
+        target, op, selected, outcome = key
+        entries.append(HistogramEntry(count=count, expected=max(on_purpose, 0), op=op,
+                                      outcome=outcome,
+                                      selected=selected, target=target))
+    total = HistogramTotal(count=sum(e.count for e in entries),
+                           expected=sum(e.expected for e in entries))
+    return HistogramDocument(entries=tuple(entries), schema=HISTOGRAM_SCHEMA, total=total,
+                             version=HISTOGRAM_VERSION)
+
+
+def encode(doc: HistogramDocument) -> bytes:
+    """The file's bytes: sorted keys, two-space indentation, a trailing newline; the same
+    document always gives the same bytes. ``ValueError`` if the document is not one a
+    reader would accept (a negative count, an empty name, an unknown outcome)."""
+    try:
+        text = msgspec.json.format(_ENCODER.encode(doc), indent=2) + b"\n"
+    except (UnicodeEncodeError, msgspec.EncodeError) as exc:
+        raise ValueError(f"cannot encode the histogram: {escape(exc)}") from None
+    try:
+        _DECODER.decode(text)  # what is written must read back: the C decoder checks it
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"cannot write the histogram: {escape(exc)}") from None
+    return text
+
+
+def decode(data: bytes, source: str) -> HistogramDocument:
+    """The document in ``data``; ``ValueError`` naming ``source`` and what is wrong."""
+    try:
+        doc: HistogramDocument = strictjson.decode(data, source, HistogramDocument)
+    except ValueError as exc:
+        raise ValueError(_header_problem(data, source) or str(exc)) from None
+    return doc
+
+
+def convert(data: Any, source: str) -> HistogramDocument:
+    """A document from plain builtins (an xdist worker's payload), validated the same."""
+    try:
+        return msgspec.convert(data, HistogramDocument)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{escape(source)}: {escape(exc)}") from None
+
+
+def _header_problem(data: bytes, source: str) -> str | None:
+    """A clearer message for another schema or a newer version than the field path."""
+    try:
+        head = _HEADER_DECODER.decode(data)
+    except (msgspec.MsgspecError, RecursionError, UnicodeDecodeError):
+        return None
+    if head.schema != HISTOGRAM_SCHEMA:
+        found = "missing" if head.schema is None else escape(repr(head.schema))
+        return f"{escape(source)}: schema is {found}, expected {HISTOGRAM_SCHEMA!r}"
+    if head.version != HISTOGRAM_VERSION:
+        return (f"{escape(source)}: histogram version {escape(repr(head.version))} is not "
+                f"supported (this pytest-arbiter reads version {HISTOGRAM_VERSION})")
+    return None
+
+
+def counts_and_expected(doc: HistogramDocument
+                        ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts per key and, per key, how many were degrades on purpose. Two entries
+    of one key (a hand-resolved merge conflict) add up."""
+    counts: dict[HistogramKey, int] = {}
+    expected: dict[HistogramKey, int] = {}
+    for entry in doc.entries:
+        key = entry.key
+        counts[key] = counts.get(key, 0) + entry.count
+        if entry.expected:
+            expected[key] = expected.get(key, 0) + entry.expected
+    return counts, expected

@@ -1,0 +1,548 @@
+"""Dispatch counts from the fleet's reports: JUnit XML files and histogram JSON files.
+
+The plugin records each test's dispatches as testcase properties named
+``arbiter:TARGET/OP/SELECTED/OUTCOME`` with the count as the value, and the run's
+totals as properties of the ``<testsuite>`` (:func:`suite_properties`):
+
+- ``arbiter-report`` = ``1``: pytest-arbiter was active in the run (and this is the
+  version of the scheme);
+- ``arbiter-total:TARGET/OP/SELECTED/OUTCOME`` = every dispatch of the run with that
+  key, in tests, in xdist workers and outside any test;
+- ``arbiter-outside:TARGET/OP/SELECTED/OUTCOME`` = the part of that total no testcase
+  records (a dispatch at import or collection time, in a session hook);
+- ``arbiter-incomplete`` = why the run's counts are incomplete (a crashed worker, an
+  interrupted session), when they are.
+
+This module reads them back with :mod:`junitparser` and fails closed: a suite whose
+testcase counts plus its ``arbiter-outside`` counts are not its ``arbiter-total``
+counts, key by key, is refused, and so are malformed or unknown ``arbiter`` properties,
+``arbiter`` properties without the ``arbiter-report`` marker (an older pytest-arbiter's
+report, or a damaged one), and an incomplete run's report. So a damaged report is an
+error, never a degrade gone. The XML is parsed with no document type at all (a report
+that declares one is refused: its entities could expand without bound or read local
+files), whichever XML backend junitparser uses.
+
+Test ids are normalised (the ``@group`` suffix ``pytest-xdist --dist loadgroup`` adds
+is dropped) and kept sorted, so neither xdist nor test order changes what the gate
+reports. This module never imports pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_arbiter.gating.histogram import OUTCOMES, HistogramKey
+
+if TYPE_CHECKING:
+    from pytest_arbiter.gating.baseline import Evidence
+from pytest_arbiter.store.safetext import escape
+
+PROPERTY_PREFIX = "arbiter:"
+"""Testcase property: ``arbiter:TARGET/OP/SELECTED/OUTCOME`` = what the test dispatched."""
+EXPECT_DEGRADE_PROPERTY = "arbiter-expect-degrade"
+"""A testcase property saying the test degrades on purpose: its entries are not gated."""
+REPORT_PROPERTY = "arbiter-report"
+"""Suite property: pytest-arbiter was active; the value is :data:`REPORT_VERSION`."""
+REPORT_VERSION = "1"
+TOTAL_PREFIX = "arbiter-total:"
+"""Suite property: every dispatch of the run with the key."""
+OUTSIDE_PREFIX = "arbiter-outside:"
+"""Suite property: the dispatches of the key that no testcase records."""
+INCOMPLETE_PROPERTY = "arbiter-incomplete"
+"""Suite property: why the run's counts are incomplete; the gate refuses such a report."""
+CHECKED_PREFIX = "arbiter-checked:"
+"""Suite property ``arbiter-checked:TARGET/OP/CANDIDATE`` = ``1``: the candidate passed
+the F4 gate or ran a dispatch in the run, and never failed (what proves a baseline entry
+of it fixed)."""
+REGISTERED_PREFIX = "arbiter-registered:"
+"""Suite property ``arbiter-registered:TARGET/OP/CANDIDATE`` = ``1``: the candidate was
+registered for an op the run dispatched (a baseline entry of one that is not is gone);
+the candidate ``-`` marks an op dispatched with none registered."""
+STALE_PREFIX = "arbiter-stale:"
+"""Suite property ``arbiter-stale:N`` = ``TARGET/OP/BUCKET/DTYPE: stale: ...``:
+a key whose cached winner a recheck (``--arbiter-recheck``) found slower than another
+candidate, timed side by side in the run."""
+
+_OURS = ("arbiter:", "arbiter-")
+_XDIST_GROUP = re.compile(r"@[^\[\]@]*$")
+_COUNT = re.compile(r"[1-9][0-9]{0,17}")
+_ENCODING = re.compile(r"""\sencoding\s*=\s*["']([^"']*)["']""")
+
+
+@dataclass
+class FleetCounts:
+    """Dispatch counts of one or more reports, the tests behind each key, the sources."""
+
+    counts: dict[HistogramKey, int] = field(default_factory=dict)
+    tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    expected: dict[HistogramKey, int] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    testcases: int = 0
+    stale: list[tuple[str, str]] = field(default_factory=list)
+    """(source, line) of each ``arbiter-stale:`` suite property read."""
+    silent: list[str] = field(default_factory=list)
+    """The reports (or their test suites) that carry no pytest-arbiter data: the plugin
+    was off in that run, or the report was edited. A fleet gate fails closed on them."""
+    checked: set[tuple[str, str, str]] = field(default_factory=set)
+    registered: set[tuple[str, str, str]] = field(default_factory=set)
+    with_evidence: int = 0
+    """How many of the reports say what they saw of their candidates (JUnit reports of
+    runs that dispatched)."""
+
+    def evidence(self) -> Evidence | None:
+        """What the reports saw of their candidates (None when none says: a fleet of
+        histogram files only, judged by the older rule). A baseline entry no report
+        proves fixed is unchecked, and kept."""
+        from pytest_arbiter.gating.baseline import Evidence
+
+        if not self.with_evidence:
+            return None
+        return Evidence.of(self.checked, (), self.registered)
+
+    def add(self, key: HistogramKey, count: int, test: str | None = None) -> None:
+        self.counts[key] = self.counts.get(key, 0) + count
+        if test is not None:
+            self.tests.setdefault(key, set()).add(test)
+
+    def extend(self, other: FleetCounts) -> None:
+        for key, count in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + count
+        for key, tests in other.tests.items():
+            self.tests.setdefault(key, set()).update(tests)
+        for key, count in other.expected.items():
+            self.expected[key] = self.expected.get(key, 0) + count
+        self.sources.extend(other.sources)
+        self.testcases += other.testcases
+        self.stale.extend(other.stale)
+        self.silent.extend(other.silent)
+        self.checked |= other.checked
+        self.registered |= other.registered
+        self.with_evidence += other.with_evidence
+
+    def gated(self) -> dict[HistogramKey, int]:
+        """Counts minus those of tests that degrade on purpose."""
+        out = {}
+        for key, count in self.counts.items():
+            left = count - self.expected.get(key, 0)
+            if left > 0:
+                out[key] = left
+        return out
+
+
+def case_id(classname: str, name: str) -> str:
+    """A stable id for a JUnit testcase: ``classname::name``, xdist's ``@group`` dropped."""
+    base = _XDIST_GROUP.sub("", name)
+    return f"{classname}::{base}" if classname else base
+
+
+def property_name(key: HistogramKey, prefix: str = PROPERTY_PREFIX) -> str:
+    """``arbiter:TARGET/OP/SELECTED/OUTCOME`` (or another prefix) for ``key``."""
+    return prefix + "/".join(key)
+
+
+def parse_property(name: str, prefix: str = PROPERTY_PREFIX) -> HistogramKey | None:
+    """``arbiter:T/O/S/OUTCOME`` as a key; None for other properties; ValueError if bad.
+
+    A candidate name may hold ``/``: target and op are the first two parts, the outcome
+    the last, the candidate what is between.
+    """
+    if not name.startswith(prefix):
+        return None
+    parts = name[len(prefix):].split("/")
+    if len(parts) < 4 or not all(parts):
+        raise ValueError(f"property {name!r} is not {prefix}TARGET/OP/SELECTED/OUTCOME")
+    target, op, outcome = parts[0], parts[1], parts[-1]
+    selected = "/".join(parts[2:-1])
+    if outcome not in OUTCOMES:
+        raise ValueError(f"property {name!r} has unknown outcome {outcome!r}")
+    return HistogramKey(target, op, selected, outcome)
+
+
+def parse_count(name: str, value: str | None) -> int:
+    """A property's count: a positive decimal integer as the plugin writes it (``3``, not
+    ``03``, ``+3``, `` 3`` or ``3.0``); ValueError otherwise."""
+    if value is None or _COUNT.fullmatch(value) is None:
+        raise ValueError(f"property {name!r} has the value {value!r}, not a positive count")
+    return int(value)
+
+
+# -- writing: what the plugin puts in the report ------------------------------------------
+
+
+def add_recorded(recorded: dict[HistogramKey, int],
+                 user_properties: Iterable[Sequence[object]]) -> None:
+    """Add the ``arbiter:`` counts of one test report's properties to ``recorded``: what
+    the report's testcases will hold."""
+    for prop in user_properties:
+        name, value = prop[0], prop[1]
+        if not isinstance(name, str) or not name.startswith(PROPERTY_PREFIX):
+            continue
+        try:
+            key = parse_property(name)
+            count = int(str(value))
+        except ValueError:
+            continue  # not ours after all; the gate will say what is wrong with it
+        if key is not None:
+            recorded[key] = recorded.get(key, 0) + count
+
+
+def suite_properties(totals: Mapping[HistogramKey, int],
+                     recorded: Mapping[HistogramKey, int],
+                     incomplete: Sequence[str] = (),
+                     stale: Sequence[str] = (),
+                     evidence: Evidence | None = None) -> list[tuple[str, str]]:
+    """The suite properties of a run with these dispatch ``totals`` whose testcases
+    record ``recorded``: the marker, the totals, the dispatches outside any test, why
+    the counts are incomplete if they are, the stale keys a recheck found, and what the
+    run saw of its candidates (``evidence``)."""
+    props = [(REPORT_PROPERTY, REPORT_VERSION)]
+    if evidence is not None:
+        props.extend((f"{CHECKED_PREFIX}{t}/{o}/{c}", "1")
+                     for t, o, c in sorted(evidence.checked))
+        props.extend((f"{REGISTERED_PREFIX}{t}/{o}/{c or '-'}", "1")
+                     for t, o, c in sorted(evidence.registered))
+    if incomplete:
+        props.append((INCOMPLETE_PROPERTY, "; ".join(incomplete)))
+    live = sorted((k, v) for k, v in totals.items() if v > 0)
+    props.extend((property_name(k, TOTAL_PREFIX), str(v)) for k, v in live)
+    for key, count in live:
+        outside = count - recorded.get(key, 0)
+        if outside > 0:
+            props.append((property_name(key, OUTSIDE_PREFIX), str(outside)))
+    props.extend((f"{STALE_PREFIX}{number}", line) for number, line in enumerate(stale))
+    return props
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _etree() -> Any:
+    """The ElementTree implementation junitparser builds its elements with (lxml when
+    it is installed, else the standard library's)."""
+    from junitparser import junitparser as backend
+
+    return backend.etree  # type: ignore[attr-defined]
+
+
+def _check_prolog(text: str, source: str) -> None:
+    """Refuse a document type declaration and an encoding other than UTF-8.
+
+    Only the prolog (what comes before the root element) can hold either, so this walks
+    the XML declaration, processing instructions, comments and whitespace up to the
+    first other markup. Whatever follows is the parser's to judge.
+    """
+    at, end = 0, len(text)
+    while at < end:
+        while at < end and text[at] in " \t\r\n":
+            at += 1
+        if text.startswith("<?", at):
+            close = text.find("?>", at)
+            if close < 0:
+                return
+            declared = _ENCODING.search(text, at, close)
+            if (text.startswith("<?xml", at) and declared is not None
+                    and declared.group(1).lower() not in ("utf-8", "utf8")):
+                raise ValueError(f"{escape(source)} declares the encoding "
+                                 f"{escape(repr(declared.group(1)))}: a report is UTF-8")
+            at = close + 2
+        elif text.startswith("<!--", at):
+            close = text.find("-->", at + 4)
+            if close < 0:
+                return
+            at = close + 3
+        elif text.startswith("<!", at):
+            raise ValueError(f"{escape(source)} declares a document type (<!DOCTYPE ...>): "
+                             "a JUnit report has no reason to, and its entities could "
+                             "expand without bound or read local files")
+        else:
+            return
+
+
+def parse_xml(data: bytes, source: str) -> Any:
+    """The root element of a report's XML, parsed safely; ``ValueError`` naming
+    ``source``. UTF-8 without a byte order mark, no document type, no entity but XML's
+    five, no network or file access, by the backend junitparser uses."""
+    from pytest_arbiter.store.strictjson import check_bom, position
+
+    check_bom(data, source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{escape(source)} is not UTF-8: {escape(exc.reason)} at "
+                         f"{position(data, exc.start)}") from None
+    _check_prolog(text, source)
+    etree = _etree()
+    try:
+        if getattr(etree, "__name__", "").startswith("lxml"):
+            parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
+                                     dtd_validation=False, huge_tree=False)
+            root = etree.fromstring(data, parser)
+            docinfo = root.getroottree().docinfo
+            if docinfo.doctype or docinfo.internalDTD is not None:
+                raise _Refused("declares a document type")
+        else:
+            root = etree.fromstring(data, parser=etree.XMLParser(target=_NoDoctype()))
+    except _Refused as exc:
+        raise ValueError(f"{escape(source)} {exc}: refused") from None
+    except RecursionError:
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: nested too deeply"
+                         ) from None
+    except Exception as exc:  # each backend raises its own syntax error
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: {escape(exc)}") from None
+    return root
+
+
+class _Refused(Exception):
+    pass
+
+
+class _NoDoctype(ET.TreeBuilder):
+    """The standard library's tree builder, stopping at a document type declaration
+    (expat calls this once the declaration is read, before any element)."""
+
+    def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
+        raise _Refused("declares a document type")
+
+
+@dataclass
+class _Suite:
+    """One ``<testsuite>``'s arbiter data, as read."""
+
+    marker: str | None = None
+    incomplete: str | None = None
+    totals: dict[HistogramKey, int] = field(default_factory=dict)
+    outside: dict[HistogramKey, int] = field(default_factory=dict)
+    in_cases: dict[HistogramKey, int] = field(default_factory=dict)
+    tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    expected: dict[HistogramKey, int] = field(default_factory=dict)
+    arbiter_data: bool = False
+    stale: list[str] = field(default_factory=list)
+    checked: set[tuple[str, str, str]] = field(default_factory=set)
+    registered: set[tuple[str, str, str]] = field(default_factory=set)
+    cases: dict[str, tuple[dict[HistogramKey, int], bool]] = field(default_factory=dict)
+
+
+def _properties(element: Any, where: str) -> list[tuple[str, str]]:
+    """(name, value) of the ``<property>`` elements of ``element``'s ``<properties>``."""
+    from junitparser import Properties
+
+    out = []
+    for props in element.iterchildren(Properties):
+        for prop in props:
+            name, value = prop.name, prop.value
+            if name is None or value is None:
+                raise ValueError(f"{where}: a <property> without a "
+                                 f"{'name' if name is None else 'value'}")
+            out.append((name, value))
+    return out
+
+
+def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
+    seen: set[str] = set()
+    for name, value in _properties(suite, where):
+        if not name.startswith(_OURS):
+            continue
+        into.arbiter_data = True
+        try:
+            if name in seen:
+                raise ValueError(f"the suite property {name!r} appears twice")
+            seen.add(name)
+            if name == REPORT_PROPERTY:
+                into.marker = value
+            elif name == INCOMPLETE_PROPERTY:
+                into.incomplete = value
+            elif name.startswith(STALE_PREFIX) and name[len(STALE_PREFIX):].isdecimal():
+                into.stale.append(value)
+            elif name.startswith((CHECKED_PREFIX, REGISTERED_PREFIX)):
+                _read_evidence(name, value, into)
+            else:
+                for prefix, counts in ((TOTAL_PREFIX, into.totals),
+                                       (OUTSIDE_PREFIX, into.outside)):
+                    key = parse_property(name, prefix)
+                    if key is not None:
+                        counts[key] = parse_count(name, value)
+                        break
+                else:
+                    raise ValueError(f"unknown suite property {name!r}")
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+def _read_evidence(name: str, value: str, into: _Suite) -> None:
+    prefix = CHECKED_PREFIX if name.startswith(CHECKED_PREFIX) else REGISTERED_PREFIX
+    parts = name[len(prefix):].split("/")
+    if len(parts) < 3 or not all(parts) or value != "1":
+        raise ValueError(f"property {name!r} is not {prefix}TARGET/OP/CANDIDATE = 1")
+    triple = (parts[0], parts[1], "/".join(parts[2:]))
+    if prefix == CHECKED_PREFIX:
+        into.checked.add(triple)
+    else:
+        into.registered.add(triple if triple[2] != "-" else (*triple[:2], ""))
+
+
+def _read_case(case: Any, where: str, into: _Suite) -> None:
+    tid = case_id(case.classname or "", case.name or "")
+    found: dict[HistogramKey, int] = {}
+    expected = False
+    for name, value in _properties(case, f"{where}: test {tid}"):
+        if not name.startswith(_OURS):
+            continue
+        into.arbiter_data = True
+        try:
+            if name == EXPECT_DEGRADE_PROPERTY:
+                if value != "1":
+                    raise ValueError(f"property {name!r} has the value {value!r}, not '1'")
+                expected = True
+                continue
+            key = parse_property(name)
+            if key is None:
+                raise ValueError(f"unknown testcase property {name!r}")
+            found[key] = found.get(key, 0) + parse_count(name, value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: test {tid}: {exc}") from None
+    # a test written more than once (each attempt of a retried test) counts its last
+    into.cases[tid] = (found, expected)
+
+
+def _tally(into: _Suite) -> None:
+    """The suite's testcase counts: each test's last record."""
+    for tid, (found, expected) in into.cases.items():
+        for key, count in found.items():
+            into.in_cases[key] = into.in_cases.get(key, 0) + count
+            if expected:  # its entries do not count against the gate: never named behind one
+                into.expected[key] = into.expected.get(key, 0) + count
+            else:
+                into.tests.setdefault(key, set()).add(tid)
+
+
+def _check_suite(suite: _Suite, where: str) -> None:
+    """The suite's totals account for every dispatch its testcases record, and no more."""
+    if suite.marker is None:
+        raise ValueError(f"{where}: has arbiter properties but no {REPORT_PROPERTY!r} "
+                         "suite property: written by a pytest-arbiter older than this "
+                         "one, or damaged; its counts cannot be checked")
+    if suite.marker != REPORT_VERSION:
+        raise ValueError(f"{where}: {REPORT_PROPERTY!r} is {suite.marker!r}: this "
+                         f"pytest-arbiter reads version {REPORT_VERSION}")
+    if suite.incomplete is not None:
+        raise ValueError(f"{where}: the run's dispatch counts are incomplete "
+                         f"({suite.incomplete}): rerun it")
+    for key in sorted(set(suite.totals) | set(suite.outside) | set(suite.in_cases)):
+        total = suite.totals.get(key, 0)
+        cases, outside = suite.in_cases.get(key, 0), suite.outside.get(key, 0)
+        if cases + outside != total:
+            raise ValueError(
+                f"{where}: {'/'.join(key)}: the testcases record {cases} dispatches and "
+                f"{outside} were outside any test, but the suite total is {total} "
+                "(a damaged or edited report)")
+
+
+def junit_counts(data: bytes, source: str) -> FleetCounts:
+    """The dispatch counts of the JUnit XML ``data``; ``ValueError`` naming ``source``
+    if it is unreadable, damaged or inconsistent (see the module's docstring)."""
+    from junitparser import JUnitXml, TestSuite
+
+    root = parse_xml(data, source)
+    try:
+        xml = JUnitXml.fromroot(root)
+    except Exception as exc:  # junitparser's JUnitXmlError: not a testsuite(s) root
+        raise ValueError(f"{escape(source)} is not valid JUnit XML: {escape(exc)}") from None
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    out = FleetCounts(sources=[source])
+    if not suites:
+        out.silent.append(f"{escape(source)}: no testsuite")
+    for number, element in enumerate(suites):
+        where = f"{escape(source)}: testsuite {escape(repr(element.name or number))}"
+        suite = _Suite()
+        _read_suite_properties(element, where, suite)
+        for case in element:
+            out.testcases += 1
+            _read_case(case, where, suite)
+        _tally(suite)
+        if not suite.arbiter_data:
+            out.silent.append(where)  # the plugin was not active in this suite
+            continue
+        _check_suite(suite, where)
+        for key, count in suite.totals.items():
+            out.add(key, count)
+        for key, tests in suite.tests.items():
+            out.tests.setdefault(key, set()).update(tests)
+        for key, count in suite.expected.items():
+            out.expected[key] = out.expected.get(key, 0) + count
+        out.stale.extend((source, line) for line in suite.stale)
+        out.checked |= suite.checked
+        out.registered |= suite.registered
+    # a report proves fixes only when its suites say what they saw of their candidates
+    out.with_evidence = int(bool(out.checked or out.registered))
+    return out
+
+
+def read_junit(path: str | os.PathLike[str]) -> FleetCounts:
+    """The dispatch counts a JUnit XML report records; ``ArtifactError`` if unreadable,
+    damaged or inconsistent."""
+    from pytest_arbiter.store.artifacts import ArtifactError, read_bytes
+
+    try:
+        return junit_counts(read_bytes(path), str(path))
+    except ValueError as exc:
+        raise ArtifactError(escape(exc)) from None
+
+
+def read_report(path: str | os.PathLike[str]) -> FleetCounts:
+    """A JUnit XML report or a histogram JSON file (by content), as counts."""
+    from pytest_arbiter.gating import histogram_file
+    from pytest_arbiter.store.artifacts import ArtifactError, read_bytes
+    from pytest_arbiter.store.strictjson import check_bom
+
+    source = str(path)
+    data = read_bytes(path)
+    head = data[:256].lstrip()
+    try:
+        if head.startswith(b"<"):
+            return junit_counts(data, source)
+        if head.startswith(b"{"):
+            out = FleetCounts(sources=[source])
+            counts, out.expected = histogram_file.counts_and_expected(
+                histogram_file.decode(data, source))
+            for key, count in counts.items():
+                out.add(key, count)
+            return out
+        check_bom(data, source)
+    except ValueError as exc:
+        raise ArtifactError(escape(exc)) from None
+    raise ArtifactError(f"{escape(source)} is neither JUnit XML nor a pytest-arbiter "
+                        "histogram (it starts with neither '<' nor '{')")
+
+
+def read_reports(paths: Iterable[str | os.PathLike[str]],
+                 allow_no_data: Iterable[str | os.PathLike[str]] | None = None
+                 ) -> FleetCounts:
+    """Every report merged; the first unreadable one raises ``ArtifactError``. With
+    ``allow_no_data`` (the fleet gate), a JUnit report that carries no pytest-arbiter
+    data raises too, unless it is one of those paths: a runner whose plugin was off
+    would otherwise pass the gate with its degrades unseen."""
+    from pytest_arbiter.store.artifacts import ArtifactError
+
+    allowed = (None if allow_no_data is None
+               else {os.path.realpath(p) for p in allow_no_data})
+    total = FleetCounts()
+    for path in paths:
+        found = read_report(path)
+        if allowed is not None and found.silent and os.path.realpath(path) not in allowed:
+            raise ArtifactError(
+                f"{found.silent[0]} carries no pytest-arbiter data (the plugin was off in "
+                "that run, or the report was edited): its dispatches cannot be gated; if "
+                f"that is expected, pass --allow-no-data {escape(str(path))}")
+        total.extend(found)
+    return total
+
+
+def ids_for(fleet: FleetCounts, keys: Iterable[HistogramKey]
+              ) -> Mapping[HistogramKey, list[str]]:
+    """The sorted test ids behind each of ``keys``."""
+    return {key: sorted(fleet.tests.get(key, ())) for key in keys}

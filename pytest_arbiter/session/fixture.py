@@ -1,0 +1,131 @@
+"""The ``arbiter`` fixture as a plain class, plus the ``gate_matrix`` parametrize helper.
+
+Nothing here imports pytest: the fixture is given the session's :class:`Arbiter` and
+callbacks (``fail``, ``skip``, ``expect_degrade``), so it can be tested on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry
+from pytest_arbiter.core.gate import GateReport
+from pytest_arbiter.core.regions import MatmulRegion, Region, SoftmaxRegion
+from pytest_arbiter.decision.arbiter import Arbiter
+from pytest_arbiter.gating.histogram import HistogramKey
+
+
+@dataclass(frozen=True)
+class GateCase:
+    """One (candidate, shape, dtype) of a :func:`gate_matrix`; ``id`` names the test item."""
+
+    op: str
+    candidate: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.candidate}-{'x'.join(map(str, self.shape))}-{self.dtype}"
+
+    def region(self) -> Region:
+        """The region to gate: ``(m, n, k)`` for matmul, the array shape for softmax."""
+        if self.op == "matmul":
+            if len(self.shape) != 3:
+                raise ValueError(f"a matmul gate case needs (m, n, k), got {self.shape}")
+            m, n, k = self.shape
+            return MatmulRegion.of(m, n, k, self.dtype)
+        if self.op == "softmax":
+            return SoftmaxRegion.of(self.shape, self.dtype)
+        raise ValueError(f"gate_matrix knows regions of matmul and softmax, not {self.op!r}")
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str], *,
+                target: str | None = None,
+                registry: CandidateRegistry | None = None) -> list[GateCase]:
+    """One case per (registered candidate of ``op``, shape, dtype), for parametrize.
+
+    ``@pytest.mark.parametrize("arbiter_case", gate_matrix("matmul", [(32, 16, 32)],
+    ["float32"]))`` makes items with ids like ``blas_matmul-32x16x32-float32``; the
+    test body calls ``arbiter.gate_case(arbiter_case)``. Candidates are looked up when
+    this is called, i.e. when the test module is collected; ``target`` keeps one lane's.
+    A case whose candidate is unavailable here (a GPU lane on a CPU runner) skips.
+    """
+    reg = registry if registry is not None else REGISTRY
+    shape_list = [tuple(int(d) for d in s) for s in shapes]
+    dtype_list = list(dtypes)
+    return [GateCase(op, cand.name, shape, dtype)
+            for cand in reg.for_op(op, target)
+            for shape in shape_list
+            for dtype in dtype_list]
+
+
+def _no_skip(reason: str) -> NoReturn:
+    raise RuntimeError(reason)
+
+
+class ArbiterFixture:
+    """What a test gets as ``arbiter``: dispatch, gate and histogram on the run's arbiter."""
+
+    def __init__(self, arbiter: Arbiter, *, fail: Callable[[str], NoReturn],
+                 skip: Callable[[str], NoReturn] = _no_skip,
+                 expect_degrade: Callable[[], None] | None = None) -> None:
+        self.arbiter = arbiter
+        self._fail = fail
+        self._skip = skip
+        self._expect_degrade = expect_degrade
+        self.expected_degrade = False
+
+    def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
+        """Run ``op`` with the arbitrated candidate; the outcome is recorded."""
+        return self.arbiter.dispatch(op, *inputs, target=target)
+
+    def gate(self, candidate_name: str, *inputs: Any, seed: int | None = None) -> GateReport:
+        """F4-gate a candidate on ``inputs``; fails the test with the report when out of budget."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
+        return self._checked(self.arbiter.gate(candidate_name, *inputs, seed=seed))
+
+    def gate_region(self, candidate_name: str, region: Region,
+                    seed: int | None = None) -> GateReport:
+        """F4-gate a candidate on the op's generated inputs for ``region``."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
+        return self._checked(self.arbiter.gate_region(candidate_name, region, seed=seed))
+
+    def gate_case(self, case: GateCase, seed: int | None = None) -> GateReport:
+        """Gate one :func:`gate_matrix` case; skips when its candidate cannot run here."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
+        cand = self.arbiter.registry.get(case.candidate)
+        reason = cand.unavailable_reason()
+        if reason is not None:
+            self._skip(f"candidate {case.candidate!r} (target {cand.target}) is unavailable "
+                       f"here: {reason}")
+        region = case.region()
+        report = self.arbiter.gate_region(case.candidate, region, seed=seed)
+        if not report.passed and report.trials and all(
+                t.status == "declined" and t.reason.startswith("accepts()")
+                for t in report.trials):
+            self._skip(f"candidate {case.candidate!r} does not accept {region.describe()} "
+                       "(accepts() returned False for every gate input)")
+        return self._checked(report)
+
+    def histogram(self, target: str | None = None, op: str | None = None
+                  ) -> dict[HistogramKey, int]:
+        """The run's counts per (target, op, selected, outcome) so far."""
+        return self.arbiter.histogram.counts(target=target, op=op)
+
+    def expect_degrade(self) -> None:
+        """Say this test degrades on purpose: its entries do not count against the gate."""
+        self.expected_degrade = True
+        if self._expect_degrade is not None:
+            self._expect_degrade()
+
+    def _checked(self, report: GateReport) -> GateReport:
+        __tracebackhide__ = True
+        if not report.passed:
+            self._fail(report.summary())
+        return report

@@ -1,0 +1,367 @@
+"""Reading and writing the JSON artifacts: the cache and the dispatch histogram.
+
+Writes are atomic (a temporary file in the same folder, fsync, ``os.replace``), so a
+failed or killed run never leaves a half-written artifact behind. Cache writes also
+hold a lock file beside the cache (``NAME.lock``, :mod:`filelock`), and
+:func:`update_cache` reads, merges and writes under it, so processes adding entries
+to one cache at the same time lose none. A path that is a symbolic link is written
+(and locked) at the file it points to, so the link stays a link.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from pytest_arbiter.gating.histogram import HistogramKey
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, keyed, plain_key
+from pytest_arbiter.store.cache_file import encode_chunks, encode_document, read_document
+from pytest_arbiter.store.corpus import MergeResult, Part, entries_of, merge
+from pytest_arbiter.store.safetext import escape
+
+LOCK_TIMEOUT_S = 120.0
+"""How long a cache write waits for another process's lock before giving up."""
+
+
+class ArtifactError(Exception):
+    """An artifact could not be read or written; the message names the path."""
+
+
+def dumps(data: Any) -> str:
+    """Deterministic JSON: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (only :func:`read_json` still
+    uses it; the cache's structs leave the collector nothing to walk)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def parse_json(text: str | bytes, source: str) -> Any:
+    """JSON from ``text``; ``ArtifactError`` naming ``source`` and the position.
+
+    Strict (:mod:`pytest_arbiter.store.strictjson`): UTF-8 without a byte order mark, no key
+    twice in one object, finite numbers, no lone surrogates, bounded nesting.
+    """
+    from pytest_arbiter.store import strictjson
+
+    try:
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        return strictjson.decode(data, source)
+    except UnicodeEncodeError:
+        raise ArtifactError(f"{escape(source)} is not valid JSON: it holds a lone "
+                            "surrogate") from None
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an artifact; ``ArtifactError`` naming it if it cannot be read."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {escape(p)}: {escape(exc.strerror or exc)}"
+                            ) from None
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    data = read_bytes(path)
+    with gc_paused():
+        return parse_json(data, str(path))
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
+def _mode_for(path: Path) -> int:
+    """The replaced file's permissions, else what the umask gives a new file."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
+def target(path: str | os.PathLike[str]) -> Path:
+    """Where a write of ``path`` goes: the file a symbolic link points to (through any
+    chain of links), else ``path`` itself.
+
+    Replacing the link itself would turn it into a regular file and leave the file it
+    pointed to, and whoever else reads it, behind. A link to nothing is an
+    ``ArtifactError``: following it would create a file wherever it points, maybe
+    outside the checkout.
+    """
+    p = Path(path)
+    if not os.path.islink(p):
+        return p
+    real = Path(os.path.realpath(p))
+    if not real.exists():
+        raise ArtifactError(f"{escape(p)} is a symbolic link to {escape(real)}, which does "
+                            "not exist: refusing to create a file there (remove the link, "
+                            "or create its target)")
+    return real
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+    """Replace the file at ``path`` (at its target if it is a symbolic link) with
+    ``data`` (bytes, or pieces of it written one after the other): a temporary file in
+    the same folder, fsync, ``os.replace``."""
+    p = target(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
+    try:
+        # mkstemp makes the file 0600: give it the mode a plain open() would have had
+        os.chmod(tmp, _mode_for(p))
+        with os.fdopen(fd, "wb") as out:
+            if isinstance(data, bytes):
+                out.write(data)
+            else:
+                out.writelines(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file of the cache at ``path``: ``NAME.lock`` beside the file (beside the
+    file a symbolic link points to, where the writes go)."""
+    p = target(path)
+    return p.with_name(p.name + ".lock")
+
+
+@contextmanager
+def cache_lock(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT_S
+               ) -> Iterator[None]:
+    """Hold the cache's lock file; ``ArtifactError`` if it cannot be had in ``timeout``.
+
+    Only writers take it (readers see whole files thanks to the atomic replace). While
+    it is held, no other writer can be between its write and its rename, so temporary
+    files of the cache left by killed writers are removed.
+    """
+    lock = lock_path(path)
+    folder = lock.parent
+    if not folder.is_dir():
+        raise ArtifactError(f"cannot write {escape(path)}: the folder {escape(folder)} "
+                            "does not exist")
+    try:
+        with filelock.FileLock(str(lock), timeout=timeout):
+            _remove_stale_temps(target(path))
+            yield
+    except filelock.Timeout:
+        raise ArtifactError(f"cannot lock {escape(path)}: {escape(lock)} stayed locked for "
+                            f"{timeout:g} s (another pytest-arbiter process is writing it)"
+                            ) from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot lock {escape(path)}: {escape(exc.strerror or exc)} "
+                            f"({escape(lock)})") from None
+
+
+def _remove_stale_temps(path: Path) -> None:
+    folder = path.parent if str(path.parent) else Path(".")
+    for stale in folder.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
+def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
+    """The cache at ``path`` (any schema version); ``ArtifactError`` naming the path and
+    what is wrong: the position of a JSON syntax error, the JSON path of a bad value
+    (``$.entries[3].ranking[0].stats.samples``).
+
+    A file listing one key twice (a hand-resolved git conflict) keeps the entry the
+    merge rule prefers.
+    """
+    try:
+        return keyed(read_document(path))
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+Stamp = tuple[int, int, int, int, int]
+"""What tells one version of a file from another: device, inode, size, modification and
+change times (an atomic replace makes a new inode)."""
+
+
+def stamp_of(path: str | os.PathLike[str]) -> Stamp | None:
+    """The stamp of the file at ``path`` (through symbolic links); ``None`` if there is
+    none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def read_cache_stamped(path: str | os.PathLike[str]) -> tuple[MeasureCache, Stamp | None]:
+    """:func:`read_cache`, and the stamp of the file it read (``None`` if the file changed
+    while it was read): given back to :func:`update_cache`, it spares the read under the
+    lock when the file is still the one read."""
+    before = stamp_of(path)
+    cache = read_cache(path)
+    return cache, before if before is not None and stamp_of(path) == before else None
+
+
+def cache_bytes(entries: Iterable[CacheEntry]) -> bytes:
+    """The file of ``entries`` (schema version 3)."""
+    return encode_document(entries)
+
+
+def _write_entries(path: str | os.PathLike[str], entries: Iterable[CacheEntry]) -> None:
+    """Write the file of ``entries`` at ``path`` a piece at a time (the caller holds the
+    lock)."""
+    try:
+        write_bytes_atomic(path, encode_chunks(entries))
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {escape(exc)}") from None
+
+
+def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
+    """Replace the cache at ``path`` with ``cache`` (under its lock)."""
+    with cache_lock(path):
+        _write_entries(path, cache)
+
+
+def update_cache(path: str | os.PathLike[str], *parts: Part,
+                 timeout: float = LOCK_TIMEOUT_S,
+                 known: tuple[Stamp, MeasureCache] | None = None,
+                 measured_now: bool = False) -> MergeResult:
+    """Merge ``parts`` into the cache at ``path`` (created if missing), under its lock.
+
+    The current file is read under the lock, so entries another process added since
+    are kept. An unreadable current file is an ``ArtifactError`` and is left untouched.
+    ``known``, a stamp (:func:`read_cache_stamped`) and the entries read with it, stands
+    for the file while its stamp is the file's under the lock: a run that read the
+    corpus at its start does not read it again to add what it measured.
+    ``measured_now``: the last part was measured by this run, against the code that
+    runs now: it replaces a file entry measured against other code whatever the two
+    ``since`` say (a runner whose clock is ahead cannot keep a stale winner).
+    """
+    with cache_lock(path, timeout):
+        if known is not None and stamp_of(path) == known[0]:
+            current = known[1]
+        else:
+            current = read_cache(path) if os.path.exists(path) else MeasureCache()
+        result = merge(current, *parts)
+        if measured_now and parts:
+            _prefer_current_code(result, current, parts[-1])
+        del current
+        _write_entries(path, result.entries.values())
+    return result
+
+
+def _prefer_current_code(result: MergeResult, current: MeasureCache, measured: Part) -> None:
+    """Each entry of ``measured`` over the file's entry of its key, when the two were
+    measured against different code or environments."""
+    for entry in entries_of(measured):
+        held = current.get(plain_key(entry))
+        if held is not None and not held.same_basis(entry):
+            result.entries[plain_key(entry)] = entry
+
+
+def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], bool], *,
+                   dry_run: bool = False, timeout: float = LOCK_TIMEOUT_S
+                   ) -> tuple[list[CacheEntry], int]:
+    """Remove the entries of the cache at ``path`` that ``picks``; returns them (sorted
+    by key) and how many remain.
+
+    Read, filtered and written under the cache's lock, so an entry another process adds
+    meanwhile is kept; nothing is written when nothing goes. ``dry_run`` only reads (no
+    lock: readers see whole files). A missing or unreadable file is an
+    ``ArtifactError``, and is left untouched.
+    """
+
+    def work() -> tuple[list[CacheEntry], int]:
+        entries = read_cache(path).entries()
+        gone = [e for e in entries if picks(e)]
+        if gone and not dry_run:
+            chosen = set(map(id, gone))
+            _write_entries(path, [e for e in entries if id(e) not in chosen])
+        return gone, len(entries) - len(gone)
+
+    if not os.path.exists(path):
+        raise ArtifactError(f"cannot read {escape(path)}: no such file")
+    if dry_run:
+        return work()
+    with cache_lock(path, timeout):
+        return work()
+
+
+def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
+    """The counts of a histogram (or baseline) file; ``ArtifactError`` naming the file
+    and what is wrong (the JSON path of a bad value, an unknown or missing field)."""
+    return read_histogram_expected(path)[0]
+
+
+def read_histogram_expected(path: str | os.PathLike[str]
+                            ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts of a histogram file and how many of them were degrades on purpose."""
+    from pytest_arbiter.gating import histogram_file
+
+    data = read_bytes(path)
+    try:
+        return histogram_file.counts_and_expected(histogram_file.decode(data, str(path)))
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def histogram_document(counts: dict[HistogramKey, int],
+                       expected: dict[HistogramKey, int] | None = None) -> dict[str, Any]:
+    """The histogram file's document for ``counts`` as plain builtins."""
+    import msgspec
+
+    from pytest_arbiter.gating.histogram_file import document
+
+    data: dict[str, Any] = msgspec.to_builtins(document(counts, expected))
+    return data
+
+
+def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int],
+                    expected: dict[HistogramKey, int] | None = None) -> None:
+    """Write a histogram (or baseline) file atomically; ``ArtifactError`` naming it."""
+    from pytest_arbiter.gating import histogram_file
+
+    try:
+        data = histogram_file.encode(histogram_file.document(counts, expected))
+    except ValueError as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
+    write_text_atomic(path, data.decode("utf-8"))

@@ -1,0 +1,414 @@
+"""The cache file: version 3 of schema ``pytest-arbiter/cache`` read and written.
+
+``{"schema": ..., "version": 3, "runs": [...], "environments": [...], "considered":
+[...], "entries": [...]}``: an entry's ``provenance.run``, ``environment`` and
+``considered`` are indices into the tables (or, in a hand-written file, the object
+itself). The tables come first, so one decode reads them before the entries that point
+into them, and each entry's ``__post_init__`` swaps its indices for the shared rows
+(:mod:`pytest_arbiter.store.cache`). A file in the writer's layout, one entry a line, is read
+a block of lines at a time; the writer writes a chunk of lines at a time. Files of
+versions 1 and 2 go to :mod:`pytest_arbiter.store.cache_legacy`. docs/artifacts.md describes
+the format.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from operator import attrgetter
+from typing import Any, NoReturn
+
+import msgspec
+from msgspec import Struct
+
+from pytest_arbiter.store.cache import (
+    _CANONICAL,
+    CACHE_SCHEMA,
+    CACHE_VERSION,
+    NO_CONSIDERED,
+    NO_ENVIRONMENT,
+    NO_RUN,
+    CacheEntry,
+    Considered,
+    ConsideredMap,
+    Environment,
+    FrozenMap,
+    Run,
+    _convert,
+    _inline,
+    _interned,
+    _message,
+    _read_tables,
+    _run_of,
+    _RunRow,
+    _Tables,
+    _TablesLater,
+    plain_key,
+)
+
+
+class _RunsTable(list[Run]):
+    pass
+
+
+class _EnvironmentsTable(list[Environment]):
+    pass
+
+
+class _ConsideredTable(list[ConsideredMap]):
+    pass
+
+
+def _table_hook(tables: _Tables) -> Any:
+    """Reads a table of the file into ``tables`` as it is decoded (before the entries)."""
+
+    def hook(kind: type, raw: Any) -> Any:
+        if kind is _RunsTable:
+            tables.runs = [_run_of(r) for r in _convert(raw, list[_RunRow])]
+            return _RunsTable(tables.runs)
+        if kind is _EnvironmentsTable:
+            tables.environments = [_interned(Environment, r) for r in
+                                   _convert(raw, list[dict[str, str]])]
+            return _EnvironmentsTable(tables.environments)
+        if kind is _ConsideredTable:
+            tables.considered = [_interned(ConsideredMap, r) for r in
+                                 _convert(raw, list[dict[str, Considered]])]
+            return _ConsideredTable(tables.considered)
+        raise NotImplementedError(kind)
+
+    return hook
+
+
+class _Document(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """The whole file, tables first."""
+
+    schema: str
+    version: int
+    runs: _RunsTable = _RunsTable()
+    environments: _EnvironmentsTable = _EnvironmentsTable()
+    considered: _ConsideredTable = _ConsideredTable()
+    entries: list[CacheEntry] = []
+
+
+class _TablesOnly(Struct, frozen=True, gc=False):
+    """The tables of a file, its entries skipped."""
+
+    runs: _RunsTable = _RunsTable()
+    environments: _EnvironmentsTable = _EnvironmentsTable()
+    considered: _ConsideredTable = _ConsideredTable()
+
+
+def _preset(tables: _Tables) -> None:
+    tables.runs = tables.runs or []
+    tables.environments = tables.environments or []
+    tables.considered = tables.considered or []
+
+
+class _Header(Struct, frozen=True, gc=False):
+    """What any version's file starts with; everything else skipped."""
+
+    schema: Any = None
+    version: Any = None
+
+
+def _check_header(header: _Header, source: str) -> int:
+    if header.schema is None:
+        _refuse(f"{_escape(source)}: not a pytest-arbiter cache: it has no \"schema\" "
+                f"field (a cache is a JSON object whose \"schema\" is {CACHE_SCHEMA!r})")
+    if header.schema != CACHE_SCHEMA:
+        _refuse(f"{_escape(source)}: schema is {_escape(repr(header.schema))}, expected "
+                f"{CACHE_SCHEMA!r}")
+    version = header.version
+    if type(version) is not int or version < 1:
+        _refuse(f"{_escape(source)}: cache version {_escape(repr(version))} is not a "
+                "positive integer")
+    if version > CACHE_VERSION:
+        _refuse(f"{_escape(source)}: cache schema version {version} is newer than version "
+                f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
+    return version
+
+
+def _refuse(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+def _validation(exc: msgspec.ValidationError, source: str) -> ValueError:
+    return ValueError(f"{_escape(source)}: {_escape(_message(exc))}")
+
+
+def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
+    """The entries of a cache file (any version); ``ValueError`` naming ``source`` and
+    what is wrong (the position of a syntax error, the JSON path of a bad value)."""
+    from pytest_arbiter.store import strictjson
+
+    strictjson.check_bom(data, source)
+    tables = _Tables()
+    decoder = msgspec.json.Decoder(_Document, dec_hook=_table_hook(tables))
+    failed: Exception
+    try:
+        doc: _Document = _read_tables(lambda: decoder.decode(data), tables)
+    except msgspec.ValidationError as exc:
+        failed = exc
+    except _TablesLater as exc:
+        failed = exc
+    except msgspec.DecodeError as exc:
+        raise _syntax(exc, data, source) from None
+    except UnicodeDecodeError:  # msgspec < 0.19 says so in the string's own terms
+        raise _not_utf8(data, source) from None
+    except RecursionError:
+        raise ValueError(f"{_escape(source)} is nested too deeply") from None
+    else:
+        if doc.version == CACHE_VERSION and doc.schema == CACHE_SCHEMA:
+            return doc.entries
+        failed = ValueError()
+    # not a valid version 3 file: another version, or a bad one
+    try:
+        header = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError:  # not an object
+        header = _Header()
+    except msgspec.DecodeError as exc:
+        raise _syntax(exc, data, source) from None
+    except UnicodeDecodeError:
+        raise _not_utf8(data, source) from None
+    except RecursionError:
+        raise ValueError(f"{_escape(source)} is nested too deeply") from None
+    version = _check_header(header, source)
+    if version < CACHE_VERSION:
+        from pytest_arbiter.store.cache_legacy import legacy_entries
+
+        # the slow path of an old file: every strict check (a key twice, ...)
+        return legacy_entries(strictjson.decode(data, source), version, source=source)
+    if isinstance(failed, msgspec.ValidationError):
+        raise _validation(failed, source)
+    # the tables follow the entries: read them first
+    tables = _Tables()
+    hook = _table_hook(tables)
+    try:
+        msgspec.json.decode(data, type=_TablesOnly, dec_hook=hook)
+        _preset(tables)
+        doc = _read_tables(lambda: msgspec.json.decode(data, type=_Document, dec_hook=hook),
+                           tables)
+    except msgspec.ValidationError as again:
+        raise _validation(again, source) from None
+    return doc.entries
+
+
+_HEAD = b'{\n  "schema": "pytest-arbiter/cache",\n  "version": 3,\n  "runs": ['
+_ENTRIES = b'\n  "entries": [\n    {"device":'
+_SEPARATOR = b',\n    {"device":'
+_TAIL = b"\n  ]\n}\n"
+BLOCK = 1 << 24
+"""Bytes read at a time from a cache file in the writer's layout."""
+
+
+def read_document(path: str | os.PathLike[str], *, source: str | None = None
+                  ) -> list[CacheEntry]:
+    """The entries of the cache file at ``path``; ``ValueError`` as
+    :func:`decode_document` says, ``OSError`` if it cannot be read.
+
+    A file in the writer's layout (one entry a line) is decoded a block of lines at a
+    time, so the file's bytes are never all in memory beside its entries (a third of a
+    million-entry load's peak); anything else, or any error, is decoded whole (which
+    names the error's exact place).
+    """
+    name = str(path) if source is None else source
+    with open(path, "rb") as file:
+        entries = _stream(file)
+        if entries is not None:
+            return entries
+        file.seek(0)
+        data = file.read()
+    return decode_document(data, source=name)
+
+
+def _stream(file: Any) -> list[CacheEntry] | None:
+    """The entries of a file in the writer's layout, block by block; ``None`` if it is
+    not in that layout or anything in it is wrong."""
+    buffer = bytearray(BLOCK)
+    size = file.readinto(buffer)
+    head = buffer.find(_ENTRIES, 0, size)
+    if not buffer.startswith(_HEAD) or head < 0:
+        return None
+    tables = _Tables()
+    try:
+        msgspec.json.decode(bytes(buffer[:head]) + b'\n  "entries": []}', type=_Document,
+                            dec_hook=_table_hook(tables))
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    _preset(tables)
+    decoder = msgspec.json.Decoder(list[CacheEntry])
+    entries: list[CacheEntry] = []
+    start = head + len(b'\n  "entries": [\n   ')  # the space before the first entry
+    done = False
+    while True:
+        end = buffer.rfind(_SEPARATOR, start, size)
+        if done:
+            if not buffer.endswith(_TAIL, start, size):
+                return None
+            end = size - len(_TAIL)
+        if end >= 0:
+            # the space before the block's first entry and the comma after its last
+            # become the brackets of an array: decoded where they lie, no copy
+            buffer[start], buffer[end] = 0x5B, 0x5D
+            with memoryview(buffer) as view, view[start:end + 1] as block:
+                try:
+                    entries += _read_tables(functools.partial(decoder.decode, block), tables)
+                except (msgspec.DecodeError, _TablesLater, RecursionError, UnicodeDecodeError):
+                    return None
+            if done:
+                return entries
+            start = end + len(_SEPARATOR) - len(b' {"device":')
+        rest = size - start
+        buffer[:rest] = buffer[start:size]
+        if len(buffer) < rest + BLOCK:
+            buffer.extend(bytes(rest + BLOCK - len(buffer)))
+        with memoryview(buffer) as view:
+            read = file.readinto(view[rest:rest + BLOCK])
+        size, start, done = rest + read, 0, read == 0
+
+
+def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
+    """:func:`decode_document` for a document already parsed into builtins."""
+    if not isinstance(data, Mapping):
+        _refuse(f"{_escape(source)}: expected a JSON object, got {type(data).__name__}")
+    version = _check_header(_Header(data.get("schema"), data.get("version")), source)
+    if version < CACHE_VERSION:
+        from pytest_arbiter.store.cache_legacy import legacy_entries
+
+        return legacy_entries(data, version, source=source)
+    tables = _Tables()
+    hook = _table_hook(tables)
+    try:
+        msgspec.convert(data, _TablesOnly, dec_hook=hook)
+        _preset(tables)
+        doc: _Document = _read_tables(
+            lambda: msgspec.convert(data, _Document, dec_hook=hook), tables)
+    except msgspec.ValidationError as exc:
+        raise _validation(exc, source) from None
+    return doc.entries
+
+
+def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:
+    from pytest_arbiter.store import strictjson
+
+    return strictjson.syntax_error(exc, data, source)
+
+
+def _not_utf8(data: bytes, source: str) -> ValueError:
+    from pytest_arbiter.store import strictjson
+
+    return strictjson.not_utf8(data, source)
+
+
+def _escape(text: object) -> str:
+    from pytest_arbiter.store.safetext import escape
+
+    return escape(text)
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+class _Rows:
+    """The distinct shared objects of the entries to write, as table rows in the order
+    of their canonical JSON, and each object's row (by identity: equal ones are
+    interned, so they are one object)."""
+
+    def __init__(self, objects: list[FrozenMap[Any, Any]], empty: FrozenMap[Any, Any]
+                 ) -> None:
+        by_id = dict(zip(map(id, objects), objects, strict=True))  # C loops: ~5 ms for 100k
+        distinct = set(by_id.values())
+        distinct.discard(empty)
+        self.rows = [o for _, o in sorted((_CANONICAL.encode(o), o) for o in distinct)]
+        row = {o: i for i, o in enumerate(self.rows)}
+        self.by_id = {i: row[o] for i, o in by_id.items() if o in row}
+
+
+_NEXT = b",\n    "
+_LINE = msgspec.json.Encoder(enc_hook=_inline, order="deterministic")
+
+
+def _sorted(entries: Iterable[CacheEntry]) -> list[CacheEntry]:
+    """The entries sorted by key. Entries order by their key first (``order=True``), so
+    the check that a cache read from a file already is, and the sort, are C loops."""
+    listed = list(entries)
+    try:
+        if all(map(operator.le, listed, listed[1:])):
+            return listed
+        return sorted(listed)
+    except TypeError:  # one key twice, and the entries alike up to unordered fields
+        return sorted(listed, key=plain_key)
+
+
+def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], _Rows, _Rows, _Rows]:
+    ordered = _sorted(entries)
+    runs = _Rows(list(map(attrgetter("provenance.run"), ordered)), NO_RUN)
+    environments = _Rows(list(map(attrgetter("environment"), ordered)), NO_ENVIRONMENT)
+    considered = _Rows(list(map(attrgetter("considered"), ordered)), NO_CONSIDERED)
+    return ordered, runs, environments, considered
+
+
+def _encode_hook(*tables: _Rows) -> Any:
+    rows = {i: row for table in tables for i, row in table.by_id.items()}
+
+    def hook(value: Any) -> Any:
+        # a shared object: its row; else (the reasons of a rejected) the object inline
+        found = rows.get(id(value))
+        return _inline(value) if found is None else found
+
+    return hook
+
+
+def document_builtins(entries: Iterable[CacheEntry]) -> dict[str, Any]:
+    """The document of ``entries`` as plain builtins."""
+    ordered, runs, environments, considered = _plan(entries)
+    hook = _encode_hook(runs, environments, considered)
+    return {"schema": CACHE_SCHEMA, "version": CACHE_VERSION,
+            "runs": msgspec.to_builtins(runs.rows, enc_hook=_inline),
+            "environments": msgspec.to_builtins(environments.rows, enc_hook=_inline),
+            "considered": msgspec.to_builtins(considered.rows, enc_hook=_inline),
+            "entries": msgspec.to_builtins(ordered, enc_hook=hook)}
+
+
+LINES_PER_CHUNK = 8192
+"""Entries encoded at a time by :func:`encode_chunks` (about 5 MB)."""
+
+
+def encode_chunks(entries: Iterable[CacheEntry]) -> Iterator[bytes]:
+    """The file of ``entries`` in pieces, to write one after the other: tables first,
+    entries sorted by key, one per line, dict keys sorted.
+
+    Every entry holds what a read gives back (one read from a file was validated by the
+    read, one built in code when it was built), so reading the file and writing it
+    again gives the same bytes. The tables are worked out before the first piece; the
+    entries are encoded a chunk at a time, so a million of them never sit in memory a
+    second time as text.
+    """
+    ordered, runs, environments, considered = _plan(entries)
+    encode_lines = msgspec.json.Encoder(enc_hook=_encode_hook(runs, environments, considered),
+                                        order="deterministic").encode_lines
+    head = [b'{\n  "schema": "', CACHE_SCHEMA.encode(), b'",\n  "version": ',
+            str(CACHE_VERSION).encode(), b",\n"]
+    for name, rows in (("runs", runs.rows), ("environments", environments.rows),
+                       ("considered", considered.rows)):
+        head.append(f'  "{name}": ['.encode())
+        if rows:
+            head.append(b"\n    " + b",\n    ".join(map(_LINE.encode, rows)) + b"\n  ")
+        head.append(b"],\n")
+    head.append(b'  "entries": [')
+    if ordered:
+        head.append(b"\n    ")
+    yield b"".join(head)
+    for at in range(0, len(ordered), LINES_PER_CHUNK):
+        # one line per entry, each ended by a line break (a JSON string never holds a
+        # raw one) that becomes the separator; the last entry's is left out
+        chunk = encode_lines(ordered[at:at + LINES_PER_CHUNK]).replace(b"\n", _NEXT)
+        yield chunk if at + LINES_PER_CHUNK < len(ordered) else chunk[:-len(_NEXT)]
+    yield b"\n  ]\n}\n" if ordered else b"]\n}\n"
+
+
+def encode_document(entries: Iterable[CacheEntry]) -> bytes:
+    """The file of ``entries`` (:func:`encode_chunks`) as one ``bytes``."""
+    return b"".join(encode_chunks(entries))

@@ -1,0 +1,274 @@
+"""The fleet-shared corpus: merging cache shards from many runners, and diffing two.
+
+The merge rule (docs/artifacts.md): for one key, the entry measured against the newer
+code and environment wins (the later ``since``: when the key was first measured
+against its candidates' fingerprints and its environment), whatever its confidence;
+between entries of the same ``since``, the one that timed more of the key's candidates;
+then the higher confidence; then more samples behind the winner; then the winner's
+lower relative spread; then the smaller canonical JSON.
+That is a total order on entries, so :func:`merge` is commutative, associative and
+idempotent, and the result never depends on which runner wrote last. Two clear picks
+(confident, not a tie) of different winners for one key, measured against the same code
+and environment with the same ``since``, are reported as a :class:`Conflict`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pytest_arbiter.store.cache import CacheEntry, CacheKey, KeyTuple, MeasureCache, plain_key
+
+Rank = tuple[datetime.datetime, int, float, int, float]
+
+
+def rank(entry: CacheEntry) -> Rank:
+    """What the merge rule compares, most important first: ``since`` (the newer code
+    and environment), then the evidence: candidates timed, confidence, samples behind
+    the winner, the winner's spread (lower is better)."""
+    stats = entry.ranking[0].stats
+    return (entry.since, entry.timed_count, entry.confidence, stats.samples, -stats.spread)
+
+
+def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
+    """The entry the merge rule keeps of two entries for the same key."""
+    if a is b or a == b:
+        return a
+    return _pick(a, b, rank(a), rank(b))
+
+
+def _pick(a: CacheEntry, b: CacheEntry, ra: Rank, rb: Rank) -> CacheEntry:
+    """The merge rule on two different entries whose ranks are known: the higher rank,
+    then the smaller canonical JSON."""
+    if ra != rb:
+        return a if ra > rb else b
+    return a if a.canonical() <= b.canonical() else b
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Clear picks of different winners for one key, measured against the same code and
+    environment: ``kept`` won by the merge rule."""
+
+    key: CacheKey
+    kept: CacheEntry
+    other: CacheEntry
+
+    def describe(self) -> str:
+        return (f"conflict {'/'.join(self.key)}: kept {self.kept.winner} "
+                f"({_evidence_text(self.kept)}) over {self.other.winner} "
+                f"({_evidence_text(self.other)})")
+
+
+def _evidence_text(entry: CacheEntry) -> str:
+    host = entry.provenance.get("host", "?")
+    return (f"host {host}, confidence {entry.confidence:.4g}, {entry.samples} samples, "
+            f"spread {entry.spread * 100:.1f}%")
+
+
+@dataclass
+class MergeResult:
+    """The merged entries by key, and the conflicts met on the way (sorted by key)."""
+
+    entries: dict[KeyTuple, CacheEntry]
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def cache(self) -> MeasureCache:
+        return MeasureCache(self.entries.values())
+
+
+Part = MeasureCache | Iterable[CacheEntry] | Mapping[KeyTuple, CacheEntry]
+
+
+def entries_of(part: Part) -> Iterable[CacheEntry]:
+    if isinstance(part, Mapping):
+        return part.values()
+    return part
+
+
+def merge(*parts: Part) -> MergeResult:
+    """Merge caches (or iterables of entries) by the merge rule; O(total entries).
+
+    A key only one part has is taken over in bulk (dict operations); only keys that
+    several parts hold are compared, entry by entry.
+    """
+    merged: dict[KeyTuple, CacheEntry] = {}
+    contested: dict[KeyTuple, list[CacheEntry]] = {}
+
+    def meet(key: KeyTuple, held: CacheEntry, entry: CacheEntry) -> None:
+        if held is entry or held == entry:
+            return
+        # every clear pick of a key met twice, so conflicts never depend on order
+        seen = contested.get(key)
+        if seen is None:
+            seen = contested[key] = [held] if held.confident else []
+        if entry.confident:
+            seen.append(entry)
+        merged[key] = _pick(held, entry, rank(held), rank(entry))
+
+    for part in parts:
+        if isinstance(part, MeasureCache):
+            # a cache holds each entry under its own key, once
+            mine = part.by_key()
+            common = mine.keys() & merged.keys()
+            held_of = {key: merged[key] for key in common}
+            merged.update(mine)
+            for key in common:
+                merged[key] = held_of[key]
+                meet(key, held_of[key], mine[key])
+            continue
+        for entry in entries_of(part):
+            key = plain_key(entry)
+            held = merged.get(key)
+            if held is None:
+                merged[key] = entry
+            else:
+                meet(key, held, entry)
+    conflicts: list[Conflict] = []
+    for key, seen in contested.items():
+        kept = merged[key]
+        if not seen or not kept.confident:
+            continue
+        others: dict[str, CacheEntry] = {}
+        for entry in seen:
+            # another winner measured against other code or another environment is
+            # what a change does, not a disagreement; so is one a later measurement of
+            # the same code replaced (a recheck found the old winner slower: since moved)
+            if (entry.winner != kept.winner and entry.same_basis(kept)
+                    and entry.since == kept.since):
+                best = others.get(entry.winner)
+                others[entry.winner] = entry if best is None else prefer(best, entry)
+        conflicts.extend(Conflict(CacheKey._make(key), kept, others[w]) for w in others)
+    conflicts.sort(key=lambda c: (c.key, c.other.winner))  # by key, then other winner
+    return MergeResult(merged, conflicts)
+
+
+@dataclass(frozen=True)
+class WinnerChange:
+    """A key whose winner differs between two caches, and the medians behind both."""
+
+    key: CacheKey
+    old: CacheEntry
+    new: CacheEntry
+
+    @property
+    def old_ns(self) -> float:
+        """The old winner's median (in the old entry)."""
+        return self.old.ranking[0].stats.median_ns
+
+    @property
+    def new_ns(self) -> float:
+        """The new winner's median (in the new entry)."""
+        return self.new.ranking[0].stats.median_ns
+
+    @property
+    def change(self) -> float:
+        """Relative change of the winning median: -0.25 means the new pick is 25% faster."""
+        return self.new_ns / self.old_ns - 1.0 if self.old_ns > 0 else 0.0
+
+    @property
+    def margin(self) -> float | None:
+        """How much slower the old winner was in the new measurement, if it was timed in
+        it (a carried row was not: its median is of another comparison)."""
+        for cand in self.new.ranking:
+            if cand.name == self.old.winner and not cand.carried and self.new_ns > 0:
+                return cand.stats.median_ns / self.new_ns - 1.0
+        return None
+
+
+@dataclass
+class CacheDiff:
+    """What changed from one cache to another: winners, added and removed keys."""
+
+    changed: list[WinnerChange]
+    added: list[CacheEntry]
+    removed: list[CacheEntry]
+    same: int
+
+
+def _keyed(part: Part) -> Mapping[KeyTuple, CacheEntry]:
+    """The entries of ``part`` by key; a cache's own keys (no new key tuple per entry: a
+    million of them are a tenth of a loaded corpus's memory)."""
+    if isinstance(part, MeasureCache):
+        return part.by_key()
+    if isinstance(part, Mapping):
+        return part
+    return {plain_key(e): e for e in part}
+
+
+def diff(old: Part, new: Part) -> CacheDiff:
+    """Winners that changed between ``old`` and ``new``, plus keys only one of them has."""
+    before, after = _keyed(old), _keyed(new)
+    changed, added, same = [], [], 0
+    for key in sorted(after):
+        entry = after[key]
+        prev = before.get(key)
+        if prev is None:
+            added.append(entry)
+        elif prev.winner != entry.winner:
+            changed.append(WinnerChange(CacheKey._make(key), prev, entry))
+        else:
+            same += 1
+    removed = [before[k] for k in sorted(before) if k not in after]
+    return CacheDiff(changed, added, removed, same)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The entries ``pytest-arbiter forget`` removes: those that every filter given
+    (not ``None``) picks.
+
+    ``candidate`` picks an entry whose ranking, rejected or considered candidates name
+    it; ``measured_before`` one whose ``provenance.measured_at`` is earlier (an entry
+    without a readable ``measured_at`` is of unknown age, and never picked by it).
+    """
+
+    device: str | None = None
+    op: str | None = None
+    candidate: str | None = None
+    measured_before: datetime.datetime | None = None
+    _times: dict[str, datetime.datetime | None] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    @property
+    def empty(self) -> bool:
+        """No filter given: it would pick every entry."""
+        return (self.device is None and self.op is None and self.candidate is None
+                and self.measured_before is None)
+
+    def measured_at(self, entry: CacheEntry) -> datetime.datetime | None:
+        """When the entry was measured, in UTC; ``None`` if it does not say (readably)."""
+        text = entry.provenance.get("measured_at")
+        if not isinstance(text, str):
+            return None
+        if text not in self._times:  # a tuning run's entries share a few
+            self._times[text] = _utc_time(text)
+        return self._times[text]
+
+    def picks(self, entry: CacheEntry) -> bool:
+        if self.device is not None and entry.device != self.device:
+            return False
+        if self.op is not None and entry.op != self.op:
+            return False
+        name = self.candidate
+        if name is not None and not (name in entry.considered or name in entry.rejected
+                                     or any(r.name == name for r in entry.ranking)):
+            return False
+        if self.measured_before is not None:
+            when = self.measured_at(entry)
+            return when is not None and when < self.measured_before
+        return True
+
+
+def _utc_time(text: str) -> datetime.datetime | None:
+    """An RFC 3339 time (``2026-12-03T06:23:11Z``) in UTC; ``None`` if it is not one
+    (a naive time counts as UTC)."""
+    import msgspec
+
+    try:
+        when = msgspec.convert(text, datetime.datetime)
+    except msgspec.ValidationError:
+        return None
+    return (when.replace(tzinfo=datetime.timezone.utc) if when.tzinfo is None
+            else when.astimezone(datetime.timezone.utc))

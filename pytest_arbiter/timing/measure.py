@@ -1,0 +1,521 @@
+"""Latency measurement: warmup, median of N with its spread, and interleaved comparison.
+
+Timers are pluggable: the CPU timer reads a monotonic nanosecond clock; the CUDA lane
+brings a CUDA-event timer. A timer times one call of a zero-argument function.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+import msgspec
+
+from pytest_arbiter.timing.watchdog import CallTimeout, watched_calls
+
+
+class Timer(Protocol):
+    """Times one call of ``fn`` and returns nanoseconds."""
+
+    def sample(self, fn: Callable[[], object]) -> float: ...
+
+
+class CpuTimer:
+    """Wall time of one call on the monotonic nanosecond clock."""
+
+    def sample(self, fn: Callable[[], object]) -> float:
+        clock = time.perf_counter_ns
+        start = clock()
+        fn()
+        return float(clock() - start)
+
+
+CPU_TIMER = CpuTimer()
+
+
+def relative_spread(median: float, q1: float, q3: float) -> float:
+    """The interquartile range relative to the median (0 for a zero median)."""
+    return (q3 - q1) / median if median > 0 else 0.0
+
+
+MAX_FINITE = sys.float_info.max
+"""The largest finite float: an artifact's latencies and probabilities are at most this
+(a JSON ``1e400`` is infinity and is refused)."""
+
+MAX_SAMPLES = 2**53
+"""The most timed calls a row may claim (a JSON number past it is a forged file)."""
+
+MAX_NS = 2**63 - 1
+"""The largest whole number of nanoseconds an artifact may hold (292 years)."""
+
+if TYPE_CHECKING:
+    Latency = float
+else:  # a whole number is written and read as an integer: shorter, and quicker both ways
+    Latency = (Annotated[int, msgspec.Meta(ge=0, le=MAX_NS)]
+               | Annotated[float, msgspec.Meta(ge=0.0, le=MAX_FINITE)])
+"""Nanoseconds: finite and not negative; an ``int`` when whole."""
+
+
+class LatencyStats(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    """The median latency and the spread behind it, in nanoseconds.
+
+    A frozen msgspec struct, untracked by the garbage collector (it holds only numbers),
+    so a cache of a million entries adds nothing for the collector to walk. The bounds
+    are checked when a cache file is decoded, not when one is built in memory.
+    """
+
+    median_ns: Latency
+    min_ns: Latency
+    q1_ns: Latency
+    q3_ns: Latency
+    max_ns: Latency
+    samples: Annotated[int, msgspec.Meta(ge=1, le=MAX_SAMPLES)]
+    """How many timed calls (rounds) the statistics summarise."""
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> LatencyStats:
+        if not samples:
+            raise ValueError("no samples to summarise")
+        ordered = sorted(samples)
+        if len(ordered) >= 2:
+            q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+        else:
+            q1 = q3 = ordered[0]
+        return cls(statistics.median(ordered), ordered[0], q1, q3, ordered[-1], len(ordered))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return relative_spread(self.median_ns, self.q1_ns, self.q3_ns)
+
+    def whole(self) -> LatencyStats:
+        """These statistics with each whole latency an ``int`` (``1217.0`` as ``1217``):
+        what a cache file holds."""
+        values = (self.median_ns, self.min_ns, self.q1_ns, self.q3_ns, self.max_ns)
+        if not any(type(v) is float and v.is_integer() for v in values):
+            return self
+        return LatencyStats(_whole(self.median_ns), _whole(self.min_ns), _whole(self.q1_ns),
+                            _whole(self.q3_ns), _whole(self.max_ns), self.samples)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"median_ns": self.median_ns, "min_ns": self.min_ns, "q1_ns": self.q1_ns,
+                "q3_ns": self.q3_ns, "max_ns": self.max_ns, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LatencyStats:
+        return cls(float(data["median_ns"]), float(data["min_ns"]), float(data["q1_ns"]),
+                   float(data["q3_ns"]), float(data.get("max_ns", data["q3_ns"])),
+                   int(data["samples"]))
+
+
+def _whole(value: float) -> float:
+    # past MAX_NS a file holds the float: as an integer a read would refuse it
+    return (int(value) if type(value) is float and value.is_integer() and value <= MAX_NS
+            else value)
+
+
+def measure_latency(fn: Callable[..., object], *args: Any, warmup: int = 3, repeat: int = 25,
+                    timer: Timer | None = None) -> LatencyStats:
+    """Call ``fn(*args)`` ``warmup`` times untimed, then time ``repeat`` calls."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {warmup}")
+    clock = timer or CPU_TIMER
+
+    def call() -> object:
+        return fn(*args)
+
+    for _ in range(warmup):
+        call()
+    return LatencyStats.of([clock.sample(call) for _ in range(repeat)])
+
+
+@dataclass(frozen=True)
+class ComparePolicy:
+    """How long to compare candidates, when to stop early, and what counts as a tie.
+
+    Candidates run interleaved: every round times each once, in a shuffled order, so
+    the slow drifts and bursts of a shared machine hit all of them alike, and they are
+    compared round by round (paired). After ``warmup`` calls each, the rounds stop:
+
+    * on a clear gap: after ``min_rounds``, as soon as the leader beats every other
+      candidate in a one-sided sign test at ``alpha``;
+    * at the soft budget: after ``min_rounds``, before a round that would take the
+      comparison past ``budget_s`` once the pick is confident (its sign test below
+      ``confident_p``); a near tie or a slow pair keeps going;
+    * at the cap: before a round that would take it past ``cap_s`` (the most one key's
+      comparison may cost: ``--arbiter-tune-budget``), or at ``max_rounds``.
+
+    There is always one timed round. A pick that the rounds do not support at
+    ``tie_alpha`` and that is ahead by less than ``tie_margin`` is a tie: the higher tier
+    is preferred. ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
+
+    Bad kernels are contained: ``call_timeout_s`` arms a per-call watchdog around every
+    call (see ``pytest_arbiter.timing.watchdog``); a candidate that raises is out of the
+    comparison; a candidate with one call over ``crawl_factor`` times the budget and
+    over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
+    ranked last.
+    """
+
+    warmup: int = 2
+    min_rounds: int = 7
+    max_rounds: int = 200
+    budget_s: float = 0.01
+    cap_s: float = 2.0
+    alpha: float = 1e-3
+    confident_p: float = 0.01
+    tie_alpha: float = 0.01
+    tie_margin: float = 0.01
+    seed: int | None = 0
+    disable_gc: bool = True
+    call_timeout_s: float | None = None
+    crawl_factor: float = 10.0
+
+
+@dataclass
+class Comparison:
+    """The outcome of an interleaved comparison: ranking, stats, confidence of the pick.
+
+    ``ratios`` are each candidate's median paired ratio to the pick's time in the same
+    round; ``timed_ns`` sums the timed calls; ``spent_ns`` is the wall time of the whole
+    comparison, warmup and bookkeeping included (what the budget bounds). ``failed``
+    names the candidates that raised (``"Type: message"``): they are in neither the
+    ranking nor the stats, and an empty ranking means every candidate failed.
+    ``dropped`` names the crawlers and why: ranked last, on the samples they have.
+    ``declined`` names the candidates that raised one of the ``declines`` exceptions
+    (a kernel handing the work on), with the exception's text: out, like ``failed``.
+    """
+
+    ranking: list[str]
+    stats: dict[str, LatencyStats]
+    confidence: float
+    tie: bool
+    rounds: int
+    timed_ns: float
+    ratios: dict[str, float] = field(default_factory=dict)
+    spent_ns: float = 0.0
+    p_value: float = 1.0
+    failed: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)
+
+
+def _sign_test_p(wins: int, trials: int) -> float:
+    """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
+    if trials == 0:
+        return 1.0
+    total = 0
+    for i in range(wins, trials + 1):
+        total += math.comb(trials, i)
+    return total / 2.0**trials
+
+
+def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
+                      tiers: Mapping[str, int] | None = None,
+                      policy: ComparePolicy | None = None,
+                      timer: Timer | None = None,
+                      on_round: Callable[[Mapping[str, float]], bool] | None = None,
+                      declines: tuple[type[BaseException], ...] = ()) -> Comparison:
+    """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds.
+
+    The ranking follows each candidate's median paired ratio to the leader (its time
+    over the leader's in the same round), which cancels what a round's neighbours did
+    to both; ``confidence`` is one minus the sign test's p-value of the pick against
+    the closest other candidate. A candidate that raises is left out (``failed``) and
+    a crawler is ranked last (``dropped``); this never raises for a kernel's sake.
+    ``on_round`` sees each kept round's times (name to nanoseconds) and stops the
+    rounds by returning True: a caller's own stop rule (an ``alpha`` of 0 turns the
+    built-in one off); the budget still bounds the rounds. ``declines``: exception
+    types that mean "not for these inputs" rather than a failure (``Comparison.declined``).
+    """
+    if not fns:
+        raise ValueError("nothing to compare")
+    pol = policy or ComparePolicy()
+    contest = _Contest(fns, pol, timer or CPU_TIMER)
+    contest.on_round = on_round
+    contest.declines = declines
+    gc_was_enabled = gc.isenabled()
+    if pol.disable_gc:
+        gc.disable()
+    try:
+        with watched_calls(pol.call_timeout_s) as watched:
+            contest.watched = watched
+            # warm up in the rounds' own interleaved pattern, so the caches and the
+            # memory allocator reach the state the timed rounds will see
+            for done in range(pol.warmup):
+                if done and contest.warm > pol.budget_s * 1e9:
+                    break  # slow kernels: one warmup call each is enough
+                for name in contest.names:
+                    if name in contest.alive and contest.elapsed() <= pol.cap_s * 1e9:
+                        contest.warm += contest.call(name) or 0.0
+            contest.run_rounds()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return contest.outcome(dict(tiers or {}))
+
+
+class _Contest:
+    """One comparison's state: who is still timed, who failed or crawled, the rounds kept.
+
+    Every call is timed (warmup calls too, so a crawler is caught on its first call)
+    under the watchdog, outside the timer's interval. Pairwise win counts are kept as
+    the rounds come in, so the per-round stop test costs O(candidates^2), not
+    O(rounds): the bookkeeping stays small beside the budget.
+    """
+
+    def __init__(self, fns: Mapping[str, Callable[[], object]], pol: ComparePolicy,
+                 clock: Timer) -> None:
+        self.fns = fns
+        self.pol = pol
+        self.clock = clock
+        self.started = time.perf_counter_ns()
+        self.names = list(fns)
+        self.alive = list(self.names)
+        self.failed: dict[str, str] = {}
+        self.declined: dict[str, str] = {}
+        self.declines: tuple[type[BaseException], ...] = ()
+        self.dropped: dict[str, str] = {}
+        self.calls: dict[str, list[float]] = {n: [] for n in self.names}
+        self.fastest: dict[str, float] = {}
+        self.slowest: dict[str, float] = {}
+        self.kept: list[dict[str, float]] = []
+        self.warm = 0.0
+        self.timed = 0.0
+        # a call over crawl_factor x the budget makes its candidate a suspect, checked
+        # after every later call too (a faster call elsewhere may convict it)
+        self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
+        self.suspects = False
+        self.watched: Callable[[Callable[[], float]], float] = lambda f: f()
+        self.on_round: Callable[[Mapping[str, float]], bool] | None = None
+
+    def elapsed(self) -> float:
+        """Nanoseconds spent: the wall clock, or the timer's total where that is more
+        (a scripted timer's calls take no wall time)."""
+        return max(float(time.perf_counter_ns() - self.started), self.warm + self.timed)
+
+    def call(self, name: str) -> float | None:
+        """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
+        fn, sample = self.fns[name], self.clock.sample
+        try:
+            took = self.watched(lambda: sample(fn))
+        except (Exception, CallTimeout) as exc:
+            self.alive.remove(name)
+            if isinstance(exc, self.declines):
+                self.declined[name] = str(exc)
+            else:
+                self.failed[name] = f"{type(exc).__name__}: {exc}"
+            return None
+        self.calls[name].append(took)
+        self.fastest[name] = min(took, self.fastest.get(name, took))
+        self.slowest[name] = max(took, self.slowest.get(name, took))
+        if took > self.crawl_ns:
+            self.suspects = True
+        if self.suspects:
+            self._drop_crawlers()
+        return took
+
+    def _drop_crawlers(self) -> None:
+        """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
+        the budget and over ``crawl_factor`` times another live candidate's fastest call
+        (so the fastest never goes, and nobody does when all are slow)."""
+        factor = self.pol.crawl_factor
+        for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
+            slowest = self.slowest.get(name, 0.0)
+            if slowest <= self.crawl_ns:
+                break
+            others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
+            if others and slowest > factor * min(others):
+                self.alive.remove(name)
+                self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "
+                                      f"the {self.pol.budget_s:g} s budget and {factor:g}x "
+                                      f"another candidate's {_human_ns(min(others))}")
+
+    def run_rounds(self) -> None:
+        """Time interleaved rounds into ``kept`` until a stop rule fires."""
+        pol = self.pol
+        shuffle = random.Random(pol.seed)
+        index = {n: i for i, n in enumerate(self.names)}
+        wins = [[0] * len(self.names) for _ in self.names]
+        round_times: list[float] = []
+        order = list(range(len(self.names)))
+        while self.alive:
+            if self._enough(wins, index, round_times):
+                break
+            round_start = time.perf_counter_ns()
+            shuffle.shuffle(order)
+            times: dict[str, float] = {}
+            whole = True
+            for i in order:
+                name = self.names[i]
+                if name not in self.alive:
+                    continue
+                took = self.call(name)
+                if took is None:
+                    # a candidate raised: the round is void for everyone
+                    whole = False
+                    break
+                times[name] = took
+            self.timed += sum(times.values())
+            if not whole or not times:
+                continue
+            round_times.append(max(float(time.perf_counter_ns() - round_start),
+                                   sum(times.values())))
+            self.kept.append(times)
+            if self.on_round is not None and self.on_round(times):
+                break
+            for a, ta in times.items():
+                row = wins[index[a]]
+                for b, tb in times.items():
+                    if ta < tb:
+                        row[index[b]] += 1
+            live = [index[n] for n in self.alive]
+            if (pol.alpha > 0 and len(live) > 1 and len(self.kept) >= pol.min_rounds
+                    and _leader_p(wins, live, len(self.kept)) < pol.alpha):
+                break  # a clear gap
+
+    def _enough(self, wins: list[list[int]], index: Mapping[str, int],
+                round_times: list[float]) -> bool:
+        """Whether to stop before the next round (the rules of :class:`ComparePolicy`)."""
+        pol, rounds = self.pol, len(self.kept)
+        if rounds == 0:
+            return False
+        # the next round's cost: the median round (so one preempted round does not end
+        # the comparison early); before three rounds, the sum of each one's median call
+        typical = (statistics.median(round_times) if len(round_times) >= 3 else
+                   sum(statistics.median(self.calls[n]) for n in self.alive))
+        spent = self.elapsed()
+        if spent + 1.5 * typical > pol.cap_s * 1e9:
+            return True
+        if len(self.alive) == 1:
+            # a lone candidate is the pick whatever it measures: a few samples do
+            return rounds >= max(3, pol.min_rounds // 2)
+        if rounds >= max(1, pol.max_rounds):
+            return True
+        if rounds < pol.min_rounds or spent + 3.0 * typical <= pol.budget_s * 1e9:
+            return False
+        live = [index[n] for n in self.alive]
+        return _leader_p(wins, live, rounds) < pol.confident_p
+
+    def samples(self, name: str) -> list[float]:
+        """The kept rounds' times of ``name``; for a crawler with none, every call it
+        made (its warmup call)."""
+        kept = [r[name] for r in self.kept if name in r]
+        return kept or list(self.calls[name])
+
+    def outcome(self, tier_of: Mapping[str, int]) -> Comparison:
+        """Rank the finishers as the rounds say, then the crawlers after them."""
+        spent = float(time.perf_counter_ns() - self.started)
+        rounds = len(self.kept)
+        finishers = [n for n in self.names if n in self.alive]
+        crawlers = [n for n in self.names if n in self.dropped]
+        ratios: dict[str, float] = {}
+        if not finishers and len(crawlers) > 1:
+            # crawlers only, the rest failed: no common rounds, so the medians rank them
+            medians = {n: statistics.median(self.samples(n)) for n in crawlers}
+            ranked = sorted(crawlers, key=lambda n: (medians[n], -tier_of.get(n, 0), n))
+            crawlers, confidence, tie, p_worst = [], 0.0, False, 1.0
+        elif len(finishers) <= 1:
+            if not finishers and not crawlers:
+                return Comparison([], {}, 0.0, False, rounds, self.timed, {}, spent, 1.0,
+                                  dict(self.failed), dict(self.dropped), dict(self.declined))
+            # one candidate left (a lone crawler only if all else failed): the pick, as
+            # when there is one candidate from the start
+            ranked = finishers or crawlers
+            crawlers = [n for n in crawlers if n not in ranked]
+            confidence, tie, p_worst = 1.0, False, 0.0
+        else:
+            ranked, ratios, tie, p_worst = self._rank(finishers, tier_of)
+            confidence = 1.0 - p_worst
+        stats = {n: LatencyStats.of(self.samples(n)) for n in ranked + crawlers}
+        pick = ranked[0]
+        for n in ranked + crawlers:
+            if n not in ratios:
+                ratios[n] = self._ratio_to(n, pick)
+        crawlers.sort(key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
+        return Comparison(ranked + crawlers, stats, confidence, tie, rounds, self.timed,
+                          ratios, spent, p_worst, dict(self.failed), dict(self.dropped),
+                          dict(self.declined))
+
+    def _rank(self, names: list[str], tier_of: Mapping[str, int]
+              ) -> tuple[list[str], dict[str, float], bool, float]:
+        """The paired-ratio ranking of candidates timed in every kept round, the tie rule
+        applied: ranking, ratios to the pick, tie, the sign test's worst p-value."""
+        samples = {n: [r[n] for r in self.kept] for n in names}
+        stats = {n: LatencyStats.of(samples[n]) for n in names}
+        leader = _paired_leader(names, samples)
+        ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
+        ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
+                                              -tier_of.get(n, 0), n))
+        p_worst = _worst_p(leader, names, samples)
+        runner_up = ranked[1]
+        tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
+        if tie:
+            tied = [n for n in ranked if ratios[n] - 1.0 < self.pol.tie_margin]
+            preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
+            ranked.remove(preferred)
+            ranked.insert(0, preferred)
+            if preferred != leader:
+                ratios = {n: _paired_ratio(samples[n], samples[preferred]) for n in names}
+        return ranked, ratios, tie, p_worst
+
+    def _ratio_to(self, name: str, pick: str) -> float:
+        """``name``'s median ratio to ``pick`` over the rounds both were timed in, or of
+        the medians where they share none (a crawler dropped in warmup)."""
+        pairs = [r[name] / r[pick] for r in self.kept if name in r and pick in r and r[pick] > 0]
+        if pairs:
+            return statistics.median(pairs)
+        lead = statistics.median(self.samples(pick))
+        return statistics.median(self.samples(name)) / lead if lead > 0 else 1.0
+
+
+def _leader_p(wins: list[list[int]], live: list[int], rounds: int) -> float:
+    """The sign test's p-value of the candidate whose weakest pairwise record is best,
+    against its closest competitor."""
+    weakest = max(min(wins[i][j] for j in live if j != i) for i in live)
+    return _sign_test_p(weakest, rounds)
+
+
+def _human_ns(ns: float) -> str:
+    """A duration in nanoseconds, in the unit that reads best."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def _paired_leader(names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> str:
+    """The candidate that no other beats on the median paired ratio."""
+    leader = min(names, key=lambda n: statistics.median(samples[n]))
+    for _ in range(len(names)):
+        challenger = min(names, key=lambda n: _paired_ratio(samples[n], samples[leader]))
+        if challenger == leader or _paired_ratio(samples[challenger], samples[leader]) >= 1.0:
+            return leader
+        leader = challenger
+    return leader
+
+
+def _paired_ratio(mine: Sequence[float], leader: Sequence[float]) -> float:
+    """Median over rounds of my time over the leader's time in the same round."""
+    pairs = [m / lead for m, lead in zip(mine, leader, strict=True) if lead > 0]
+    return statistics.median(pairs) if pairs else 1.0
+
+
+def _worst_p(leader: str, names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> float:
+    """The sign test's p-value of ``leader`` against its closest competitor."""
+    worst = 0.0
+    lead = samples[leader]
+    for other in names:
+        if other == leader:
+            continue
+        wins = sum(1 for a, b in zip(lead, samples[other], strict=True) if a < b)
+        worst = max(worst, _sign_test_p(wins, len(lead)))
+    return worst
