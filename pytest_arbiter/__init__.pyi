@@ -6,7 +6,6 @@ from .core.candidates import (
     REGISTRY as REGISTRY,
     Candidate as Candidate,
     CandidateRegistry as CandidateRegistry,
-    Decline as Decline,
     FunctionCandidate as FunctionCandidate,
     candidate as candidate,
     register_target as register_target,
@@ -18,7 +17,6 @@ from .core.gate import (
 from .core.ops import (
     OPS as OPS,
     Op as Op,
-    UnknownOpWarning as UnknownOpWarning,
     allow_tf32 as allow_tf32,
     op as op,
 )
@@ -29,7 +27,6 @@ from .core.regions import (
 )
 from .decision.arbiter import Arbiter as Arbiter
 from .decision.process import (
-    ConfigurationError as ConfigurationError,
     configure as configure,
     default_arbiter as default_arbiter,
     dispatch as dispatch,
@@ -44,15 +41,20 @@ from .decision.selection import (
 )
 from .decision.states import (
     MODES as MODES,
-    CacheMiss as CacheMiss,
     DispatchKey as DispatchKey,
-    LowConfidence as LowConfidence,
     Mode as Mode,
     Source as Source,
-    StaleEntry as StaleEntry,
 )
 from .decision.timers import register_timer as register_timer
 from .decision.tuning import measured_arbitrate as measured_arbitrate
+from .errors import (
+    CacheMiss as CacheMiss,
+    ConfigurationError as ConfigurationError,
+    Decline as Decline,
+    LowConfidence as LowConfidence,
+    StaleEntry as StaleEntry,
+    UnknownOpWarning as UnknownOpWarning,
+)
 from .extend.backends import (
     Backend as Backend,
 )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_arbiter.decision import process
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.extend import hooks
 from pytest_arbiter.extend.backends import BACKENDS
 from pytest_arbiter.extend.device import device_tag, forget, worker_device_environment
@@ -159,7 +160,7 @@ def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
 
     try:
         return artifacts.read_cache_stamped(path)
-    except artifacts.ArtifactError as exc:
+    except ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {escape(path)}: {escape(exc)}"
                                 ) from None
 
@@ -186,7 +187,7 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
 
     try:
         return artifacts.read_histogram(path), f"baseline {path}"
-    except artifacts.ArtifactError as exc:
+    except ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-baseline: cannot use {escape(path)}: "
                                 f"{escape(exc)}") from None
 
@@ -446,11 +447,11 @@ def _xdist_stop(config: pytest.Config) -> Callable[[str], bool] | None:
 def _write_benchmark_json(path: Path, ledger: RunLedger, root: Path) -> None:
     """``--arbiter-benchmark-json``: the comparisons the run measured, for
     pytest-benchmark's tools (:mod:`pytest_arbiter.store.benchmark_json`)."""
-    from pytest_arbiter.store import artifacts, benchmark_json
+    from pytest_arbiter.store import benchmark_json
 
     try:
         benchmark_json.write(path, ledger.measured_entries(), commit_folder=root)
-    except artifacts.ArtifactError as exc:
+    except ArtifactError as exc:
         ledger.errors.append(f"--arbiter-benchmark-json: {exc}")
 
 

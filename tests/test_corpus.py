@@ -24,6 +24,7 @@ from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter.core.candidates import CandidateRegistry
 from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import (
@@ -84,7 +85,7 @@ def document(*entries: CacheEntry) -> dict[str, Any]:
 def refused(tmp_path: Path, doc: Any, match: str) -> None:
     path = tmp_path / "c.json"
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    with pytest.raises(artifacts.ArtifactError, match=match):
+    with pytest.raises(ArtifactError, match=match):
         artifacts.read_cache(path)
 
 
@@ -319,11 +320,11 @@ def test_truncated_corpus_is_a_clear_error_and_stays_untouched(tmp_path: Path) -
     full = write(path, entry("a"), entry("b"))
     cut = full[: len(full) // 2]
     path.write_bytes(cut)
-    with pytest.raises(artifacts.ArtifactError,
+    with pytest.raises(ArtifactError,
                        match=r"corpus.json is not valid JSON: .* at line \d+, column \d+ "
                              r"\(byte \d+\)"):
         artifacts.read_cache(path)
-    with pytest.raises(artifacts.ArtifactError, match=r"corpus\.json is not valid JSON"):
+    with pytest.raises(ArtifactError, match=r"corpus\.json is not valid JSON"):
         artifacts.update_cache(path, [entry("c")])
     assert path.read_bytes() == cut
     assert not list(tmp_path.glob(".corpus.json.*.tmp"))
@@ -773,8 +774,9 @@ def test_lock_timeout_is_a_clear_error(tmp_path: Path) -> None:
     before = write(path, entry())
     with filelock.FileLock(str(artifacts.lock_path(path))):
         code = ("import sys; from pytest_arbiter.store import artifacts\n"
+                "from pytest_arbiter.errors import ArtifactError\n"
                 "try:\n    artifacts.update_cache(sys.argv[1], [], timeout=0.2)\n"
-                "except artifacts.ArtifactError as e:\n    print(e); sys.exit(3)\n")
+                "except ArtifactError as e:\n    print(e); sys.exit(3)\n")
         proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                               text=True, timeout=60)
     assert proc.returncode == 3, proc.stderr
@@ -805,13 +807,13 @@ def test_a_symlinked_cache_is_locked_and_written_at_its_target(tmp_path: Path) -
     # a link to nothing: an error, never a file made wherever it points
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "store" / "new.json")
-    with pytest.raises(artifacts.ArtifactError, match="which does not exist"):
+    with pytest.raises(ArtifactError, match="which does not exist"):
         artifacts.update_cache(dangling, [entry("x")])
     assert dangling.is_symlink() and not (tmp_path / "store" / "new.json").exists()
 
 
 def test_write_error_names_the_path(tmp_path: Path) -> None:
-    with pytest.raises(artifacts.ArtifactError, match=r"no/such/c\.json"):
+    with pytest.raises(ArtifactError, match=r"no/such/c\.json"):
         artifacts.update_cache(tmp_path / "no" / "such" / "c.json", [entry()])
     assert os.listdir(tmp_path) == []
 

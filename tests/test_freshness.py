@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
-from pytest_arbiter.core.candidates import CandidateRegistry, Decline, FunctionCandidate
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.core.ops import OPS
-from pytest_arbiter.decision.states import StaleEntry
 from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.errors import Decline, StaleEntry
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.store.cache import CacheEntry
 from pytest_arbiter.store.corpus import merge
@@ -323,7 +323,6 @@ def test_a_candidate_that_declines_when_run_is_measured_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """It declines in the gate: recorded as declined, not measured again on every plan
     (two keys bump the cache in turn), and strict replays the tuned corpus."""
-    from pytest_arbiter.core.candidates import Decline
     from pytest_arbiter.decision import tuning as arbiter_module
 
     def work_stealing(a: np.ndarray, b: np.ndarray) -> np.ndarray:

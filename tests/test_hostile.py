@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter.cli.main import main
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating import histogram_file, junit
 from pytest_arbiter.gating.histogram import OUTCOMES
 from pytest_arbiter.store import artifacts
@@ -111,7 +112,7 @@ def test_histogram_bytes_are_deterministic_and_the_format_kept(tmp_path: Path) -
 def test_a_histogram_that_no_reader_would_accept_is_not_written(tmp_path: Path) -> None:
     for counts in ({("cpu", "", "k", "won"): 1}, {("cpu", "m", "k", "won"): -1},
                    {("cpu", "m", "k", "wonderful"): 1}, {("cpu", "m", "k\ud800", "won"): 1}):
-        with pytest.raises(artifacts.ArtifactError, match=r"cannot write .*h\.json"):
+        with pytest.raises(ArtifactError, match=r"cannot write .*h\.json"):
             artifacts.write_histogram(tmp_path / "h.json", counts)
         assert not (tmp_path / "h.json").exists()
 
@@ -189,7 +190,7 @@ def test_parse_json_refuses_what_json_loads_accepts() -> None:
     # recursion limit, and 3.13's parsers take 3000 without a RecursionError
     for text in ('{"a": 1, "a": 2}', "[1e400]", "[-1e400]", '["\\ud800"]', "NaN",
                  "[" * 3000 + "]" * 3000, "[" * 200 + "]" * 200, '{"a":' * 200 + "1" + "}" * 200):
-        with pytest.raises(artifacts.ArtifactError, match="src"):
+        with pytest.raises(ArtifactError, match="src"):
             artifacts.parse_json(text, "src")
 
 
@@ -660,7 +661,7 @@ def test_non_utf8_is_a_clear_error_whichever_msgspec_reads_it(
     path = tmp_path / "h.json"
     path.write_bytes(b'{"schema": "pytest-arbiter/histogram", "version": 1, "entries": '
                      b'[{"target": "cpu\xe9"}]}')
-    with pytest.raises(artifacts.ArtifactError, match=(
+    with pytest.raises(ArtifactError, match=(
             rf"^{path} is not valid JSON: Invalid UTF-8 encoded string at line 1, "
             r"column 81 \(byte 80\)$")):
         artifacts.read_histogram(path)

@@ -16,8 +16,9 @@ from types import FrameType
 
 import pytest
 
+from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
-from pytest_arbiter.timing.watchdog import CallTimeout, watchdog, watchdog_available
+from pytest_arbiter.timing.watchdog import watchdog, watchdog_available
 
 # a time per candidate, or a function of the call's number (1-based, warmup included)
 Script = Mapping[str, float | Callable[[int], float]]

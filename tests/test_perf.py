@@ -363,8 +363,7 @@ def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
 
 def test_memoised_plans_stay_bounded_and_dispatch_keeps_working(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_arbiter.decision import arbiter as arbiter_module
-    from pytest_arbiter.decision import plans
+    from pytest_arbiter.decision import arbiter as arbiter_module, plans
 
     monkeypatch.setattr(plans, "MAX_PLANS", 8)
     arb = arbiter_module.Arbiter(mode="static")

@@ -664,7 +664,8 @@ def test_a_run_that_never_dispatches_builds_no_arbiter(pytester: pytest.Pytester
             pass
 
         def test_zz_last():
-            print("LOADED", "numpy" in sys.modules, "pytest_arbiter.decision.arbiter" in sys.modules)
+            print("LOADED", "numpy" in sys.modules,
+                  "pytest_arbiter.decision.arbiter" in sys.modules)
     """)
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider",
                                            "--arbiter-histogram=h.json")

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.core.ops import OpRegistry, make_op
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.corpus import merge
 from tests.test_corpus import T0, T1, entry
@@ -43,7 +44,7 @@ def test_an_impossible_row_is_refused_naming_the_file_and_the_entry(
     doc = json.loads(path.read_text())
     doc["entries"][0]["ranking"][0]["stats"][field] = value
     path.write_text(json.dumps(doc))
-    with pytest.raises(artifacts.ArtifactError, match=message) as raised:
+    with pytest.raises(ArtifactError, match=message) as raised:
         artifacts.read_cache(path)
     assert "c.json" in str(raised.value) and "entries[0]" in str(raised.value)
 
@@ -55,7 +56,7 @@ def test_all_zero_latencies_are_refused(tmp_path: Path) -> None:
     for row in doc["entries"][0]["ranking"]:
         row["stats"].update(median_ns=0, min_ns=0, q1_ns=0, q3_ns=0, max_ns=0)
     path.write_text(json.dumps(doc))
-    with pytest.raises(artifacts.ArtifactError, match="not all be zero"):
+    with pytest.raises(ArtifactError, match="not all be zero"):
         artifacts.read_cache(path)
 
 
@@ -111,6 +112,6 @@ def test_a_since_in_the_future_is_refused_naming_the_entry(tmp_path: Path) -> No
     doc = json.loads(path.read_text())
     doc["entries"][0]["since"] = ahead.strftime("%Y-%m-%dT%H:%M:%SZ")
     path.write_text(json.dumps(doc))
-    with pytest.raises(artifacts.ArtifactError, match="clock ahead") as raised:
+    with pytest.raises(ArtifactError, match="clock ahead") as raised:
         artifacts.read_cache(path)
     assert "c.json" in str(raised.value) and "entries[0]" in str(raised.value)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store import artifacts, strictjson
 from pytest_arbiter.store.strictjson import MAX_DEPTH, check_depth
 
@@ -30,7 +31,7 @@ def nested(depth: int, kind: str = "mixed") -> str:
 def test_the_limit_is_exact_for_every_kind_of_nesting(kind: str) -> None:
     artifacts.parse_json(nested(MAX_DEPTH, kind), "src")
     for depth in (MAX_DEPTH + 1, 200, 900, 3000):
-        with pytest.raises(artifacts.ArtifactError,
+        with pytest.raises(ArtifactError,
                            match=rf"src is nested too deeply \(more than {MAX_DEPTH} levels"):
             artifacts.parse_json(nested(depth, kind), "src")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_arbiter import __version__
+from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating.baseline import gate_fleet, tightened
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.store import artifacts
@@ -425,7 +426,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
                   for path in args.histograms]
     try:
         page = report.render(cache, histograms)
-    except report.ReportUnavailable as exc:
+    except ReportUnavailable as exc:
         sys.stderr.write(f"pytest-arbiter report: {exc}\n")
         return EXIT_USAGE
     artifacts.write_text_atomic(args.output, page)
@@ -635,7 +636,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone(stream, args.command)
-    except artifacts.ArtifactError as exc:
+    except ArtifactError as exc:
         sys.stderr.write(f"pytest-arbiter {args.command}: error: {escape(exc)}\n")
         return EXIT_USAGE
     except Exception as exc:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_arbiter.errors import ReportUnavailable
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, HistogramKey
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache
 from pytest_arbiter.store.safetext import escape
@@ -29,10 +30,6 @@ INSTALL_HINT = "pip install 'pytest-arbiter[report]'"
 MAX_ROWS_PLOTTED = 120
 """Shapes drawn per heat map; the table below it lists them all."""
 MAX_ANNOTATED_CELLS = 400
-
-
-class ReportUnavailable(Exception):
-    """matplotlib is not installed: the message says what to install."""
 
 
 def _text(value: object) -> str:

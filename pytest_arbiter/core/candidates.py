@@ -84,18 +84,6 @@ def definition_site(cand: Candidate) -> str:
         return "?"
 
 
-class Decline(Exception):
-    """Raised by a kernel that cannot run these inputs, to hand the work on.
-
-    The next candidate in the order that can run the inputs runs them; the reference runs
-    only when none can, and that dispatch is recorded as ``degraded`` with ``reason``.
-    """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 class Candidate:
     """One implementation of an op for one target.
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pytest_arbiter.core.candidates import Candidate, Decline
+from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.dtypes import dtype_name, precision, round_to, spacing
 from pytest_arbiter.core.ops import (
     ERROR_LAMBDA,
@@ -27,8 +27,8 @@ from pytest_arbiter.core.ops import (
 )
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.user_inputs import is_scalar, same_layout_copy, sensitivity, user_trials
+from pytest_arbiter.errors import CallTimeout, Decline
 from pytest_arbiter.extend.hooks import call as call_hook
-from pytest_arbiter.timing.watchdog import CallTimeout
 
 GATE_SEED = 20240611
 

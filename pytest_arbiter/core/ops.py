@@ -22,6 +22,7 @@ from pytest_arbiter.core.dtypes import DTYPE_NAMES, dtype_name, numpy_dtype, pre
 from pytest_arbiter.core.names import check_name
 from pytest_arbiter.core.regions import MatmulRegion, Region, SoftmaxRegion
 from pytest_arbiter.core.user_inputs import UserGateInputs, is_scalar
+from pytest_arbiter.errors import UnknownOpWarning
 
 Array = Any
 Reference = Callable[..., Array]
@@ -745,11 +746,6 @@ def _generic_exact(reference: Reference) -> Callable[..., np.ndarray]:
         return to_host(reference(*inputs)).astype(np.float64)
 
     return exact
-
-
-class UnknownOpWarning(UserWarning):
-    """A candidate is registered for an op that no ``op()`` registers and no built-in has:
-    it is never used (a misspelt op name, or an ``op()`` that never ran)."""
 
 
 class OpRegistry:

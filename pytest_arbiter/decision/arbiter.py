@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, Decline, known_targets
+from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, known_targets
 from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.core.ops import OPS, OpRegistry
 from pytest_arbiter.core.regions import Region
@@ -36,6 +36,7 @@ from pytest_arbiter.decision.states import (
     exc_text,
     is_mode,
 )
+from pytest_arbiter.errors import Decline
 from pytest_arbiter.extend.device import target_of_array, unusable_reason
 from pytest_arbiter.gating.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
 from pytest_arbiter.store.cache import MeasureCache

@@ -19,15 +19,9 @@ from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accep
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen, usable
 from pytest_arbiter.decision.selection import DispatchEvent, Selection
-from pytest_arbiter.decision.states import (
-    CacheMiss,
-    DispatchKey,
-    LowConfidence,
-    Mode,
-    Source,
-    StaleEntry,
-)
+from pytest_arbiter.decision.states import DispatchKey, Mode, Source
 from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.errors import CacheMiss, LowConfidence, StaleEntry
 from pytest_arbiter.extend.device import DeviceInfo, probe_device
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.gating.histogram import HistogramKey, Outcome

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_arbiter.errors import ArtifactError, ConfigurationError
+
 if TYPE_CHECKING:
     from pytest_arbiter.decision.arbiter import Arbiter
     from pytest_arbiter.decision.states import Mode
@@ -32,10 +34,6 @@ ENV_MODE = "PYTEST_ARBITER_MODE"
 ENV_GATE = "PYTEST_ARBITER_GATE"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
-
-
-class ConfigurationError(ValueError):
-    """The process arbiter cannot be configured as asked (a bad variable, a bad corpus)."""
 
 
 _current: Arbiter | None = None
@@ -142,7 +140,7 @@ def _read_corpus(path: str | os.PathLike[str], source: str) -> MeasureCache:
         raise ConfigurationError(f"{source}: cannot read the corpus {p}: {why}")
     try:
         return artifacts.read_cache(p)
-    except artifacts.ArtifactError as exc:
+    except ArtifactError as exc:
         raise ConfigurationError(f"{source}: cannot use the corpus {p}: {exc}") from None
 
 

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_arbiter.core.candidates import Candidate, Decline
+from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.states import ACCEPTS_FALSE, exc_text
+from pytest_arbiter.errors import Decline
 from pytest_arbiter.store.cache import CacheEntry
 
 

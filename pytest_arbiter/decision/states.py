@@ -46,21 +46,6 @@ class DispatchKey(NamedTuple):
     dtype: str
 
 
-class CacheMiss(LookupError):
-    """Strict mode: a dispatch key has no cached winner."""
-
-
-class StaleEntry(CacheMiss):
-    """Strict mode: a dispatch key's cached entry is out of date: its winner's code
-    changed, or a candidate that can run the key was never measured for it."""
-
-
-class LowConfidence(CacheMiss):
-    """Strict mode: a dispatch key's cached pick has too little evidence behind it
-    (:attr:`pytest_arbiter.CacheEntry.low_confidence`): re-tune it with a larger
-    ``--arbiter-tune-budget``."""
-
-
 ACCEPTS_FALSE = "declined the inputs (accepts() returned False)"
 """The reason of a decline through ``accepts()``."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.core.candidates import Candidate, Decline
+from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
 from pytest_arbiter.core.ops import OPS, Op
 from pytest_arbiter.core.regions import Region
@@ -29,6 +29,7 @@ from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen
 from pytest_arbiter.decision.selection import Selection
 from pytest_arbiter.decision.states import exc_text
 from pytest_arbiter.decision.timers import timer_for
+from pytest_arbiter.errors import Decline
 from pytest_arbiter.extend import hooks
 from pytest_arbiter.extend.device import DeviceInfo, probe_device
 from pytest_arbiter.extend.fingerprint import current_environment

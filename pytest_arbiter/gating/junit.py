@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import OUTCOMES, HistogramKey
 
 if TYPE_CHECKING:
@@ -485,7 +486,7 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
 def read_junit(path: str | os.PathLike[str]) -> FleetCounts:
     """The dispatch counts a JUnit XML report records; ``ArtifactError`` if unreadable,
     damaged or inconsistent."""
-    from pytest_arbiter.store.artifacts import ArtifactError, read_bytes
+    from pytest_arbiter.store.artifacts import read_bytes
 
     try:
         return junit_counts(read_bytes(path), str(path))
@@ -496,7 +497,7 @@ def read_junit(path: str | os.PathLike[str]) -> FleetCounts:
 def read_report(path: str | os.PathLike[str]) -> FleetCounts:
     """A JUnit XML report or a histogram JSON file (by content), as counts."""
     from pytest_arbiter.gating import histogram_file
-    from pytest_arbiter.store.artifacts import ArtifactError, read_bytes
+    from pytest_arbiter.store.artifacts import read_bytes
     from pytest_arbiter.store.strictjson import check_bom
 
     source = str(path)
@@ -526,7 +527,6 @@ def read_reports(paths: Iterable[str | os.PathLike[str]],
     ``allow_no_data`` (the fleet gate), a JUnit report that carries no pytest-arbiter
     data raises too, unless it is one of those paths: a runner whose plugin was off
     would otherwise pass the gate with its degrades unseen."""
-    from pytest_arbiter.store.artifacts import ArtifactError
 
     allowed = (None if allow_no_data is None
                else {os.path.realpath(p) for p in allow_no_data})

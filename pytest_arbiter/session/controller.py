@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.baseline import gate_fleet
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.session.summary import RunVerdict
@@ -91,7 +92,7 @@ class Controller:
 
         try:
             write(artifacts, path)
-        except artifacts.ArtifactError as exc:
+        except ArtifactError as exc:
             self.ledger.errors.append(f"{what}: {exc}")
 
     def _write_baseline(self, path: Path, counts: dict[HistogramKey, int],
@@ -103,7 +104,7 @@ class Controller:
 
         try:
             old = artifacts.read_histogram(path) if path.exists() else {}
-        except artifacts.ArtifactError as exc:
+        except ArtifactError as exc:
             self.ledger.errors.append(f"--arbiter-write-baseline: not written, the current "
                                       f"file is unreadable: {exc}")
             return False
@@ -129,14 +130,14 @@ class Controller:
             artifacts.update_cache(path, measured, timeout=artifacts.LOCK_TIMEOUT_S,
                                    known=self.as_read, measured_now=True)
             return
-        except artifacts.ArtifactError as exc:
+        except ArtifactError as exc:
             failure = str(exc)
         shard = path.with_name(f"{path.stem}.shard-{socket.gethostname()}-{os.getpid()}-"
                                f"{int(time.time())}{path.suffix or '.json'}")
         errors = self.ledger.errors
         try:
             artifacts.write_cache(shard, MeasureCache(measured))
-        except artifacts.ArtifactError as exc:
+        except ArtifactError as exc:
             errors.append(f"--arbiter-cache: {failure}; the {len(measured)} measured "
                           f"entries could not be saved either: {exc}")
             return

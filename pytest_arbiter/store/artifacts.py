@@ -21,6 +21,7 @@ from typing import Any
 
 import filelock
 
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, keyed, plain_key
 from pytest_arbiter.store.cache_file import encode_chunks, encode_document, read_document
@@ -29,10 +30,6 @@ from pytest_arbiter.store.safetext import escape
 
 LOCK_TIMEOUT_S = 120.0
 """How long a cache write waits for another process's lock before giving up."""
-
-
-class ArtifactError(Exception):
-    """An artifact could not be read or written; the message names the path."""
 
 
 def dumps(data: Any) -> str:

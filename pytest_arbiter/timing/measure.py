@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import msgspec
 
-from pytest_arbiter.timing.watchdog import CallTimeout, watched_calls
+from pytest_arbiter.errors import CallTimeout
+from pytest_arbiter.timing.watchdog import watched_calls
 
 
 class Timer(Protocol):

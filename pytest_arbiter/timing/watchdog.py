@@ -20,20 +20,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
+from pytest_arbiter.errors import CallTimeout
+
 T = TypeVar("T")
-
-class CallTimeout(BaseException):
-    """A call under :func:`watchdog` gave no result within ``seconds``.
-
-    A ``BaseException`` (as pytest's own outcomes are), so a kernel's ``except
-    Exception`` cannot swallow it; the gate and the timing catch it by name.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no result after {seconds:g} s "
-                         "(the per-call watchdog, --arbiter-call-timeout)")
-        self.seconds = seconds
-
 
 def watchdog_available() -> bool:
     """Whether the signal method can be used here: the platform has it, this is the

@@ -12,16 +12,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pytest_arbiter.errors import GpuUnavailable
 from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.extend.device import DeviceInfo
 from pytest_arbiter.runtime.cuda import install
 
 EXTRAS_HINT = "install pytest-arbiter[cuda12], [cuda13] or [rocm]"
 GPU_TARGETS = ("nvidia", "amd")
-
-
-class GpuUnavailable(RuntimeError):
-    """Raised when a GPU candidate is run on a machine that cannot run it."""
 
 
 _LOCK = threading.Lock()

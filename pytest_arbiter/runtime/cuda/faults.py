@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pytest_arbiter.errors import CallTimeout, GpuLaneLost
 from pytest_arbiter.extend import device as core_device
-from pytest_arbiter.timing.watchdog import CallTimeout
 
 STICKY = frozenset({
     226,  # cudaErrorContained
@@ -41,15 +41,6 @@ as leaving the process in an inconsistent state: any further CUDA work fails."""
 
 _SPIN_S = 50e-6
 _MAX_SLEEP_S = 1e-3
-
-
-class GpuLaneLost(RuntimeError):
-    """The device lane of ``target`` cannot be used again in this process."""
-
-    def __init__(self, target: str, reason: str) -> None:
-        super().__init__(reason)
-        self.target = target
-        self.reason = reason
 
 
 def sticky_status(exc: BaseException) -> int | None:
