@@ -1621,8 +1621,8 @@ class Bench:
     def check(self, variant: Variant, case: Case, seed: int, *,
               baselines: bool = True) -> Verdicts:
         from pytest_arbiter.core.dtypes import numpy_dtype
-        from pytest_arbiter.core.gate import f4_gate
         from pytest_arbiter.core.regions import MatmulRegion, SoftmaxRegion
+        from pytest_arbiter.decision.gating import f4_gate
 
         op = self.ops[case.op]
         cand = self.recorder(variant, op.name)
@@ -2016,9 +2016,10 @@ def format_user_power(tally: UserTally) -> list[str]:
 
 def tf32_rows(shape: tuple[int, int, int]) -> list[str]:
     """The TF32 policy: a TF32 GEMM under the default float32 budget and once allowed."""
-    from pytest_arbiter.core.gate import GATE_SEED, f4_gate
+    from pytest_arbiter.core.gate import GATE_SEED
     from pytest_arbiter.core.ops import OPS, allow_tf32
     from pytest_arbiter.core.regions import MatmulRegion
+    from pytest_arbiter.decision.gating import f4_gate
 
     recorder = _candidate_class()
     region = MatmulRegion.of(*shape, "float32")

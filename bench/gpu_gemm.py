@@ -22,11 +22,11 @@ import numpy as np
 
 from pytest_arbiter import ComparePolicy, MeasureCache, measured_arbitrate
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.gate import f4_gate
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.core.regions import MatmulRegion
-from pytest_arbiter.decision.gating import Verdict, verdict_of
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.decision.gating import Verdict, f4_gate, verdict_of
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate, bfloat16_problem
 from pytest_arbiter.timing.measure import measure_latency

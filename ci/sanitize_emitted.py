@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from pytest_arbiter.core.gate import f4_gate
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.core.regions import MatmulRegion, Region, SoftmaxRegion
+from pytest_arbiter.decision.gating import f4_gate
 from pytest_arbiter.runtime.cuda import emitted
 from pytest_arbiter.runtime.cuda.device import load_cupy
 from pytest_arbiter.runtime.cuda.lane import bfloat16_problem

@@ -10,10 +10,7 @@ from .core.candidates import (
     candidate as candidate,
     register_target as register_target,
 )
-from .core.gate import (
-    GateReport as GateReport,
-    f4_gate as f4_gate,
-)
+from .core.gate import GateReport as GateReport
 from .core.ops import (
     OPS as OPS,
     Op as Op,
@@ -26,6 +23,7 @@ from .core.regions import (
     SoftmaxRegion as SoftmaxRegion,
 )
 from .decision.arbiter import Arbiter as Arbiter
+from .decision.gating import f4_gate as f4_gate
 from .decision.process import (
     configure as configure,
     default_arbiter as default_arbiter,
@@ -45,7 +43,6 @@ from .decision.states import (
     Mode as Mode,
     Source as Source,
 )
-from .decision.timers import register_timer as register_timer
 from .decision.tuning import measured_arbitrate as measured_arbitrate
 from .errors import (
     CacheMiss as CacheMiss,
@@ -57,12 +54,11 @@ from .errors import (
 )
 from .extend.backends import (
     Backend as Backend,
+    DeviceInfo as DeviceInfo,
 )
 from .extend.device import (
-    DeviceInfo as DeviceInfo,
     cpu_device as cpu_device,
     device_tag as device_tag,
-    register_device_probe as register_device_probe,
 )
 from .extend.fingerprint import (
     current_environment as current_environment,

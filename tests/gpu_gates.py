@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pytest_arbiter.core.gate import f4_gate
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.core.regions import MatmulRegion, Region, SoftmaxRegion
+from pytest_arbiter.decision.gating import f4_gate
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate, bfloat16_problem
 

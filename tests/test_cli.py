@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter.cli.main import main
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.junit import case_id, parse_property, read_junit
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
@@ -272,10 +273,10 @@ def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:
 @pytest.mark.xdist
 def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> None:
     baseline = reports / "base.json"
-    counts = artifacts.read_histogram(baseline)
+    counts = histogram_file.read_histogram(baseline)
     counts[("cpu", "cli_mm", "retired_kernel", "degraded")] = 2
     counts[("nvidia", "matmul", "wmma", "degraded")] = 1
-    artifacts.write_histogram(baseline, counts)
+    histogram_file.write_histogram(baseline, counts)
     code, text = run("gate", "--baseline", baseline, reports / "plain.xml",
                      reports / "xdist.xml")
     assert code == 0, text
@@ -285,7 +286,7 @@ def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> N
     assert "unchecked degraded: target=nvidia op=matmul candidate=wmma" in text
     code, text = run("gate", "--update", "--baseline", baseline, reports / "plain.xml")
     assert code == 0 and "1 fixed entries removed" in text
-    kept = artifacts.read_histogram(baseline)
+    kept = histogram_file.read_histogram(baseline)
     assert ("cpu", "cli_mm", "retired_kernel", "degraded") not in kept
     assert ("nvidia", "matmul", "wmma", "degraded") in kept
     assert ("cpu", "cli_mm", "cli_declining", "degraded") in kept

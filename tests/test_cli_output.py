@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from pytest_arbiter.cli.main import main
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
@@ -94,7 +95,7 @@ class _GoneReader(io.StringIO):
 
 def test_a_cut_off_gate_never_passes(tmp_path: Path) -> None:
     report = tmp_path / "h.json"
-    artifacts.write_histogram(report, {("cpu", "matmul", "blas_matmul", "won"): 1})
+    histogram_file.write_histogram(report, {("cpu", "matmul", "blas_matmul", "won"): 1})
     code = main(["gate", "--baseline", str(tmp_path / "none.json"), str(report)],
                 out=_GoneReader())
     assert code == 2

@@ -18,8 +18,8 @@ from cuda_fakes import FakeArray, FakeGpu
 
 from pytest_arbiter import Arbiter
 from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
-from pytest_arbiter.core.gate import f4_gate
 from pytest_arbiter.core.ops import OPS
+from pytest_arbiter.decision.gating import f4_gate
 from pytest_arbiter.errors import CallTimeout, GpuLaneLost
 from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.gating.histogram import NO_CANDIDATE

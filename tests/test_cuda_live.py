@@ -15,7 +15,8 @@ from gpu_gates import gate_cases, gpu_candidate, run_gate
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
 from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.device import load_cupy

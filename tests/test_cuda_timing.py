@@ -73,11 +73,11 @@ def test_two_gpus_with_one_tag_have_their_own_measurement_lock(two_gpus: FakeGpu
     assert lock_path(core_device.lock_identity("sm_90")) != first
     two_gpus.current = 0
     held: list[bool] = []
-    with measurement_lock("sm_90") as mine:
+    with measurement_lock(core_device.lock_identity("sm_90")) as mine:
         two_gpus.current = 1  # another worker, on the other H100
 
         def other_worker() -> None:
-            with measurement_lock("sm_90", timeout_s=0.5) as theirs:
+            with measurement_lock(core_device.lock_identity("sm_90"), timeout_s=0.5) as theirs:
                 held.append(theirs)
 
         worker = threading.Thread(target=other_worker)

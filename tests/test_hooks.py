@@ -11,8 +11,7 @@ import textwrap
 import pytest
 
 from pytest_arbiter.extend import backends
-from pytest_arbiter.extend.backends import Backend, BackendTable
-from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.backends import Backend, BackendTable, DeviceInfo
 
 NPU_PLUGIN = '''
 import numpy as np
@@ -172,28 +171,3 @@ def test_the_report_header_names_the_devices_mode_cache_and_baseline(
     result = pytester.runpytest_subprocess("--arbiter-baseline=base.json")
     result.stdout.fnmatch_lines([f"arbiter: devices {cpu_device().tag}; mode static; "
                                  "cache none; baseline *base.json"])
-
-
-def test_the_older_registration_calls_still_override_a_backend() -> None:
-    code = textwrap.dedent('''
-        import json
-        from pytest_arbiter import register_device_probe, register_timer
-        from pytest_arbiter.decision.timers import timer_for
-        from pytest_arbiter.core.candidates import known_targets
-        from pytest_arbiter.extend.device import DeviceInfo, probe_device, register_array_target
-        from pytest_arbiter.extend.device import target_of_array
-        from pytest_arbiter.timing.measure import CpuTimer
-
-        class Arr:
-            pass
-
-        Arr.__module__ = "fakearrays"
-        mine = CpuTimer()
-        register_device_probe("fpga", lambda: DeviceInfo("fpga-1", "an FPGA"))
-        register_timer("nvidia", lambda: mine)
-        register_array_target("fakearrays", lambda x: "fpga")
-        print(json.dumps([probe_device("fpga").tag, "fpga" in known_targets(),
-                          timer_for("nvidia") is mine, target_of_array(Arr()),
-                          type(timer_for("amd")).__name__]))
-    ''')
-    assert json.loads(_fresh_python(code)) == ["fpga-1", True, True, "fpga", "CudaEventTimer"]

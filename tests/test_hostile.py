@@ -92,7 +92,7 @@ def test_the_outcome_type_is_the_outcome_list() -> None:
 def test_histogram_bytes_are_deterministic_and_the_format_kept(tmp_path: Path) -> None:
     counts = {("cpu", "matmul", "k", "degraded"): 3, ("cpu", "matmul", "blas", "won"): 5}
     path = tmp_path / "h.json"
-    artifacts.write_histogram(path, counts, {("cpu", "matmul", "k", "degraded"): 1})
+    histogram_file.write_histogram(path, counts, {("cpu", "matmul", "k", "degraded"): 1})
     first = path.read_bytes()
     data = json.loads(first)
     assert list(data) == ["entries", "schema", "total", "version"]
@@ -100,20 +100,20 @@ def test_histogram_bytes_are_deterministic_and_the_format_kept(tmp_path: Path) -
     assert [list(e) for e in data["entries"]] == [
         ["count", "op", "outcome", "selected", "target"],
         ["count", "expected", "op", "outcome", "selected", "target"]]
-    counts_read, expected = artifacts.read_histogram_expected(path)
-    artifacts.write_histogram(path, counts_read, expected)
+    counts_read, expected = histogram_file.read_histogram_expected(path)
+    histogram_file.write_histogram(path, counts_read, expected)
     assert path.read_bytes() == first
     # a baseline committed before the total existed (two-space indent, sorted keys)
     del data["total"]
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    assert artifacts.read_histogram(path) == counts
+    assert histogram_file.read_histogram(path) == counts
 
 
 def test_a_histogram_that_no_reader_would_accept_is_not_written(tmp_path: Path) -> None:
     for counts in ({("cpu", "", "k", "won"): 1}, {("cpu", "m", "k", "won"): -1},
                    {("cpu", "m", "k", "wonderful"): 1}, {("cpu", "m", "k\ud800", "won"): 1}):
         with pytest.raises(ArtifactError, match=r"cannot write .*h\.json"):
-            artifacts.write_histogram(tmp_path / "h.json", counts)
+            histogram_file.write_histogram(tmp_path / "h.json", counts)
         assert not (tmp_path / "h.json").exists()
 
 
@@ -281,9 +281,9 @@ EVIL = "k\n::error file=ci.yml::pwned\x1b[2J\u2028##[group]x"
 
 def test_gate_escapes_names_from_a_histogram(tmp_path: Path) -> None:
     hostile = tmp_path / "h.json"
-    artifacts.write_histogram(hostile, {("cpu", "::op", EVIL, "degraded"): 2})
+    histogram_file.write_histogram(hostile, {("cpu", "::op", EVIL, "degraded"): 2})
     baseline = tmp_path / "base.json"
-    artifacts.write_histogram(baseline, {("cpu", "::op", EVIL, "error"): 1,
+    histogram_file.write_histogram(baseline, {("cpu", "::op", EVIL, "error"): 1,
                                          ("cpu", "other", EVIL, "degraded"): 1})
     code, out, err = gate("gate", "--baseline", baseline, hostile)
     assert code == 1 and "NEW degraded: target=cpu op=::op candidate=k\\n::error" in out
@@ -398,7 +398,8 @@ def test_the_summary_escapes_names(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(f"NAME = {EVIL!r}\n" + DECLINING)
     pytester.makepyfile(test_one=DISPATCH)
     baseline = pytester.path / "base.json"
-    artifacts.write_histogram(baseline, {("cpu", "hostile_mm", "gone\n::error::x", "degraded"): 1})
+    histogram_file.write_histogram(
+        baseline, {("cpu", "hostile_mm", "gone\n::error::x", "degraded"): 1})
     result = pytester.runpytest("--arbiter-baseline=base.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     summary = result.stdout.str().split("= arbiter =")[1]
@@ -500,13 +501,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
         proc = subprocess.run([*common, *extra], cwd=root, capture_output=True, text=True,
                               timeout=300)
         assert "fz_declining" in proc.stdout, proc.stdout + proc.stderr
-    artifacts.write_histogram(root / "baseline.json", {KNOWN: 1})
+    histogram_file.write_histogram(root / "baseline.json", {KNOWN: 1})
     return root
 
 
 @pytest.mark.xdist
 def test_the_plugin_writes_the_run_totals_into_the_junit_report(fleet: Path) -> None:
-    counts = artifacts.read_histogram(fleet / "histogram.json")
+    counts = histogram_file.read_histogram(fleet / "histogram.json")
     for report in ("xunit2.xml", "xunit1-xdist.xml"):
         suite = ET.parse(fleet / report).getroot().find("testsuite")
         assert suite is not None
@@ -664,4 +665,4 @@ def test_non_utf8_is_a_clear_error_whichever_msgspec_reads_it(
     with pytest.raises(ArtifactError, match=(
             rf"^{path} is not valid JSON: Invalid UTF-8 encoded string at line 1, "
             r"column 81 \(byte 80\)$")):
-        artifacts.read_histogram(path)
+        histogram_file.read_histogram(path)

@@ -19,6 +19,7 @@ import pytest
 from pytest_arbiter.core import candidates, gate, ops
 from pytest_arbiter.core.candidates import Candidate, CandidateRegistry, FunctionCandidate
 from pytest_arbiter.core.dtypes import bfloat16
+from pytest_arbiter.decision.gating import f4_gate
 
 # -- helpers ----------------------------------------------------------------------------
 
@@ -262,10 +263,10 @@ def test_a_float64_reference_gates_float32_kernels_in_float32(f32: np.ndarray) -
     def wide(x: np.ndarray) -> np.ndarray:
         return np.tanh(x.astype(np.float64)) * 2.0
 
-    ok = gate.f4_gate(FunctionCandidate(right, "right", the_op.name, "cpu", 0, None, None),
+    ok = f4_gate(FunctionCandidate(right, "right", the_op.name, "cpu", 0, None, None),
                       the_op, inputs=(f32,))
     assert ok.passed, ok.summary()
-    bad = gate.f4_gate(FunctionCandidate(wide, "wide", the_op.name, "cpu", 0, None, None),
+    bad = f4_gate(FunctionCandidate(wide, "wide", the_op.name, "cpu", 0, None, None),
                        the_op, inputs=(f32,))
     assert not bad.passed and bad.rejected
     assert "output dtype float64, expected float32" in bad.summary()
@@ -296,10 +297,10 @@ def test_an_int64_argmax_reference_stays_int64(f32: np.ndarray) -> None:
 
     the_op = ops.make_op("registration_argmax", argmax)
     assert ops.result_dtype(the_op, (f32,), argmax(f32)) == np.int64
-    report = gate.f4_gate(FunctionCandidate(argmax, "argmax_kernel", the_op.name, "cpu", 0,
+    report = f4_gate(FunctionCandidate(argmax, "argmax_kernel", the_op.name, "cpu", 0,
                                             None, None), the_op, inputs=(f32,))
     assert report.passed, report.summary()
-    as_float = gate.f4_gate(FunctionCandidate(lambda x: argmax(x).astype(np.float32),
+    as_float = f4_gate(FunctionCandidate(lambda x: argmax(x).astype(np.float32),
                                               "argmax_f32", the_op.name, "cpu", 0, None, None),
                             the_op, inputs=(f32,))
     assert "output dtype float32, expected int64" in as_float.reason
@@ -329,7 +330,7 @@ def test_a_kernel_that_raises_is_an_error_not_a_rejection(registry: CandidateReg
 
     matmul = ops.OPS.get("matmul")
     inputs = (f32, f32.T.copy())
-    report = gate.f4_gate(FunctionCandidate(broken, "broken", "matmul", "cpu", 0, None, None),
+    report = f4_gate(FunctionCandidate(broken, "broken", "matmul", "cpu", 0, None, None),
                           matmul, inputs=inputs)
     assert {t.status for t in report.trials} == {"error"}
     assert report.error == "raised RuntimeError: launch failed"
@@ -337,12 +338,12 @@ def test_a_kernel_that_raises_is_an_error_not_a_rejection(registry: CandidateReg
     assert "failing input #0" in report.summary()
     assert "raised RuntimeError: launch failed" in report.summary()
 
-    wrong = gate.f4_gate(FunctionCandidate(_zeros, "zeros", "matmul", "cpu", 0, None, None),
+    wrong = f4_gate(FunctionCandidate(_zeros, "zeros", "matmul", "cpu", 0, None, None),
                          matmul, inputs=inputs)
     assert wrong.rejected and wrong.error == "" and not wrong.passed
     assert {t.status for t in wrong.trials} == {"fail"}
 
-    good = gate.f4_gate(registry.get("blas_matmul"), matmul, inputs=inputs)
+    good = f4_gate(registry.get("blas_matmul"), matmul, inputs=inputs)
     assert good.passed and not good.rejected and good.error == ""
 
 
@@ -350,7 +351,7 @@ def test_an_accepts_that_raises_is_an_error(f32: np.ndarray) -> None:
     def picky(*inputs: Any) -> bool:
         raise KeyError("stride")
 
-    report = gate.f4_gate(FunctionCandidate(np.matmul, "picky", "matmul", "cpu", 0, picky,
+    report = f4_gate(FunctionCandidate(np.matmul, "picky", "matmul", "cpu", 0, picky,
                                             None), ops.OPS.get("matmul"),
                           inputs=(f32, f32.T.copy()))
     assert report.trials[0].status == "error"
@@ -364,15 +365,15 @@ def test_declined_inputs_says_the_dispatch_own_inputs_were_declined(f32: np.ndar
 
     cand = FunctionCandidate(np.matmul, "square", "matmul", "cpu", 0, only_square, None)
     matmul = ops.OPS.get("matmul")
-    ragged = gate.f4_gate(cand, matmul, inputs=(f32, f32.T.copy()))
+    ragged = f4_gate(cand, matmul, inputs=(f32, f32.T.copy()))
     assert ragged.declined_inputs
     square = np.ones((8, 8), np.float32)
-    ok = gate.f4_gate(cand, matmul, inputs=(square, square))
+    ok = f4_gate(cand, matmul, inputs=(square, square))
     assert ok.passed and not ok.declined_inputs
     # without inputs of its own, trial 0 is a generated one, never "the dispatch's"
     from pytest_arbiter.core.regions import MatmulRegion
 
-    alone = gate.f4_gate(cand, matmul, region=MatmulRegion.of(6, 8, 10, "float32"))
+    alone = f4_gate(cand, matmul, region=MatmulRegion.of(6, 8, 10, "float32"))
     assert not alone.declined_inputs
 
 
@@ -393,27 +394,16 @@ def test_call_timeout_runs_each_call_under_the_watchdog(monkeypatch: pytest.Monk
         def __exit__(self, *exc: object) -> None:
             raise Stuck(f"call took longer than {self.seconds}s")
 
-    fake = types.ModuleType("pytest_arbiter.timing.watchdog")
-    fake.watchdog = Watchdog  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pytest_arbiter.timing.watchdog", fake)
+    monkeypatch.setattr(gate, "watchdog", Watchdog)
     inputs = (f32, f32.T.copy())
     blas = FunctionCandidate(np.matmul, "timed", "matmul", "cpu", 0, None, None)
-    report = gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs, call_timeout_s=0.5)
+    report = f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs, call_timeout_s=0.5)
     assert entered and set(entered) == {0.5}
     assert report.error == "raised Stuck: call took longer than 0.5s"
     assert not report.passed and not report.rejected
     # no timeout asked for: no watchdog
     entered.clear()
-    assert gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs).passed and not entered
-
-
-def test_call_timeout_without_a_watchdog_module_still_gates(monkeypatch: pytest.MonkeyPatch,
-                                                            f32: np.ndarray) -> None:
-    monkeypatch.setitem(sys.modules, "pytest_arbiter.timing.watchdog", None)  # import fails
-    blas = FunctionCandidate(np.matmul, "timed", "matmul", "cpu", 0, None, None)
-    report = gate.f4_gate(blas, ops.OPS.get("matmul"), inputs=(f32, f32.T.copy()),
-                          call_timeout_s=0.5)
-    assert report.passed, report.summary()
+    assert f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs).passed and not entered
 
 
 def test_two_lambdas_or_closures_of_one_module_are_two_registrations() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter.cli.main import main
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
@@ -51,7 +52,7 @@ def corpus(path: Path) -> Path:
 
 
 def histogram(path: Path) -> Path:
-    artifacts.write_histogram(path, {
+    histogram_file.write_histogram(path, {
         ("nvidia", "matmul", "wmma", "won"): 10,
         ("nvidia", "matmul", "wmma", "degraded"): 3,
         ("nvidia", "softmax", HOSTILE, "error"): 1,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.completeness import RunScope, baseline_to_write, unwritable
 from pytest_arbiter.store import artifacts
 
@@ -78,7 +79,7 @@ def test_a_full_run_drops_what_it_fixed_and_keeps_what_it_did_not_dispatch(
     pytester.makepyfile(test_lib=TESTS)
     gpu = ("nvidia", "matmul", "wmma", "degraded")
     gone = ("cpu", "wl_one", "retired_kernel", "degraded")
-    artifacts.write_histogram(pytester.path / "base.json", {gpu: 1, gone: 2})
+    histogram_file.write_histogram(pytester.path / "base.json", {gpu: 1, gone: 2})
     assert pytester.runpytest("--arbiter-write-baseline=base.json").ret == 0
     assert _keys(pytester.path / "base.json") == {*DEGRADES, gpu}
 
@@ -86,7 +87,7 @@ def test_a_full_run_drops_what_it_fixed_and_keeps_what_it_did_not_dispatch(
 def test_collect_only_writes_nothing(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(TWO_OPS)
     pytester.makepyfile(test_lib=TESTS)
-    artifacts.write_histogram(pytester.path / "base.json", {next(iter(DEGRADES)): 1})
+    histogram_file.write_histogram(pytester.path / "base.json", {next(iter(DEGRADES)): 1})
     before = (pytester.path / "base.json").read_bytes()
     result = pytester.runpytest("--co", "--arbiter-tune", "--arbiter-cache=c.json",
                                 "--arbiter-write-baseline=base.json", "--arbiter-histogram=h.json")
@@ -106,7 +107,7 @@ def test_an_interrupted_session_writes_no_histogram_or_baseline(
 def test_zz_interrupt():
     raise KeyboardInterrupt
 ''')
-    artifacts.write_histogram(pytester.path / "base.json", {next(iter(DEGRADES)): 1})
+    histogram_file.write_histogram(pytester.path / "base.json", {next(iter(DEGRADES)): 1})
     before = (pytester.path / "base.json").read_bytes()
     # in a subprocess: an interrupt inside an in-process run would reach this one
     result = pytester.runpytest_subprocess("--arbiter-write-baseline=base.json",

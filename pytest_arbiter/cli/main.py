@@ -24,6 +24,7 @@ from typing import TextIO
 
 from pytest_arbiter import __version__
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import gate_fleet, tightened
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
 from pytest_arbiter.store import artifacts
@@ -345,7 +346,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     fleet = read_reports(args.inputs, allow_no_data=args.allow_no_data)
     baseline_path = Path(args.baseline)
     if baseline_path.exists():
-        baseline = artifacts.read_histogram(baseline_path)
+        baseline = histogram_file.read_histogram(baseline_path)
         note = f"baseline {baseline_path}: {len(baseline)} entries"
     else:
         baseline = {}
@@ -375,7 +376,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
              f"{key.target}/{key.op}: kept in the baseline)")
     if args.update:
-        artifacts.write_histogram(baseline_path, tightened(baseline, fv.fixed))
+        histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "
              f"({len(fv.fixed)} fixed entries removed)")
     stale = [line for _, line in fleet.stale]
@@ -422,7 +423,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.cli import report
 
     cache = artifacts.read_cache(args.cache)
-    histograms = [report.HistogramInput(str(path), artifacts.read_histogram(path))
+    histograms = [report.HistogramInput(str(path), histogram_file.read_histogram(path))
                   for path in args.histograms]
     try:
         page = report.render(cache, histograms)

@@ -4,7 +4,6 @@ budget ("F4" is the gate's name in this project, not an abbreviation)."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -28,7 +27,7 @@ from pytest_arbiter.core.ops import (
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.user_inputs import is_scalar, same_layout_copy, sensitivity, user_trials
 from pytest_arbiter.errors import CallTimeout, Decline
-from pytest_arbiter.extend.hooks import call as call_hook
+from pytest_arbiter.timing.watchdog import watchdog
 
 GATE_SEED = 20240611
 
@@ -144,12 +143,8 @@ Guard = Callable[[], AbstractContextManager[Any]]
 
 def _call_guard(call_timeout_s: float | None) -> Guard:
     """A context manager factory for each candidate call: the watchdog when one is asked
-    for and :mod:`pytest_arbiter.timing.watchdog` exists, else nothing."""
+    for, else nothing."""
     if call_timeout_s is None:
-        return contextlib.nullcontext
-    try:
-        watchdog = importlib.import_module("pytest_arbiter.timing.watchdog").watchdog
-    except (ImportError, AttributeError):
         return contextlib.nullcontext
     seconds = call_timeout_s
     return lambda: watchdog(seconds)
@@ -606,9 +601,9 @@ def _nothing_checked(op: Op, trials: Sequence[_Trial], results: Sequence[TrialRe
     return "every gate input was skipped, so nothing was checked"
 
 
-def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
-            region: Region | None = None, seed: int = GATE_SEED,
-            call_timeout_s: float | None = None) -> GateReport:
+def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
+             region: Region | None = None, seed: int = GATE_SEED,
+             call_timeout_s: float | None = None) -> GateReport:
     """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
 
     Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
@@ -620,8 +615,8 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     the statistical checks run on the random ones (docs/accuracy.md, "User ops").
     A candidate that declines every input does not pass; one that raises does not either
     (its trial's status is ``"error"``).
-    ``call_timeout_s``: run each candidate call under :mod:`pytest_arbiter.timing.watchdog`'s
-    ``watchdog(seconds)`` when that module is present; a call it stops is an error.
+    ``call_timeout_s``: run each candidate call under the watchdog; a call it stops is an
+    error. Tells no hook: the public ``f4_gate`` (``decision.gating``) does.
     """
     guard = _call_guard(call_timeout_s)
     region, trials = _trials(op, inputs, region, seed)
@@ -642,6 +637,4 @@ def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
         worst_rel=max((r.worst_rel for r in checked), default=0.0),
         worst_ratio=worst.worst_ratio if worst else 0.0,
         budget=_budget_text(op, region.dtype), failing=failing, trials=tuple(results))
-    if failing is not None:  # wrong or raising; declining every input is not a failure
-        call_hook("pytest_arbiter_gate_failed", report=report)
     return report

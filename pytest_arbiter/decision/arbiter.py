@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, known_targets
-from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
+from pytest_arbiter.core.gate import GATE_SEED, GateReport
 from pytest_arbiter.core.ops import OPS, OpRegistry
 from pytest_arbiter.core.regions import Region
-from pytest_arbiter.decision.gating import GateMemo, layout
+from pytest_arbiter.decision.gating import GateMemo, f4_gate, layout
 from pytest_arbiter.decision.planner import build_keyplan
 from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
 from pytest_arbiter.decision.rechecking import Rechecker

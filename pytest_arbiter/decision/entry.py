@@ -20,7 +20,7 @@ import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.decision.screen import Notes
-from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.extend.fingerprint import fingerprint_of
 from pytest_arbiter.store.cache import CacheEntry, Considered, RankedCandidate
 from pytest_arbiter.timing.measure import Comparison

@@ -14,9 +14,25 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.gate import GateReport, f4_gate
+from pytest_arbiter.core.gate import GATE_SEED, GateReport, evaluate
 from pytest_arbiter.core.ops import Op
+from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.states import DispatchKey, GateKind
+from pytest_arbiter.extend.hooks import call as call_hook
+
+
+def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
+            region: Region | None = None, seed: int = GATE_SEED,
+            call_timeout_s: float | None = None) -> GateReport:
+    """The F4 gate (:func:`pytest_arbiter.core.gate.evaluate`: ``cand`` on ``inputs`` and
+    on the op's generated inputs for ``region``), telling the hooks of a candidate that
+    was wrong or raised (``pytest_arbiter_gate_failed``); declining every input is not a
+    failure."""
+    report = evaluate(cand, op, inputs=inputs, region=region, seed=seed,
+                      call_timeout_s=call_timeout_s)
+    if report.failing is not None:
+        call_hook("pytest_arbiter_gate_failed", report=report)
+    return report
 
 
 class Verdict(NamedTuple):

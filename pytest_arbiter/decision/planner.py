@@ -22,7 +22,8 @@ from pytest_arbiter.decision.selection import DispatchEvent, Selection
 from pytest_arbiter.decision.states import DispatchKey, Mode, Source
 from pytest_arbiter.decision.tuning import measured_arbitrate
 from pytest_arbiter.errors import CacheMiss, LowConfidence, StaleEntry
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.gating.histogram import HistogramKey, Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey

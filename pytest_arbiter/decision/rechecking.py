@@ -14,6 +14,7 @@ from pytest_arbiter.decision.gating import Verdict
 from pytest_arbiter.decision.screen import Notes, accepting, usable
 from pytest_arbiter.decision.states import RecheckStatus
 from pytest_arbiter.decision.timers import timer_for
+from pytest_arbiter.extend.device import lock_identity
 from pytest_arbiter.store.cache import CacheEntry, CacheKey
 from pytest_arbiter.timing.device_lock import measurement_lock
 from pytest_arbiter.timing.recheck import RecheckPolicy, RecheckResult, RunBudget, recheck
@@ -57,7 +58,7 @@ class Rechecker:
             fns = {c.name: functools.partial(c.run, *c.prepare_inputs(*inputs)) for c in pair}
         except Exception:
             return None  # the dispatch's own path records what is wrong with it
-        with measurement_lock(ckey.device):
+        with measurement_lock(lock_identity(ckey.device)):
             result = recheck(pair[0].name, fns, policy=self.policy,
                              timer=timer_for(ckey.target))
         if budget is not None:

@@ -19,19 +19,20 @@ from typing import Any
 import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.gate import GATE_SEED, GateReport, f4_gate
+from pytest_arbiter.core.gate import GATE_SEED, GateReport
 from pytest_arbiter.core.ops import OPS, Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.entry import considered_rows, provenance, ranked_rows
 from pytest_arbiter.decision.freshness import Freshness, freshness
-from pytest_arbiter.decision.gating import Verdict, verdict_of
+from pytest_arbiter.decision.gating import Verdict, f4_gate, verdict_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen
 from pytest_arbiter.decision.selection import Selection
 from pytest_arbiter.decision.states import exc_text
 from pytest_arbiter.decision.timers import timer_for
 from pytest_arbiter.errors import Decline
 from pytest_arbiter.extend import hooks
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import lock_identity, probe_device
 from pytest_arbiter.extend.fingerprint import current_environment
 from pytest_arbiter.gating.histogram import Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, MeasureCache, since_for, utc_now
@@ -275,7 +276,7 @@ def _time(m: Measurement, policy: ComparePolicy | None, timer: Timer,
         fns[cand.name] = functools.partial(cand.run, *prepared)
     if not fns:
         return None
-    with measurement_lock(m.device.tag) as alone:
+    with measurement_lock(lock_identity(m.device.tag)) as alone:
         comparison = compare_latencies(fns, tiers={c.name: c.tier for c in timed},
                                        policy=policy, timer=timer, declines=(Decline,))
     for name, why in comparison.declined.items():

@@ -14,15 +14,29 @@ by importing a module.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_arbiter.core.candidates import register_target
 
 if TYPE_CHECKING:
     from pytest_arbiter.core.candidates import Candidate
-    from pytest_arbiter.extend.device import DeviceInfo
     from pytest_arbiter.timing.measure import Timer
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device tag plus the human-readable name kept in cache provenance.
+
+    ``uuid``: the physical device (a GPU's UUID), where the backend knows it; several
+    devices share a tag (eight H100s are all ``sm_90``), and a measurement lock is
+    per physical device (``extend.device.lock_identity``).
+    """
+
+    tag: str
+    name: str
+    uuid: str = ""
 
 
 class Backend:
@@ -58,21 +72,23 @@ class Backend:
         """Fresh instances of the candidates this backend brings."""
         return ()
 
+    def environment(self, target: str) -> Iterable[tuple[str, str]]:
+        """What else timings on ``target`` are valid under, as ``(name, version)`` pairs
+        (a GPU lane's runtime, driver and compiler versions); recorded in each entry's
+        environment. Only called once the target's device was found."""
+        return ()
+
     def __repr__(self) -> str:
         return f"<Backend {self.name or type(self).__qualname__} targets={self.targets}>"
 
 
 class BackendTable:
-    """Backends by target and by array package, plus the overrides the older
-    ``register_device_probe``/``register_array_target``/``register_timer`` calls set."""
+    """Backends by target and by array package."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_target: dict[str, Backend] = {}
         self._by_module: dict[str, Backend] = {}
-        self.probe_overrides: dict[str, Callable[[], DeviceInfo | str]] = {}
-        self.timer_overrides: dict[str, Callable[[], Timer]] = {}
-        self.array_overrides: dict[str, Callable[[object], str]] = {}
 
     def add(self, backend: Backend) -> bool:
         """Add ``backend``; whether it was added. A fallback (a bundled lane) serves only
@@ -114,10 +130,10 @@ class BackendTable:
 
     def targets(self) -> tuple[str, ...]:
         """Every target a backend serves, sorted."""
-        return tuple(sorted({*self._by_target, *self.probe_overrides}))
+        return tuple(sorted(self._by_target))
 
     def array_modules(self) -> tuple[str, ...]:
-        return tuple(sorted({*self._by_module, *self.array_overrides}))
+        return tuple(sorted(self._by_module))
 
     def remove(self, backend: Backend) -> None:
         """Take ``backend`` out (tests; a plugin being unregistered)."""

@@ -12,30 +12,13 @@ import platform
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from pytest_arbiter.extend.backends import BACKENDS
+from pytest_arbiter.extend.backends import BACKENDS, DeviceInfo
 from pytest_arbiter.extend.hooks import load_backends
 
 _UNSAFE = re.compile(r"[^a-z0-9]+")
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """A device tag plus the human-readable name kept in cache provenance.
-
-    ``uuid``: the physical device (a GPU's UUID), where the backend knows it; several
-    devices share a tag (eight H100s are all ``sm_90``), and a measurement lock is
-    per physical device (:func:`lock_identity`).
-    """
-
-    tag: str
-    name: str
-    uuid: str = ""
-
-
-DeviceProbe = Callable[[], "DeviceInfo | str"]
-"""Returns the device, or a string saying why there is none."""
 
 
 def _slug(text: str) -> str:
@@ -67,18 +50,6 @@ _UNUSABLE: dict[str, str] = {}
 _SELECTORS: dict[str, Callable[[], object]] = {}
 _GENERATION = [0]
 _LOCK = threading.Lock()
-
-
-def register_device_probe(target: str, probe: DeviceProbe) -> None:
-    """Set how ``target``'s device is found, over its backend's probe (the older way to
-    add a device lane; a :class:`~pytest_arbiter.Backend` is the current one). The result
-    is cached until :func:`forget`."""
-    from pytest_arbiter.core.candidates import register_target
-
-    register_target(target)
-    with _LOCK:
-        BACKENDS.probe_overrides[target] = probe
-        _drop(target)
 
 
 def register_device_selector(target: str, current: Callable[[], object] | None) -> None:
@@ -135,9 +106,6 @@ def probe_generation() -> int:
 
 
 def _probe(target: str) -> DeviceInfo | str:
-    probe = BACKENDS.probe_overrides.get(target)
-    if probe is not None:
-        return probe()
     load_backends()
     backend = BACKENDS.for_target(target)
     if backend is None:
@@ -198,18 +166,9 @@ def lock_identity(tag: str) -> str:
     return tag
 
 
-def register_array_target(module: str, target_of: Callable[[object], str]) -> None:
-    """Say which target arrays from ``module`` (the top-level package name) live on, over
-    its backend's answer (the older way; a backend's ``array_modules`` is the current)."""
-    BACKENDS.array_overrides[module] = target_of
-
-
 def target_of_array(x: object) -> str:
     """The target an input array lives on: ``cpu`` for NumPy; the backends add theirs."""
     module = type(x).__module__.partition(".")[0]
-    resolve = BACKENDS.array_overrides.get(module)
-    if resolve is not None:
-        return resolve(x)
     backend = BACKENDS.for_array_module(module)
     if backend is None:
         load_backends()

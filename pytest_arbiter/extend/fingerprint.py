@@ -20,7 +20,7 @@ import platform
 import re
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
@@ -229,9 +229,6 @@ def _stable_repr(value: Any) -> str:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-GPU_TARGETS = ("nvidia", "amd")
-
-
 def current_environment(target: str) -> dict[str, str]:
     """What timings on ``target`` are valid under, here: ``device_name``, ``python``,
     ``numpy``, ``blas`` (when NumPy says cheaply), and on a GPU target, when CuPy is
@@ -254,7 +251,8 @@ def forget_environment() -> None:
 def _environment(target: str) -> tuple[tuple[str, str], ...]:
     import numpy as np
 
-    from pytest_arbiter.extend.device import DeviceInfo, probe_device
+    from pytest_arbiter.extend.backends import BACKENDS, DeviceInfo
+    from pytest_arbiter.extend.device import probe_device
 
     env = {"python": platform.python_version(), "numpy": np.__version__}
     blas = _numpy_blas()
@@ -263,8 +261,9 @@ def _environment(target: str) -> tuple[tuple[str, str], ...]:
     found = probe_device(target)
     if isinstance(found, DeviceInfo):
         env["device_name"] = found.name
-    if target in GPU_TARGETS:
-        env.update(_gpu_versions())
+    backend = BACKENDS.for_target(target)
+    if backend is not None:
+        env.update(backend.environment(target))
     return tuple(sorted(env.items()))
 
 
@@ -278,46 +277,3 @@ def _numpy_blas() -> str:
         return " ".join(str(blas[k]) for k in ("name", "version") if blas.get(k)).strip()
     except Exception:
         return ""
-
-
-TF32_VARIABLES = ("CUPY_TF32", "NVIDIA_TF32_OVERRIDE")
-"""Environment variables that let float32 GEMMs run on TF32 tensor cores (CuPy's
-``CUPY_TF32=1``) or forbid it (``NVIDIA_TF32_OVERRIDE=0``): they change both the
-timings and the results, so the environment records them (``unset`` when unset)."""
-
-
-def _gpu_versions() -> Iterable[tuple[str, str]]:
-    """CuPy, the CUDA runtime CuPy was built against (``cuda_runtime``) and the one
-    loaded here (``cuda_runtime_local``), the driver, NVRTC (which decides the machine
-    code), the BLAS library and the TF32 switches."""
-    from pytest_arbiter.runtime.cuda.device import cupy_or_reason, is_hip
-
-    cp = cupy_or_reason()
-    if isinstance(cp, str):
-        return []
-    hip = is_hip(cp)
-    runtime = "rocm_runtime" if hip else "cuda_runtime"
-    found = [("cupy", str(getattr(cp, "__version__", "?")))]
-    found += _read_each(((runtime, lambda: cp.cuda.runtime.runtimeGetVersion()),
-                         (f"{runtime}_local", lambda: cp.cuda.get_local_runtime_version()),
-                         ("driver", lambda: cp.cuda.runtime.driverGetVersion()),
-                         ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
-                         ("blas_library", lambda: _blas_library(cp, hip))))
-    found += [(name.lower(), os.environ.get(name, "unset")) for name in TF32_VARIABLES]
-    return found
-
-
-def _read_each(reads: Iterable[tuple[str, Callable[[], object]]]) -> list[tuple[str, str]]:
-    """``(key, str(read()))`` for each read that works; one that raises is left out."""
-    found = []
-    for key, read in reads:
-        try:
-            found.append((key, str(read())))
-        except Exception:
-            pass
-    return found
-
-
-def _blas_library(cp: Any, hip: bool) -> str:
-    handle = cp.cuda.device.get_cublas_handle()
-    return f"{'hipblas' if hip else 'cublas'} {cp.cuda.cublas.getVersion(handle)}"

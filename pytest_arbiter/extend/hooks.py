@@ -27,6 +27,7 @@ forwarding of its own; a plugin that is both a pytest plugin and in the
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import threading
 from collections.abc import Iterable
@@ -59,6 +60,11 @@ class _ArbiterPluginManager(pluggy.PluginManager):
         return opts
 
 
+BUNDLED = "pytest_arbiter.runtime"
+"""The bundled lanes' plugin, registered by name on first need as an installed plugin's
+entry point is: the lanes import this layer, never the other way round."""
+
+
 def plugin_manager() -> pluggy.PluginManager:
     """The process's arbiter plugin manager, made (and the entry points loaded) once."""
     if _MANAGER:
@@ -83,10 +89,9 @@ def load_backends() -> None:
         if _STATE["backends"]:
             return
         pm = plugin_manager()
-        from pytest_arbiter import runtime
-
-        if not pm.is_registered(runtime):
-            pm.register(runtime, "pytest_arbiter.runtime")
+        bundled = importlib.import_module(BUNDLED)
+        if not pm.is_registered(bundled):
+            pm.register(bundled, BUNDLED)
         _STATE["backends"] = True
         pm.hook.pytest_arbiter_add_backends.call_historic(result_callback=_install_backends)
         _STATE["backends_done"] = True

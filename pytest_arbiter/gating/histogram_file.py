@@ -14,11 +14,13 @@ path) so that loading the plugin does not import msgspec.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import (
     HISTOGRAM_SCHEMA,
     HISTOGRAM_VERSION,
@@ -26,6 +28,7 @@ from pytest_arbiter.gating.histogram import (
     Outcome,
 )
 from pytest_arbiter.store import strictjson
+from pytest_arbiter.store.artifacts import read_bytes, write_text_atomic
 from pytest_arbiter.store.safetext import escape
 
 MAX_COUNT = 2**63 - 1
@@ -186,3 +189,29 @@ def counts_and_expected(doc: HistogramDocument
         if entry.expected:
             expected[key] = expected.get(key, 0) + entry.expected
     return counts, expected
+
+
+def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
+    """The counts of a histogram (or baseline) file; ``ArtifactError`` naming the file
+    and what is wrong (the JSON path of a bad value, an unknown or missing field)."""
+    return read_histogram_expected(path)[0]
+
+
+def read_histogram_expected(path: str | os.PathLike[str]
+                            ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts of a histogram file and how many of them were degrades on purpose."""
+    data = read_bytes(path)
+    try:
+        return counts_and_expected(decode(data, str(path)))
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int],
+                    expected: dict[HistogramKey, int] | None = None) -> None:
+    """Write a histogram (or baseline) file atomically; ``ArtifactError`` naming it."""
+    try:
+        data = encode(document(counts, expected))
+    except ValueError as exc:
+        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
+    write_text_atomic(path, data.decode("utf-8"))

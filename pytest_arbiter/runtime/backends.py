@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.extend.backends import Backend
-from pytest_arbiter.extend.device import DeviceInfo, cpu_device
+from pytest_arbiter.extend.backends import Backend, DeviceInfo
+from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.runtime.cuda import device as gpu, timer as gpu_timer
 
 if TYPE_CHECKING:
@@ -58,3 +58,6 @@ class CudaBackend(Backend):
         from pytest_arbiter.runtime import cuda
 
         return cuda.candidates()
+
+    def environment(self, target: str) -> list[tuple[str, str]]:
+        return gpu.environment()

@@ -15,7 +15,6 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from pytest_arbiter.errors import ArtifactError
@@ -66,9 +65,11 @@ class Controller:
                                         f"incomplete ({why})")
         else:
             if s.histogram is not None:
-                expected = ledger.expected_counts()
-                self._write("--arbiter-histogram", s.histogram,
-                            lambda a, p: a.write_histogram(p, counts, expected))
+                from pytest_arbiter.gating import histogram_file  # only when written
+
+                expected, target = ledger.expected_counts(), s.histogram
+                self._write("--arbiter-histogram", lambda: histogram_file.write_histogram(
+                    target, counts, expected))
             if s.write_baseline is not None:
                 written = self._write_baseline(s.write_baseline, counts, scope)
         if s.tune and s.cache is not None and not scope.collect_only:
@@ -85,13 +86,10 @@ class Controller:
                            evidence=ledger.evidence())
         return RunVerdict(fleet.verdict, fleet.unchecked, failing, written)
 
-    def _write(self, what: str, path: Path, write: Callable[[ModuleType, Path], None]
-               ) -> None:
-        """``write(artifacts, path)``, an error naming ``what`` and ``path`` on failure."""
-        from pytest_arbiter.store import artifacts  # only when an artifact is to be written
-
+    def _write(self, what: str, write: Callable[[], None]) -> None:
+        """``write()``, an error naming ``what`` (and the file) on failure."""
         try:
-            write(artifacts, path)
+            write()
         except ArtifactError as exc:
             self.ledger.errors.append(f"{what}: {exc}")
 
@@ -99,18 +97,19 @@ class Controller:
                         scope: RunScope) -> bool:
         """Write the baseline, keeping the old entries this run could not check; whether
         it was written."""
+        from pytest_arbiter.gating import histogram_file
         from pytest_arbiter.gating.completeness import baseline_to_write
-        from pytest_arbiter.store import artifacts
 
         try:
-            old = artifacts.read_histogram(path) if path.exists() else {}
+            old = histogram_file.read_histogram(path) if path.exists() else {}
         except ArtifactError as exc:
             self.ledger.errors.append(f"--arbiter-write-baseline: not written, the current "
                                       f"file is unreadable: {exc}")
             return False
         new, kept = baseline_to_write(counts, old, scope)
         errors = len(self.ledger.errors)
-        self._write("--arbiter-write-baseline", path, lambda a, p: a.write_histogram(p, new))
+        self._write("--arbiter-write-baseline",
+                    lambda: histogram_file.write_histogram(path, new))
         if len(self.ledger.errors) > errors:
             return False
         if kept:

@@ -22,7 +22,6 @@ from typing import Any
 import filelock
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, keyed, plain_key
 from pytest_arbiter.store.cache_file import encode_chunks, encode_document, read_document
 from pytest_arbiter.store.corpus import MergeResult, Part, entries_of, merge
@@ -321,44 +320,3 @@ def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], b
         return work()
     with cache_lock(path, timeout):
         return work()
-
-
-def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
-    """The counts of a histogram (or baseline) file; ``ArtifactError`` naming the file
-    and what is wrong (the JSON path of a bad value, an unknown or missing field)."""
-    return read_histogram_expected(path)[0]
-
-
-def read_histogram_expected(path: str | os.PathLike[str]
-                            ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
-    """The counts of a histogram file and how many of them were degrades on purpose."""
-    from pytest_arbiter.gating import histogram_file
-
-    data = read_bytes(path)
-    try:
-        return histogram_file.counts_and_expected(histogram_file.decode(data, str(path)))
-    except ValueError as exc:
-        raise ArtifactError(str(exc)) from None
-
-
-def histogram_document(counts: dict[HistogramKey, int],
-                       expected: dict[HistogramKey, int] | None = None) -> dict[str, Any]:
-    """The histogram file's document for ``counts`` as plain builtins."""
-    import msgspec
-
-    from pytest_arbiter.gating.histogram_file import document
-
-    data: dict[str, Any] = msgspec.to_builtins(document(counts, expected))
-    return data
-
-
-def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int],
-                    expected: dict[HistogramKey, int] | None = None) -> None:
-    """Write a histogram (or baseline) file atomically; ``ArtifactError`` naming it."""
-    from pytest_arbiter.gating import histogram_file
-
-    try:
-        data = histogram_file.encode(histogram_file.document(counts, expected))
-    except ValueError as exc:
-        raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
-    write_text_atomic(path, data.decode("utf-8"))

@@ -24,8 +24,6 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout as LockTimeout
 
-from pytest_arbiter.extend.device import lock_identity
-
 LOCK_DIR_ENV = "PYTEST_ARBITER_LOCK_DIR"
 DEFAULT_TIMEOUT_S = 120.0
 """How long to wait for another process's timing before timing anyway (and saying so)."""
@@ -61,9 +59,10 @@ def _lock_for(path: Path) -> FileLock:
 
 
 @contextlib.contextmanager
-def measurement_lock(device_tag: str, timeout_s: float | None = None) -> Iterator[bool]:
-    """Hold the measurement lock of the current device tagged ``device_tag`` (by its
-    UUID where the probe gave one) for the ``with`` block; yields True when
+def measurement_lock(identity: str, timeout_s: float | None = None) -> Iterator[bool]:
+    """Hold the measurement lock of one device, named by ``identity`` (its tag and, where
+    the probe gave one, its UUID: ``extend.device.lock_identity``) for the ``with``
+    block; yields True when
     it was held, False when it could not be had within ``timeout_s`` (default
     :data:`DEFAULT_TIMEOUT_S`) or the lock file could not be made: the block runs
     either way. Re-entrant within a thread; other threads and processes wait.
@@ -71,7 +70,7 @@ def measurement_lock(device_tag: str, timeout_s: float | None = None) -> Iterato
     wait = DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, timeout_s)
     lock: FileLock | None = None
     try:
-        path = lock_path(lock_identity(device_tag))
+        path = lock_path(identity)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = _lock_for(path)
         lock.acquire(timeout=wait, poll_interval=_POLL_S)

@@ -8,13 +8,14 @@ crashing.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pytest_arbiter.errors import GpuUnavailable
 from pytest_arbiter.extend import device as core_device
-from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.runtime.cuda import install
 
 EXTRAS_HINT = "install pytest-arbiter[cuda12], [cuda13] or [rocm]"
@@ -165,3 +166,44 @@ def compute_capability(tag: str) -> int | None:
     if not tag.startswith("sm_") or not tag[3:].isdigit():
         return None
     return int(tag[3:])
+
+
+TF32_VARIABLES = ("CUPY_TF32", "NVIDIA_TF32_OVERRIDE")
+"""Environment variables that let float32 GEMMs run on TF32 tensor cores (CuPy's
+``CUPY_TF32=1``) or forbid it (``NVIDIA_TF32_OVERRIDE=0``): they change both the
+timings and the results, so the environment records them (``unset`` when unset)."""
+
+
+def environment() -> list[tuple[str, str]]:
+    """CuPy, the CUDA runtime CuPy was built against (``cuda_runtime``) and the one
+    loaded here (``cuda_runtime_local``), the driver, NVRTC (which decides the machine
+    code), the BLAS library and the TF32 switches."""
+    cp = cupy_or_reason()
+    if isinstance(cp, str):
+        return []
+    hip = is_hip(cp)
+    runtime = "rocm_runtime" if hip else "cuda_runtime"
+    found = [("cupy", str(getattr(cp, "__version__", "?")))]
+    found += _read_each(((runtime, lambda: cp.cuda.runtime.runtimeGetVersion()),
+                         (f"{runtime}_local", lambda: cp.cuda.get_local_runtime_version()),
+                         ("driver", lambda: cp.cuda.runtime.driverGetVersion()),
+                         ("nvrtc", lambda: ".".join(map(str, cp.cuda.nvrtc.getVersion()))),
+                         ("blas_library", lambda: _blas_library(cp, hip))))
+    found += [(name.lower(), os.environ.get(name, "unset")) for name in TF32_VARIABLES]
+    return found
+
+
+def _read_each(reads: Iterable[tuple[str, Callable[[], object]]]) -> list[tuple[str, str]]:
+    """``(key, str(read()))`` for each read that works; one that raises is left out."""
+    found = []
+    for key, read in reads:
+        try:
+            found.append((key, str(read())))
+        except Exception:
+            pass
+    return found
+
+
+def _blas_library(cp: Any, hip: bool) -> str:
+    handle = cp.cuda.device.get_cublas_handle()
+    return f"{'hipblas' if hip else 'cublas'} {cp.cuda.cublas.getVersion(handle)}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.runtime.cuda import sources
 from pytest_arbiter.runtime.cuda.checks import (
     device_pointer,

@@ -17,7 +17,8 @@ import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.dtypes import dtype_name, numpy_dtype
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.runtime.cuda import faults, toolkit
 from pytest_arbiter.runtime.cuda.device import cupy_or_reason, load_cupy
 

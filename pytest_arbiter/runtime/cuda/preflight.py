@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from pytest_arbiter.extend.device import DeviceInfo, probe_device
+from pytest_arbiter.extend.backends import DeviceInfo
+from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.runtime.cuda import faults, toolkit
 from pytest_arbiter.runtime.cuda.device import load_cupy
 

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-from pytest_arbiter.extend.device import DeviceInfo
+from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.runtime.cuda.device import compute_capability, is_hip, on_reset
 
 CTK_HINT = ("install pytest-arbiter[cuda12] or [cuda13]: they bring cupy-cuda1Nx[ctk] "
