@@ -124,8 +124,8 @@ def tune(folder: Path, label: str, workers: int, lock: bool, run: int) -> dict[s
     return {"winners": {e.op: e.ranking[0].name for e in entries},
             "not_tie": {e.op for e in entries if not e.tie},
             "significant": {e.op for e in entries
-                            if e.provenance.get("p_value", 1.0) < ComparePolicy().alpha},
-            "alone": sum(1 for e in entries if e.provenance.get("timed_alone") is True),
+                            if (e.provenance.p_value or 1.0) < ComparePolicy().alpha},
+            "alone": sum(1 for e in entries if e.provenance.timed_alone is True),
             "load": load, "load_after": os.getloadavg(), "seconds": took}
 
 

@@ -156,7 +156,7 @@ def test_measured_pick_is_the_faster_candidate() -> None:
     assert [r.name for r in entry.ranking] == ["quick", "slow"]
     assert entry.ranking[0].stats.median_ns < entry.ranking[1].stats.median_ns
     assert 0.0 <= entry.confidence <= 1.0 and not entry.tie
-    assert entry.provenance["device_name"] == cpu_device().name
+    assert entry.provenance.device_name == cpu_device().name
 
 
 def test_entries_from_another_device_are_never_used() -> None:

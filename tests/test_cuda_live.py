@@ -95,7 +95,7 @@ def test_measured_arbitration_over_both_lanes_caches_the_winner(dtype: str) -> N
     (entry,) = cache.entries()
     found = probe_device("nvidia")
     assert isinstance(found, DeviceInfo)
-    assert entry.device == found.tag and entry.provenance["device_name"] == found.name
+    assert entry.device == found.tag and entry.provenance.device_name == found.name
     assert entry.winner == sel.candidate.name == sel.comparison.ranking[0]
     if not sel.comparison.tie:  # the winner is the fastest, round by round
         ratios = sel.comparison.ratios

@@ -117,6 +117,6 @@ def test_a_measured_entry_records_that_it_was_timed_alone(lock_dir: Path) -> Non
     measured_arbitrate("matmul", (a, a), reg.for_op("matmul"), cache,
                        policy=ComparePolicy(min_rounds=3, max_rounds=10, budget_s=0.005))
     entry = cache.entries()[0]
-    assert entry.provenance["timed_alone"] is True
+    assert entry.provenance.timed_alone is True
     assert json.loads(json.dumps(entry.to_dict()))["provenance"]["timed_alone"] is True
     assert lock_dir.is_dir()

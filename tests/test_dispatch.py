@@ -512,15 +512,21 @@ def test_a_dispatch_to_an_unknown_target_names_the_known_ones() -> None:
     assert len(arb.histogram) == 0
 
 
-def test_default_arbiter_in_another_mode_is_a_view_on_the_same_arbiter() -> None:
-    from pytest_arbiter.decision.process import default_arbiter
+def test_the_seed_calls_are_the_process_arbiter_in_their_own_mode() -> None:
+    """``run_arbitrated`` never measures and ``run_measured_arbitrated`` measures at the
+    first miss, both on the process arbiter: its one histogram counts them."""
+    from pytest_arbiter.decision.process import (
+        default_arbiter,
+        run_arbitrated,
+        run_measured_arbitrated,
+    )
 
     own = default_arbiter()
-    other = "tune" if own.mode != "tune" else "static"
-    view = default_arbiter(other)
-    assert view.mode == other and view.histogram is own.histogram
-    with pytest.raises(ValueError, match="unknown arbiter mode"):
-        default_arbiter("fast")
+    before = sum(own.histogram.counts().values())
+    run_arbitrated("softmax", np.ones((2, 3), np.float32))
+    run_measured_arbitrated("softmax", np.ones((2, 5), np.float32))
+    assert sum(own.histogram.counts().values()) == before + 2
+    assert default_arbiter() is own
 
 
 def softmax_ref(x: np.ndarray) -> np.ndarray:

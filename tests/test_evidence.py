@@ -45,7 +45,7 @@ def test_the_next_tune_measures_a_low_confidence_pick_again_once() -> None:
     Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=one_round).dispatch(
         "ev_twice", x)
     (low,) = cache.entries()
-    assert low.low_confidence and low.provenance["rounds"] == 1
+    assert low.low_confidence and low.provenance.rounds == 1
     strict = Arbiter(registry=reg, ops=ops, cache=cache, mode="strict")
     with pytest.raises(LowConfidence, match="low-confidence"):
         strict.dispatch("ev_twice", x)
@@ -55,7 +55,7 @@ def test_the_next_tune_measures_a_low_confidence_pick_again_once() -> None:
     for n in (256, 240, 224):  # new signatures of the key: planned again, measured once
         tuner.dispatch("ev_twice", np.arange(float(n)))
     (again,) = cache.entries()
-    assert again.provenance["rounds"] >= 7 and not again.low_confidence
+    assert again.provenance.rounds >= 7 and not again.low_confidence
     assert again.winner == "quick"
 
 

@@ -275,7 +275,7 @@ def test_measured_pick_records_confidence_and_tie_in_the_cache_entry() -> None:
     assert sel.candidate is not None and sel.candidate.name == "fast"
     assert sel.entry is not None and not sel.entry.tie
     assert sel.entry.confidence == pytest.approx(1.0 - 2.0**-10)
-    assert sel.entry.provenance["spent_ns"] > 0
+    assert sel.entry.provenance.spent_ns > 0
 
     cache = MeasureCache()
     sel = measured_arbitrate("matmul", (a, b), [fn_cand(kernel("same"), "same", tier=3),

@@ -172,9 +172,9 @@ def test_a_9x_gap_gets_the_rounds_of_a_confident_pick(
     (entry,) = [e for e in artifacts.read_cache(pytester.path / "c.json").entries()
                 if e.op == GAP_OP]
     assert entry.winner == "quick", f"tune {attempt + 1}: {entry.winner} won a 9x gap"
-    assert entry.provenance["rounds"] >= 7, (
+    assert entry.provenance.rounds >= 7, (
         f"tune {attempt + 1}: {fast_ms} vs {slow_ms} ms got "
-        f"{entry.provenance['rounds']} rounds")
+        f"{entry.provenance.rounds} rounds")
     assert entry.confidence >= 0.99, (
         f"tune {attempt + 1}: {fast_ms} vs {slow_ms} ms picked with confidence "
         f"{entry.confidence}")

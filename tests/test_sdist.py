@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/conftest.py",
           "tests/gpu_gates.py", "tools/cuda_emulation/emulator.h",
           "tools/cuda_emulation/emulated_cupy.py", "tools/cuda_emulation/ptx_emulated.cuh",
-          "pytest_arbiter/runtime/cuda/kernels/ptx_shim.cuh", "tests/data/cache_v1.json",
+          "pytest_arbiter/runtime/cuda/kernels/ptx_shim.cuh",
           "bench/run_all.py", "docs/ci.md", "docs/ci/workflow.yml", "ci/gpu-check.sh",
-          "pytest_arbiter/py.typed", "pytest_arbiter/report.py"]
+          "pytest_arbiter/py.typed", "pytest_arbiter/cli/report.py"]
 
 
 @pytest.mark.slow

@@ -83,7 +83,7 @@ def _show_row(e: CacheEntry) -> tuple[str, ...]:
             + (" low-confidence" if e.low_confidence else ""))
     return (e.device, e.target, e.op, e.bucket, e.dtype, e.winner, format_ns(best.median_ns),
             runner, str(best.samples), f"{e.spread * 100:.1f}%", conf,
-            str(e.provenance.get("host", "-")), str(e.provenance.get("measured_at", "-")))
+            e.provenance.host or "-", e.provenance.measured_at or "-")
 
 
 def _slower(ratio: float, tie: bool) -> str:
@@ -323,7 +323,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
     verb = "would forget" if args.dry_run else "forgot"
     for entry in gone:
         _say(out, f"{verb} {_key_text(entry.key)}: winner {entry.winner}, measured "
-             f"{entry.provenance.get('measured_at', 'at an unknown time')}")
+             f"{entry.provenance.measured_at or 'at an unknown time'}")
     if undated:
         _say(out, f"kept {undated} entries that match but do not say when they were "
              "measured (no provenance.measured_at): their age is unknown")

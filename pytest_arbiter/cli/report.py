@@ -67,7 +67,7 @@ def due_for_remeasurement(entry: CacheEntry) -> str | None:
         return "it does not record what it was measured against (no considered candidates)"
     if entry.low_confidence:
         return (f"low-confidence pick (confidence {entry.confidence:.3f}, "
-                f"{entry.provenance.get('rounds', '?')} rounds): re-tune with a larger "
+                f"{entry.provenance.rounds or '?'} rounds): re-tune with a larger "
                 "--arbiter-tune-budget")
     return None
 
@@ -256,7 +256,7 @@ def _entry_rows(entries: Sequence[CacheEntry]) -> list[list[str]]:
                   + (" low" if e.low_confidence else ""), num=True),
             _cell(f"\u00b1{e.spread * 50:.1f}%", num=True),
             _cell(e.samples, num=True), _cell(len(e.ranking), num=True),
-            _cell(e.provenance.get("measured_at", "-"))])
+            _cell(e.provenance.measured_at or "-")])
     return rows
 
 

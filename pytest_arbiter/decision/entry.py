@@ -22,7 +22,7 @@ from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.decision.screen import Notes
 from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.extend.fingerprint import fingerprint_of
-from pytest_arbiter.store.cache import CacheEntry, Considered, RankedCandidate
+from pytest_arbiter.store.cache import CacheEntry, Considered, Provenance, RankedCandidate
 from pytest_arbiter.timing.measure import Comparison
 
 
@@ -77,12 +77,11 @@ def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set
 
 
 def provenance(device: DeviceInfo, inputs: Sequence[Any], comparison: Comparison,
-               timed_alone: bool) -> dict[str, Any]:
-    """Who measured, when, on what shapes, at what cost (:class:`~pytest_arbiter.store.cache.
-    Provenance`'s keys)."""
+               timed_alone: bool) -> Provenance:
+    """Who measured, when, on what shapes, at what cost."""
     from pytest_arbiter import __version__
 
-    return {
+    return Provenance.of({
         "host": socket.gethostname(),
         "device_name": device.name,
         "versions": {"pytest-arbiter": __version__, "numpy": np.__version__,
@@ -95,4 +94,4 @@ def provenance(device: DeviceInfo, inputs: Sequence[Any], comparison: Comparison
         "spent_ns": round(comparison.spent_ns),
         "p_value": comparison.p_value,
         "timed_alone": timed_alone,
-    }
+    })

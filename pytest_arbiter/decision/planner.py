@@ -125,7 +125,7 @@ def _read_entry(p: _Planning) -> None:
             raise LowConfidence(
                 f"strict mode: the cached pick of {_where(p)} is low-confidence "
                 f"({entry.winner}, confidence {entry.confidence:.3g}, "
-                f"{entry.provenance.get('rounds', '?')} rounds): re-tune it "
+                f"{entry.provenance.rounds or '?'} rounds): re-tune it "
                 "(pytest --arbiter-tune measures it again; a larger --arbiter-tune-budget "
                 "gives it more rounds)")
     p.entry = None if fresh.winner_changed else entry  # else its timings are of other code
@@ -262,8 +262,7 @@ def _fallback(p: _Planning) -> Fallback | None:
             if winner not in own.unavailable:
                 return None  # it does not apply, or raised: recorded as what it is
             why = f"unavailable: {own.unavailable[winner]}"
-    shapes = entry.provenance.get("shapes")
-    measured = tuple(tuple(int(d) for d in s) for s in shapes) if isinstance(shapes, list) else ()
+    measured = tuple(tuple(s) for s in entry.provenance.shape_lists or ())
     return Fallback(winner, why, measured,
                     # a carried row was not timed beside the winner: no slowdown from it
                     {r.name: float(r.stats.median_ns) for r in entry.ranking

@@ -207,37 +207,15 @@ def dispatch(op: str, *inputs: Any, target: str | None = None) -> Any:
     return arb.dispatch_inputs(op, inputs, target)
 
 
-class ModeView:
-    """The process arbiter seen in another mode: its dispatches go through
-    :meth:`Arbiter.dispatch_as`, on the same cache, gate and histogram."""
-
-    def __init__(self, arbiter: Arbiter, mode: Mode) -> None:
-        self.arbiter = arbiter
-        self.mode = mode
-
-    def dispatch(self, op: str, *inputs: Any, target: str | None = None) -> Any:
-        return self.arbiter.dispatch_as(self.mode, op, *inputs, target=target)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.arbiter, name)
-
-
-def default_arbiter(mode: Mode | None = None) -> Arbiter | ModeView:
-    """The process arbiter; with a ``mode`` other than its own, a view of it whose
-    dispatches use that mode (and still count in its one histogram)."""
-    arb = current()
-    if mode is None or mode == arb.mode:
-        return arb
-    from pytest_arbiter.decision.states import MODES, is_mode
-
-    if not is_mode(mode):
-        raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
-    return ModeView(arb, mode)
+def default_arbiter() -> Arbiter:
+    """The process arbiter: the run's in a pytest run, else one configured from the
+    environment or :func:`configure`."""
+    return current()
 
 
 def run_arbitrated(op: str, *inputs: Any, target: str | None = None) -> Any:
-    """Dispatch without measuring (the static tier order on a miss; cached winners
-    apply), through the process arbiter."""
+    """The seed's name for a dispatch that never measures (the static tier order on a
+    miss; cached winners apply), through the process arbiter and its histogram."""
     arb = current()
     if arb.mode == "tune":
         return arb.dispatch_as("static", op, *inputs, target=target)
@@ -245,7 +223,8 @@ def run_arbitrated(op: str, *inputs: Any, target: str | None = None) -> Any:
 
 
 def run_measured_arbitrated(op: str, *inputs: Any, target: str | None = None) -> Any:
-    """Dispatch measuring at the first miss, through the process arbiter."""
+    """The seed's name for a dispatch that measures at the first miss, through the
+    process arbiter and its histogram."""
     return current().dispatch_as("tune", op, *inputs, target=target)
 
 

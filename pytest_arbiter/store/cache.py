@@ -287,11 +287,10 @@ PROVENANCE_KEYS = tuple(sorted(_RUN_KEYS + _OWN_KEYS))
 
 class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                  omit_defaults=True, kw_only=True):
-    """Who measured an entry, when, and what the measurement cost.
-
-    Reads like the dict it used to be (``provenance["host"]``, ``.get("host", "-")``,
-    ``dict(provenance)``): a key is present when its value is set. ``run`` is the part
-    every entry of one tuning run shares (written once, in the file's ``runs``).
+    """Who measured an entry, when, and what the measurement cost: typed fields (an
+    unset one is ``UNSET``, which is falsy), :meth:`to_dict` for plain JSON. ``run`` is
+    the part every entry of one tuning run shares (written once, in the file's
+    ``runs``): read it through :attr:`host`, :attr:`device_name` and ``run["versions"]``.
     """
 
     run: _RunField = NO_RUN
@@ -302,7 +301,7 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """The input shapes that were measured: each its dimensions joined by ``x``, ``()``
     for a 0-d input, the inputs joined by ``,`` (``"64x32,32x16"``). One string, not an
     array of arrays of numbers: fewer objects, and none the garbage collector tracks;
-    ``provenance["shapes"]`` gives the lists of integers."""
+    :attr:`shape_lists` gives the lists of integers."""
     rounds: Count | UnsetType = UNSET
     timed_ns: Count | UnsetType = UNSET
     """Sum of the timed calls."""
@@ -333,39 +332,20 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             own["shapes"] = shapes_text(own["shapes"])
         return cls(run=_interned(Run, run), **own)
 
-    def keys(self) -> list[str]:
-        """The keys that are set, sorted."""
-        return sorted([*self.run, *(k for k in _OWN_KEYS if getattr(self, k) is not UNSET)])
+    @property
+    def host(self) -> str | None:
+        """The machine that measured (``None``: not recorded)."""
+        return self.run.get("host")
 
-    def __getitem__(self, key: str) -> Any:
-        if key in _RUN_KEYS:
-            return self.run[key]
-        if key in _OWN_KEYS:
-            value = getattr(self, key)
-            if value is not UNSET:
-                return _dimensions(value) if key == "shapes" else value
-        raise KeyError(key)
+    @property
+    def device_name(self) -> str | None:
+        """The device's name as its probe gave it (``None``: not recorded)."""
+        return self.run.get("device_name")
 
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(k, self[k]) for k in self.keys()]
-
-    def values(self) -> list[Any]:
-        return [self[k] for k in self.keys()]
+    @property
+    def shape_lists(self) -> list[list[int]] | None:
+        """:attr:`shapes` as lists of integers (``None``: not recorded)."""
+        return None if self.shapes is UNSET else _dimensions(self.shapes)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values, sorted (``versions`` a dict, ``shapes`` lists of integers)."""
@@ -406,13 +386,7 @@ def _dimensions(text: str) -> Any:
         return text
 
 
-Mapping.register(Provenance)
 NO_PROVENANCE = Provenance()
-
-if TYPE_CHECKING:  # a dict of its keys is turned into a Provenance by __post_init__
-    _ProvenanceField = Provenance | Mapping[str, Any]
-else:
-    _ProvenanceField = Provenance
 
 
 class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
@@ -440,7 +414,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """The rounds did not separate the leaders by more than the tie margin."""
     rejected: _ReasonsField = NO_REASONS
     """Candidates passed over when measuring, with the reason."""
-    provenance: _ProvenanceField = NO_PROVENANCE
+    provenance: Provenance = NO_PROVENANCE
     """Who measured the entry, when, at what cost (:class:`Provenance`; a dict of its
     keys when built in code)."""
     considered: _ConsideredField = NO_CONSIDERED
@@ -567,7 +541,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         than :data:`MIN_ROUNDS` rounds, or neither a tie nor :data:`CONFIDENT`."""
         if sum(1 for row in self.ranking if not row.carried) < 2:
             return False
-        rounds = self.provenance.get("rounds")
+        rounds = self.provenance.rounds
         if isinstance(rounds, int) and rounds < MIN_ROUNDS:
             return True
         return not self.tie and self.confidence < CONFIDENT
@@ -627,7 +601,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         return cls(str(data["device"]), str(data["target"]), str(data["op"]),
                    str(data["bucket"]), str(data["dtype"]), ranking,
                    float(data.get("confidence", 1.0)), bool(data.get("tie", False)),
-                   dict(data.get("rejected", {})), dict(data.get("provenance", {})),
+                   dict(data.get("rejected", {})), Provenance.of(data.get("provenance", {})),
                    considered, dict(data.get("environment", {})),
                    bool(data.get("reverify", False)),
                    NO_SINCE if since is None else _convert(since, Since))

@@ -6,9 +6,8 @@
 itself). The tables come first, so one decode reads them before the entries that point
 into them, and each entry's ``__post_init__`` swaps its indices for the shared rows
 (:mod:`pytest_arbiter.store.cache`). A file in the writer's layout, one entry a line, is read
-a block of lines at a time; the writer writes a chunk of lines at a time. Files of
-versions 1 and 2 go to :mod:`pytest_arbiter.store.cache_legacy`. docs/artifacts.md describes
-the format.
+a block of lines at a time; the writer writes a chunk of lines at a time.
+docs/artifacts.md describes the format.
 """
 
 from __future__ import annotations
@@ -127,6 +126,9 @@ def _check_header(header: _Header, source: str) -> int:
     if version > CACHE_VERSION:
         _refuse(f"{_escape(source)}: cache schema version {version} is newer than version "
                 f"{CACHE_VERSION}, the newest this pytest-arbiter reads; upgrade it")
+    if version < CACHE_VERSION:
+        _refuse(f"{_escape(source)}: cache version {version} is not read by this "
+                f"pytest-arbiter, which reads version {CACHE_VERSION}")
     return version
 
 
@@ -174,12 +176,7 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
         raise _not_utf8(data, source) from None
     except RecursionError:
         raise ValueError(f"{_escape(source)} is nested too deeply") from None
-    version = _check_header(header, source)
-    if version < CACHE_VERSION:
-        from pytest_arbiter.store.cache_legacy import legacy_entries
-
-        # the slow path of an old file: every strict check (a key twice, ...)
-        return legacy_entries(strictjson.decode(data, source), version, source=source)
+    _check_header(header, source)
     if isinstance(failed, msgspec.ValidationError):
         raise _validation(failed, source)
     # the tables follow the entries: read them first
@@ -273,11 +270,7 @@ def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
     """:func:`decode_document` for a document already parsed into builtins."""
     if not isinstance(data, Mapping):
         _refuse(f"{_escape(source)}: expected a JSON object, got {type(data).__name__}")
-    version = _check_header(_Header(data.get("schema"), data.get("version")), source)
-    if version < CACHE_VERSION:
-        from pytest_arbiter.store.cache_legacy import legacy_entries
-
-        return legacy_entries(data, version, source=source)
+    _check_header(_Header(data.get("schema"), data.get("version")), source)
     tables = _Tables()
     hook = _table_hook(tables)
     try:

@@ -21,7 +21,6 @@ from pytest_arbiter.store.cache import (
     NO_RUN,
     NO_SINCE,
     CacheEntry,
-    Provenance,
     RankedCandidate,
     Run,
     _dimensions,
@@ -123,7 +122,7 @@ class _Shown:
         return found
 
     def entry(self, e: CacheEntry) -> _Entry:
-        prov: Provenance = e.provenance  # type: ignore[assignment]  # after __post_init__
+        prov = e.provenance
         _, device_name, host, versions = self.runs.get(id(prov.run)) or self.run(prov.run)
         shapes = prov.shapes
         if shapes is not UNSET:

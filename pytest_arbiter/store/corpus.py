@@ -62,7 +62,7 @@ class Conflict:
 
 
 def _evidence_text(entry: CacheEntry) -> str:
-    host = entry.provenance.get("host", "?")
+    host = entry.provenance.host or "?"
     return (f"host {host}, confidence {entry.confidence:.4g}, {entry.samples} samples, "
             f"spread {entry.spread * 100:.1f}%")
 
@@ -239,7 +239,7 @@ class Selection:
 
     def measured_at(self, entry: CacheEntry) -> datetime.datetime | None:
         """When the entry was measured, in UTC; ``None`` if it does not say (readably)."""
-        text = entry.provenance.get("measured_at")
+        text = entry.provenance.measured_at
         if not isinstance(text, str):
             return None
         if text not in self._times:  # a tuning run's entries share a few
