@@ -38,6 +38,7 @@ from pytest_arbiter.store.cache import (
     MeasureCache,
     shapes_text,
 )
+from pytest_arbiter.store.cache_file import convert_document
 from pytest_arbiter.store.corpus import merge
 
 DEVICES = (("sm_120", "nvidia", "NVIDIA RTX PRO 6000"), ("sm_90", "nvidia", "NVIDIA H100"),
@@ -102,7 +103,7 @@ STATS = ("median_ns", "min_ns", "q1_ns", "q3_ns", "max_ns", "samples")
 def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheEntry]:
     """``n`` entries with keys ``start`` .. ``start + n``, as a tuning run writes them.
 
-    Built as a tuning run's xdist payload is read (``MeasureCache.from_dict`` of the
+    Built as a tuning run's xdist payload is read (``cache_file.convert_document`` of the
     document's builtins: each entry validated, the shared rows shared): a million in a
     minute, where building each through ``CacheEntry(...)`` (which checks it through
     the schema one by one) takes several.
@@ -130,7 +131,7 @@ def make_entries(n: int, *, seed: int, host: str, start: int = 0) -> list[CacheE
         "environments": [environment(t, d) for _, t, d in DEVICES],
         "considered": [msgspec.to_builtins(considered(op, host)) for op in ops],
         "entries": entries}
-    return MeasureCache.from_dict(document).entries()
+    return convert_document(document)
 
 
 def main() -> int:

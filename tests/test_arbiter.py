@@ -26,6 +26,7 @@ from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate,
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.core.regions import bucket_dims
 from pytest_arbiter.extend.device import cpu_device
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
 from pytest_arbiter.timing.measure import CPU_TIMER, LatencyStats
 
@@ -266,10 +267,10 @@ def test_histogram_is_thread_safe_and_round_trips() -> None:
     assert hist.counts() == {key: 40000}
     assert len(hist) == 1
     hist.record("cpu", "softmax", "s", "degraded", 2)
-    data = hist.to_dict()
+    data = histogram_file.payload(hist.counts())
     assert data["schema"] == "pytest-arbiter/histogram" and data["version"] == 1
     assert [e["op"] for e in data["entries"]] == ["matmul", "softmax"]
-    assert DispatchHistogram.from_dict(data).counts() == hist.counts()
+    assert histogram_file.counts_of(data)[0] == hist.counts()
     with pytest.raises(ValueError, match="outcome"):
         hist.record("cpu", "matmul", "k", "exploded")
 

@@ -24,6 +24,7 @@ from pytest_arbiter.decision.tuning import measured_arbitrate
 from pytest_arbiter.errors import Decline, StaleEntry
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.store.cache_file import convert_document, document_builtins
 from pytest_arbiter.store.corpus import merge
 
 FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
@@ -99,8 +100,8 @@ def test_an_entry_records_every_candidate_considered_and_the_environment() -> No
     assert entry.since >= before
     assert not entry.reverify
     # and all of it survives the file
-    again = MeasureCache.from_dict(json.loads(json.dumps(MeasureCache([entry]).to_dict())))
-    assert only_entry(again) == entry
+    again = convert_document(json.loads(json.dumps(document_builtins([entry]))))
+    assert again == [entry]
 
 
 def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_arbiter.decision.selection import DispatchEvent
+from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import gate_fleet
 from pytest_arbiter.gating.completeness import RunScope, baseline_to_write
 from pytest_arbiter.gating.histogram import DispatchHistogram
@@ -33,7 +34,8 @@ def payload(events: list[DispatchEvent], counts: dict[tuple[str, ...], int]) -> 
     histogram = DispatchHistogram()
     for key, count in counts.items():
         histogram.add(key, count)  # type: ignore[arg-type]
-    return {"histogram": histogram.to_dict(), "expected": DispatchHistogram().to_dict(),
+    return {"histogram": histogram_file.payload(histogram.counts()),
+            "expected": histogram_file.payload({}),
             "cache": {"schema": "pytest-arbiter/cache", "version": 3, "entries": []},
             "events": [dataclasses.asdict(e) for e in events], "reasons": [], "tests": []}
 

@@ -14,13 +14,13 @@ passed over and recorded as ``rejected`` on every dispatch it would have served.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, known_targets
 from pytest_arbiter.core.gate import GATE_SEED, GateReport
 from pytest_arbiter.core.ops import OPS, OpRegistry
 from pytest_arbiter.core.regions import Region
+from pytest_arbiter.decision.context import ArbiterConfig
 from pytest_arbiter.decision.gating import GateMemo, f4_gate, layout
 from pytest_arbiter.decision.planner import build_keyplan
 from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
@@ -47,22 +47,6 @@ StepOutcome = Literal["ran", "declined", "passed", "error", "rejected"]
 """What one step did with a dispatch: ran it, declined it, was passed over having been
 recorded already (blocked), or the outcome to record."""
 _Tried = tuple[StepOutcome, str, Any]
-
-
-@dataclass(frozen=True)
-class ArbiterConfig:
-    """How an arbiter measures and gates (fixed for its life)."""
-
-    policy: ComparePolicy | None = None
-    gate_seed: int = GATE_SEED
-    gate: bool = True
-    call_timeout_s: float | None = DEFAULT_CALL_TIMEOUT_S
-
-    def compare_policy(self) -> ComparePolicy:
-        policy = self.policy or ComparePolicy()
-        if self.call_timeout_s is not None and policy.call_timeout_s is None:
-            policy = replace(policy, call_timeout_s=self.call_timeout_s)
-        return policy
 
 
 class Arbiter:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
+from pytest_arbiter.decision.context import ArbiterParts
 from pytest_arbiter.decision.freshness import freshness, vouched
 from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accepts
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
@@ -28,13 +29,10 @@ from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_o
 from pytest_arbiter.gating.histogram import HistogramKey, Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey
 
-if TYPE_CHECKING:
-    from pytest_arbiter.decision.arbiter import Arbiter
-
 
 @dataclass
 class _Planning:
-    arb: Arbiter
+    arb: ArbiterParts
     mode: Mode
     op: Op
     region: Region
@@ -71,7 +69,7 @@ class _Planning:
         return "cached" if self.entry is not None else "static"
 
 
-def build_keyplan(arb: Arbiter, mode: Mode, op: Op, region: Region, needs: tuple[int, ...],
+def build_keyplan(arb: ArbiterParts, mode: Mode, op: Op, region: Region, needs: tuple[int, ...],
                   key: DispatchKey, inputs: Sequence[Any]) -> KeyPlan:
     """The key's plan in ``mode``, built from the measurement, the cache and the pool."""
     pool = arb.registry.for_op(op.name, key.target)
@@ -269,7 +267,7 @@ def _fallback(p: _Planning) -> Fallback | None:
                      if not r.carried}, cand is not None)
 
 
-def _event(arb: Arbiter, key: DispatchKey, source: Source, order: list[str], notes: Notes,
+def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str], notes: Notes,
            selection: Selection | None, entry: CacheEntry | None,
            stale: dict[str, str]) -> None:
     """Why the key dispatched as it did (a measured event is never replaced by another)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, keyed
+from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, named_keys
 
 FAILING_OUTCOMES = GATED_OUTCOMES
 
@@ -38,7 +38,7 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
 
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
     """
-    run, baseline = keyed(run), keyed(baseline)
+    run, baseline = named_keys(run), named_keys(baseline)
     new = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k not in baseline}
     known = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k in baseline}
     fixed = sorted(k for k, v in baseline.items()
@@ -105,7 +105,7 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
     ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed
     only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
-    covered = {(k.target, k.op) for k, v in keyed(run).items() if v > 0}
+    covered = {(k.target, k.op) for k, v in named_keys(run).items() if v > 0}
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
     fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_arbiter.gating.histogram import STALE, HistogramKey, keyed
+from pytest_arbiter.gating.histogram import STALE, HistogramKey, named_keys
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
     partial run keeps every old entry, with the larger of the two counts where both have
     it.
     """
-    run, old = keyed(run), keyed(old)
+    run, old = named_keys(run), named_keys(old)
     dispatched = {(k.target, k.op) for k, v in run.items() if v > 0}
     out = {k: v for k, v in run.items() if v > 0}
     kept: list[HistogramKey] = []

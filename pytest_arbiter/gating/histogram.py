@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal, NamedTuple, cast
+from typing import Final, Literal, NamedTuple, cast
 
 Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
 """What one dispatch record means (SPEC.md, "outcome"): :data:`OUTCOMES` as a type (a
@@ -39,10 +39,10 @@ class HistogramKey(NamedTuple):
 
 
 AnyCounts = Mapping[HistogramKey, int] | Mapping[tuple[str, str, str, str], int]
-"""Counts keyed by :class:`HistogramKey` or by plain tuples in its order."""
+"""Counts named_keys by :class:`HistogramKey` or by plain tuples in its order."""
 
 
-def keyed(counts: AnyCounts) -> dict[HistogramKey, int]:
+def named_keys(counts: AnyCounts) -> dict[HistogramKey, int]:
     """``counts`` with each key a :class:`HistogramKey` (a caller may pass plain tuples)."""
     return {k if type(k) is HistogramKey else HistogramKey._make(k): v
             for k, v in counts.items()}
@@ -136,7 +136,7 @@ class DispatchHistogram:
                 self._base[key] = self._base.get(key, 0) + self._value(key)
 
     def merge(self, other: DispatchHistogram | AnyCounts) -> None:
-        items = other.counts() if isinstance(other, DispatchHistogram) else keyed(other)
+        items = other.counts() if isinstance(other, DispatchHistogram) else named_keys(other)
         for key, count in items.items():
             self.add(key, count)
 
@@ -144,56 +144,6 @@ class DispatchHistogram:
         """Counts added since the snapshot ``before`` (what one test dispatched)."""
         now = self.counts()
         return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) > 0}
-
-    def entries(self) -> list[dict[str, Any]]:
-        return entries_of(self.counts())
-
-    def to_dict(self) -> dict[str, Any]:
-        """The histogram file's document as plain builtins (an xdist worker's payload)."""
-        import msgspec
-
-        from pytest_arbiter.gating.histogram_file import document
-
-        data: dict[str, Any] = msgspec.to_builtins(document(self.counts()))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "histogram") -> DispatchHistogram:
-        return cls(counts_from_dict(data, source=source))
-
-
-def entries_of(counts: Mapping[HistogramKey, int],
-               expected: Mapping[HistogramKey, int] | None = None) -> list[dict[str, Any]]:
-    """Sorted entry dicts for a counts mapping, as the histogram file holds them.
-
-    ``expected``: how many of each key's dispatches came from tests that degrade on
-    purpose; written as the entry's ``"expected"`` where it is not zero.
-    """
-    import msgspec
-
-    from pytest_arbiter.gating.histogram_file import document
-
-    entries: list[dict[str, Any]] = msgspec.to_builtins(document(counts, expected).entries)
-    return entries
-
-
-def counts_from_dict(data: Mapping[str, Any], *, source: str = "histogram"
-                     ) -> dict[HistogramKey, int]:
-    """Parse a histogram dict; ``ValueError`` naming ``source`` and the bad part."""
-    return counts_and_expected(data, source=source)[0]
-
-
-def counts_and_expected(data: Mapping[str, Any], *, source: str = "histogram"
-                        ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
-    """The counts of a histogram dict and, per key, how many were degrades on purpose
-    (the entries' optional ``"expected"``); ``ValueError`` naming ``source``.
-
-    Validated as the file is (:mod:`pytest_arbiter.gating.histogram_file`): unknown or missing
-    fields, wrong types and out-of-range values are refused.
-    """
-    from pytest_arbiter.gating import histogram_file
-
-    return histogram_file.counts_and_expected(histogram_file.convert(data, source))
 
 
 def merge_counts(parts: Iterable[Mapping[HistogramKey, int]]) -> dict[HistogramKey, int]:

@@ -215,3 +215,18 @@ def write_histogram(path: str | os.PathLike[str], counts: dict[HistogramKey, int
     except ValueError as exc:
         raise ArtifactError(f"cannot write {escape(path)}: {exc}") from None
     write_text_atomic(path, data.decode("utf-8"))
+
+
+def payload(counts: Mapping[HistogramKey, int],
+            expected: Mapping[HistogramKey, int] | None = None) -> dict[str, Any]:
+    """The histogram file's document for ``counts`` as plain builtins (an xdist worker's
+    payload)."""
+    data: dict[str, Any] = msgspec.to_builtins(document(counts, expected))
+    return data
+
+
+def counts_of(data: Any, *, source: str = "histogram"
+              ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    """The counts, and the degrades on purpose, of a :func:`payload` (validated as the
+    file is); ``ValueError`` naming ``source`` and the bad part."""
+    return counts_and_expected(convert(data, source))

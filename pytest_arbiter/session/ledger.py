@@ -277,19 +277,21 @@ class RunLedger:
 
     def payload(self) -> dict[str, Any]:
         """What a worker sends the controller: plain JSON values."""
+        from pytest_arbiter.gating import histogram_file
+
         used = self.arbiter
         measured = None
         if used is not None:
-            from pytest_arbiter.store.cache import MeasureCache
+            from pytest_arbiter.store.cache_file import document_builtins
 
             # only what this worker measured: the controller read the same cache file
-            measured = MeasureCache(self.measured_entries()).to_dict()
+            measured = document_builtins(self.measured_entries())
         found, reached = self.own_findings()
         return {
-            "histogram": DispatchHistogram(self.dispatch_counts()).to_dict(),
+            "histogram": histogram_file.payload(self.dispatch_counts()),
             "findings": [[*f, why, f in self.expected_findings, f in reached]
                          for f, why in found.items()],
-            "expected": self.expected.to_dict(),
+            "expected": histogram_file.payload(self.expected.counts()),
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
@@ -305,14 +307,16 @@ class RunLedger:
         that cannot be read is an error of the run, never counts silently lost.
         ``take_measured``: what adds the worker's measured entries (default
         :meth:`take_measured`; the plugin's builds the run's arbiter first)."""
+        from pytest_arbiter.gating import histogram_file
+
         if not isinstance(payload, dict):
             self.crashed.append(name)
             return
         try:
-            self.worker_counts.append(DispatchHistogram.from_dict(
-                payload["histogram"], source=f"worker {name}").counts())
-            self.worker_expected.append(DispatchHistogram.from_dict(
-                payload["expected"], source=f"worker {name}").counts())
+            self.worker_counts.append(histogram_file.counts_of(
+                payload["histogram"], source=f"worker {name}")[0])
+            self.worker_expected.append(histogram_file.counts_of(
+                payload["expected"], source=f"worker {name}")[0])
             self._absorb_findings(payload.get("findings", []))
             self._absorb_evidence(payload.get("evidence", {}))
             for key, why in _keyed(payload.get("reasons", []), "reasons"):
@@ -321,10 +325,9 @@ class RunLedger:
                 self.tests.setdefault(key, []).extend(str(n) for n in nodeids)
             if payload["cache"] is not None:
                 from pytest_arbiter.decision.selection import DispatchEvent
-                from pytest_arbiter.store.cache import MeasureCache
+                from pytest_arbiter.store.cache_file import convert_document
 
-                entries = MeasureCache.from_dict(payload["cache"],
-                                                 source=f"worker {name}").entries()
+                entries = convert_document(payload["cache"], source=f"worker {name}")
                 (take_measured or self.take_measured)(entries)
                 self.worker_events.extend(DispatchEvent(**e)
                                           for e in payload.get("events", []))

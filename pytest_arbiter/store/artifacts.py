@@ -22,9 +22,9 @@ from typing import Any
 import filelock
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache, keyed, plain_key
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, plain_key
 from pytest_arbiter.store.cache_file import encode_chunks, encode_document, read_document
-from pytest_arbiter.store.corpus import MergeResult, Part, entries_of, merge
+from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
 from pytest_arbiter.store.safetext import escape
 
 LOCK_TIMEOUT_S = 120.0
@@ -205,7 +205,7 @@ def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
     merge rule prefers.
     """
     try:
-        return keyed(read_document(path))
+        return cache_of(read_document(path))
     except OSError as exc:
         raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
                             ) from None

@@ -694,32 +694,6 @@ class MeasureCache:
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def to_dict(self) -> dict[str, Any]:
-        """The cache's document as plain builtins (the xdist payload)."""
-        from pytest_arbiter.store.cache_file import document_builtins
-
-        return document_builtins(self._entries.values())
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "cache") -> MeasureCache:
-        """The cache of a document (:meth:`to_dict`'s, or a parsed file of any version);
-        ``ValueError`` naming ``source`` and what is wrong. A key listed twice keeps
-        the entry the merge rule prefers."""
-        from pytest_arbiter.store.cache_file import convert_document
-
-        return keyed(convert_document(data, source=source))
-
-
-def keyed(entries: list[CacheEntry]) -> MeasureCache:
-    """A cache of ``entries``; a key listed twice (a hand-resolved git conflict) keeps
-    the entry the merge rule prefers."""
-    by_key = dict(zip(map(plain_key, entries), entries, strict=True))
-    if len(by_key) != len(entries):
-        from pytest_arbiter.store.corpus import merge
-
-        return merge(entries).cache()
-    return MeasureCache.of_keyed(by_key)
-
 
 # -- what the file's decoder (cache_file) and CacheEntry.__post_init__ share -----------
 

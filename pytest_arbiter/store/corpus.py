@@ -272,3 +272,12 @@ def _utc_time(text: str) -> datetime.datetime | None:
         return None
     return (when.replace(tzinfo=datetime.timezone.utc) if when.tzinfo is None
             else when.astimezone(datetime.timezone.utc))
+
+
+def cache_of(entries: list[CacheEntry]) -> MeasureCache:
+    """A cache of ``entries``; a key listed twice (a hand-resolved git conflict) keeps
+    the entry the merge rule prefers."""
+    by_key = dict(zip(map(plain_key, entries), entries, strict=True))
+    if len(by_key) != len(entries):
+        return merge(entries).cache()
+    return MeasureCache.of_keyed(by_key)
