@@ -29,6 +29,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 from msgspec.structs import force_setattr
 
+from pytest_arbiter.core.changes import Listeners
 from pytest_arbiter.timing.measure import LatencyStats
 
 CACHE_SCHEMA = "pytest-arbiter/cache"
@@ -635,13 +636,14 @@ def utc_now() -> datetime.datetime:
 
 
 class MeasureCache:
-    """Winners by key; O(1) lookups, thread-safe updates, and a version counter that
-    tells the arbiter's hot path when a memoised plan is stale."""
+    """Winners by key; O(1) lookups, thread-safe updates, a version counter, and
+    :attr:`changed`, which tells the arbiters' plan tables of every change."""
 
     def __init__(self, entries: Iterable[CacheEntry] = ()) -> None:
         self._entries: dict[KeyTuple, CacheEntry] = {}
         self._lock = threading.Lock()
         self.version = 0
+        self.changed = Listeners()
         for entry in entries:
             self._entries[plain_key(entry)] = entry
 
@@ -665,18 +667,21 @@ class MeasureCache:
         with self._lock:
             self._entries[plain_key(entry)] = entry
             self.version += 1
+        self.changed.fire()
 
     def clear(self) -> None:
         """Remove every entry."""
         with self._lock:
             self._entries = {}
             self.version += 1
+        self.changed.fire()
 
     def update(self, entries: Iterable[CacheEntry]) -> None:
         with self._lock:
             for entry in entries:
                 self._entries[plain_key(entry)] = entry
             self.version += 1
+        self.changed.fire()
 
     def entries(self) -> list[CacheEntry]:
         """Every entry, sorted by key."""
