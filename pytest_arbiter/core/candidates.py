@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pytest_arbiter.core.changes import Listeners
 from pytest_arbiter.core.names import check_name
 from pytest_arbiter.core.regions import Region
 
@@ -194,6 +195,8 @@ class CandidateRegistry:
         self._bundled_pending = bundled
         self._bundled_loading = False
         self.generation = 0
+        self.changed = Listeners()
+        """Told whenever a candidate is added or removed (the arbiters' plan tables)."""
         self._align_memo: tuple[int, dict[tuple[str, str], tuple[int, ...]]] = (-1, {})
 
     def _load_bundled(self) -> None:
@@ -228,6 +231,7 @@ class CandidateRegistry:
                     f"(defined by {'.'.join(_origin(cand))}) or pass replace=True")
             self._by_name[cand.name] = cand
             self.generation += 1
+        self.changed.fire()
         return cand
 
     def registered(self) -> list[Candidate]:
@@ -239,6 +243,7 @@ class CandidateRegistry:
         with self._lock:
             self._by_name.pop(name, None)
             self.generation += 1
+        self.changed.fire()
 
     def get(self, name: str) -> Candidate:
         self._load_bundled()

@@ -23,7 +23,14 @@ from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.context import ArbiterConfig
 from pytest_arbiter.decision.gating import GateMemo, f4_gate, layout
 from pytest_arbiter.decision.planner import build_keyplan
-from pytest_arbiter.decision.plans import KeyPlan, Plan, PlanTables, Step, signature
+from pytest_arbiter.decision.plans import (
+    KeyPlan,
+    Plan,
+    PlanTables,
+    Step,
+    compile_plan,
+    signature,
+)
 from pytest_arbiter.decision.rechecking import Rechecker
 from pytest_arbiter.decision.record import Record
 from pytest_arbiter.decision.selection import DispatchEvent
@@ -82,9 +89,16 @@ class Arbiter:
         self.record = Record(histogram if histogram is not None else DispatchHistogram())
         self.plans = PlanTables()
         self._hot = self.plans.young(mode)
+        self.registry.changed.add(self._plans_stale)
+        self.cache.changed.add(self._plans_stale)
         self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop)
         self.recheck = Rechecker(recheck, recheck_budget)
         self.events: dict[DispatchKey, DispatchEvent] = {}
+
+    def _plans_stale(self) -> None:
+        """The registry or the cache changed: every signature plans again."""
+        self.plans.reset()
+        self._hot = self.plans.young(self.mode)
 
     # -- what others read -------------------------------------------------------------
 
@@ -150,28 +164,37 @@ class Arbiter:
         except (AttributeError, TypeError):
             sig = signature(op, target, inputs)
             plan = self._hot.get(sig) if sig is not None else None
-        if (plan is None or plan.generation != self.registry.generation
-                or plan.cache_version != self.cache.version):
+        if plan is None:
             plan = self._find_plan(self.mode, op, inputs, target, sig)
-        run = plan.run
+        run, won, kp, start, pre, accepts = plan
         if run is None:
-            return self._run_steps(plan.keyplan, inputs, -1, None)
-        pre = plan.pre
+            return self._run_steps(kp, inputs, -1, None)
+        if pre is not None or accepts is not None:
+            return self._checked(plan, inputs)
+        try:
+            out = run(*inputs)
+        except Exception as exc:
+            return self._run_steps(kp, inputs, start, exc)
+        won()  # type: ignore[misc]  # set wherever run is
+        return out
+
+    def _checked(self, plan: Plan, inputs: tuple[Any, ...]) -> Any:
+        """The hot path of a plan whose fast step, or a step above it, has ``accepts``."""
+        run, won, kp, start, pre, accepts = plan
         if pre is not None:
             try:
                 if any(check(*inputs) for check in pre):
-                    return self._run_steps(plan.keyplan, inputs, -1, None)
+                    return self._run_steps(kp, inputs, -1, None)
             except Exception:
-                return self._run_steps(plan.keyplan, inputs, -1, None)  # it records them
-        accepts = plan.accepts
+                return self._run_steps(kp, inputs, -1, None)  # it records them
         try:
             if accepts is None or accepts(*inputs):
-                out = run(*inputs)
-                plan.won()  # type: ignore[misc]
+                out = run(*inputs)  # type: ignore[misc]
+                won()  # type: ignore[misc]
                 return out
         except Exception as exc:
-            return self._run_steps(plan.keyplan, inputs, plan.start, exc)
-        return self._run_steps(plan.keyplan, inputs, plan.start, False)
+            return self._run_steps(kp, inputs, start, exc)
+        return self._run_steps(kp, inputs, start, False)
 
     def dispatch_as(self, mode: Mode, op: str, *inputs: Any, target: str | None = None) -> Any:
         """:meth:`dispatch` in another mode, on this arbiter's cache, gate and histogram."""
@@ -181,8 +204,7 @@ class Arbiter:
             raise ValueError(f"unknown arbiter mode {mode!r}; modes are {', '.join(MODES)}")
         sig = signature(op, target, inputs)
         plan = self.plans.young(mode).get(sig) if sig is not None else None
-        if (plan is None or plan.generation != self.registry.generation
-                or plan.cache_version != self.cache.version):
+        if plan is None:
             plan = self._find_plan(mode, op, inputs, target, sig)
         return self._run_steps(plan.keyplan, inputs, -1, None)
 
@@ -317,9 +339,8 @@ class Arbiter:
 
     def _find_plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None,
                    sig: Any) -> Plan:
-        stamp = (self.registry.generation, self.cache.version)
         if sig is not None:
-            found = self.plans.older(mode, sig, stamp)
+            found = self.plans.older(mode, sig)
             if found is not None:
                 return found
         plan = self._plan(mode, op_name, inputs, target)
@@ -346,7 +367,7 @@ class Arbiter:
             self.plans.set_keyplan(mode, key, kp)
         start, pre, declined = self._fast_start(kp, inputs)
         won = self._plan_counter(kp, start, inputs, declined)
-        return Plan(kp, start, pre, (self.registry.generation, self.cache.version), won)
+        return self.plans.shared(compile_plan(kp, start, pre, won))
 
     def _plan_counter(self, kp: KeyPlan, start: int, inputs: Sequence[Any],
                       declined: tuple[str, str] | None) -> Callable[[], int] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -96,8 +96,10 @@ class KeyPlan:
     """The counter of a dispatch the winner did not serve (``fallback``)."""
 
 
-class Plan:
-    """The memoised dispatch of one input signature: a key plan plus its fast step.
+class Plan(NamedTuple):
+    """The memoised dispatch of one input signature, compiled for the hot path: what
+    it unpacks in one step, with no stamp to check (a change of the registry or the
+    cache swaps the whole table).
 
     ``run`` is ``None`` when the signature must take the slow path every time (a
     candidate above to charge, one not gated yet, or none that ran its first inputs).
@@ -107,28 +109,28 @@ class Plan:
     fast step served: ``won`` under its name, or ``degraded`` under the winner's.
     """
 
-    __slots__ = ("accepts", "cache_version", "generation", "keyplan", "pre", "run", "start",
-                 "won")
+    run: Callable[..., Any] | None
+    won: Callable[[], int] | None
+    keyplan: KeyPlan
+    start: int
+    pre: tuple[Callable[..., bool], ...] | None
+    accepts: Callable[..., bool] | None
 
-    def __init__(self, keyplan: KeyPlan, start: int, pre: tuple[Callable[..., bool], ...],
-                 stamp: tuple[int, int], won: Callable[[], int] | None = None) -> None:
-        self.keyplan = keyplan
-        self.start = start
-        self.pre = pre or None
-        self.generation, self.cache_version = stamp
-        fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
-        if fast is None or fast.blocked is not None:
-            self.accepts: Callable[..., bool] | None = None
-            self.run: Callable[..., Any] | None = None
-            self.won: Callable[[], int] | None = None
-        else:
-            self.accepts, self.run, self.won = fast.accepts, fast.run, won or fast.won
+
+def compile_plan(keyplan: KeyPlan, start: int, pre: tuple[Callable[..., bool], ...],
+                 won: Callable[[], int] | None = None) -> Plan:
+    """The :class:`Plan` of a signature served from step ``start`` (-1: none)."""
+    fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
+    if fast is None or fast.blocked is not None:
+        return Plan(None, None, keyplan, -1, None, None)
+    return Plan(fast.run, won or fast.won, keyplan, start, pre or None, fast.accepts)
 
 
 class PlanTables:
     """Plans by input signature, per mode, in two generations: a plan used since the
     last rotation survives it, so the cost stays flat for any working set of up to
-    :data:`MAX_PLANS` signatures."""
+    :data:`MAX_PLANS` signatures. Signatures with the same plan share one
+    :class:`Plan`; :meth:`reset` (the registry or the cache changed) starts afresh."""
 
     def __init__(self) -> None:
         self.keyplans: dict[tuple[Mode, DispatchKey], KeyPlan] = {}
@@ -139,7 +141,17 @@ class PlanTables:
         """The cache keys this process measured (or found current) when tuning."""
         self._young: dict[Mode, dict[Any, Plan]] = {}
         self._old: dict[Mode, dict[Any, Plan]] = {}
+        self._shared: dict[Plan, Plan] = {}
         self._lock = threading.RLock()
+
+    def reset(self) -> None:
+        """Forget every signature's plan (not the key plans: they carry their stamp)."""
+        with self._lock:
+            self._young, self._old, self._shared = {}, {}, {}
+
+    def shared(self, plan: Plan) -> Plan:
+        """The one :class:`Plan` equal to ``plan`` (signatures of a key share it)."""
+        return self._shared.setdefault(plan, plan)
 
     def set_keyplan(self, mode: Mode, key: DispatchKey, kp: KeyPlan) -> None:
         with self._lock:
@@ -153,12 +165,11 @@ class PlanTables:
             self._old.setdefault(mode, {})
         return found
 
-    def older(self, mode: Mode, sig: Any, stamp: tuple[int, int]) -> Plan | None:
-        """A current plan of the older generation, moved to the young one."""
+    def older(self, mode: Mode, sig: Any) -> Plan | None:
+        """A plan of the older generation, moved to the young one."""
         found = self._old.get(mode, {}).get(sig)
-        if found is None or (found.generation, found.cache_version) != stamp:
-            return None
-        self.remember(mode, sig, found)
+        if found is not None:
+            self.remember(mode, sig, found)
         return found
 
     def remember(self, mode: Mode, sig: Any, plan: Plan) -> None:

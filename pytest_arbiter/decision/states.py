@@ -26,9 +26,10 @@ RecheckStatus = Literal["", "current", "stale", "no_verdict", "not_retimed"]
 significantly slower, too few rounds for a verdict, or not re-timed (the run's recheck
 budget was spent); empty: not re-timed at all."""
 
-MAX_PLANS = 1 << 17
+MAX_PLANS = 1 << 20
 """Memoised dispatch plans (one per input signature) per generation; two generations
-are kept, so up to twice this many signatures dispatch without re-planning."""
+are kept, so up to twice this many signatures dispatch without re-planning. A slot
+costs the signature's tuple (about 300 bytes); signatures of one key share one plan."""
 DEFAULT_CALL_TIMEOUT_S = 60.0
 """The per-call watchdog's default: a gate or timing call this long is a hang."""
 

@@ -1,0 +1,116 @@
+"""The memoised plans behind the hot path: a hit reads no version stamp, a change of the
+registry or the cache swaps the table, signatures of one key share one plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pytest_arbiter import Arbiter, MeasureCache
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.extend.device import cpu_device
+from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
+
+
+def cand(kernel: Callable[..., Any], name: str, tier: int = 0) -> FunctionCandidate:
+    return FunctionCandidate(kernel, name, "matmul", "cpu", tier, None, None)
+
+
+def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b)
+
+
+def other(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.dot(a, b)
+
+
+class CountingRegistry(CandidateRegistry):
+    """A registry that counts reads of its ``generation`` stamp."""
+
+    reads = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "generation":
+            CountingRegistry.reads += 1
+        return super().__getattribute__(name)
+
+
+def mats(m: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m)
+    return (rng.standard_normal((m, 8)).astype(np.float32),
+            rng.standard_normal((8, 4)).astype(np.float32))
+
+
+def test_a_hit_reads_no_stamp() -> None:
+    reg = CountingRegistry()
+    reg.extend([cand(library, "lib")])
+    arb = Arbiter(registry=reg, mode="static")
+    a, b = mats(4)
+    arb.dispatch("matmul", a, b)  # plans
+    CountingRegistry.reads = 0
+    for _ in range(50):
+        arb.dispatch("matmul", a, b)
+    assert CountingRegistry.reads == 0
+    assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 51}
+
+
+def test_a_registration_swaps_the_table_and_the_next_dispatch_sees_it() -> None:
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib")])
+    arb = Arbiter(registry=reg, mode="static")
+    a, b = mats(4)
+    arb.dispatch("matmul", a, b)
+    table = arb._hot
+    reg.add(cand(other, "higher_tier", tier=9))
+    assert arb._hot is not table and not arb._hot
+    arb.dispatch("matmul", a, b)
+    assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 1,
+                                      ("cpu", "matmul", "higher_tier", "won"): 1}
+
+
+def test_a_cache_change_swaps_the_table_and_the_new_winner_runs() -> None:
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib", tier=9), cand(other, "dot")])
+    cache = MeasureCache()
+    arb = Arbiter(registry=reg, cache=cache, mode="static", gate=True)
+    a, b = mats(4)
+    arb.dispatch("matmul", a, b)
+    key = next(iter(arb.events))
+    stats = LatencyStats(1000.0, 900.0, 950.0, 1100.0, 1200.0, 9)
+    table = arb._hot
+    cache.put(CacheEntry(cpu_device().tag, key.target, key.op, key.bucket, key.dtype,
+                         (RankedCandidate("dot", stats),)))
+    assert arb._hot is not table
+    arb.dispatch("matmul", a, b)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "lib", "won")] == 1
+    assert counts[("cpu", "matmul", "dot", "won")] == 1
+
+
+def test_signatures_of_one_key_share_one_plan() -> None:
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib")])
+    arb = Arbiter(registry=reg, mode="static")
+    # rows 9..15 fall in one bucket: one key, seven signatures
+    for m in range(9, 16):
+        arb.dispatch("matmul", *mats(m))
+    plans = list(arb._hot.values())
+    assert len(plans) == 7
+    assert len({id(p) for p in plans}) == len({p.keyplan.key for p in plans}) < 7
+
+
+def test_an_arbiter_dropped_is_not_kept_alive_by_its_registry() -> None:
+    import gc
+    import weakref
+
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib")])
+    arb = Arbiter(registry=reg, mode="static")
+    gone = weakref.ref(arb)
+    del arb
+    gc.collect()
+    assert gone() is None
+    reg.add(cand(other, "dot"))  # a dead listener is skipped
