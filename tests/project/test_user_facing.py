@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter import __version__
+from tests.factories import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 

@@ -23,7 +23,11 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from pick_kernels import (
+
+import pytest_arbiter
+from pytest_arbiter.gating.junit import read_junit
+from pytest_arbiter.store import artifacts
+from tests.plugin.pick_kernels import (
     cli,
     dispatch_test,
     file_entry,
@@ -34,10 +38,6 @@ from pick_kernels import (
     row_median,
     shown_entry,
 )
-
-import pytest_arbiter
-from pytest_arbiter.gating.junit import read_junit
-from pytest_arbiter.store import artifacts
 
 timing = pytest.mark.timing
 slow = pytest.mark.slow

@@ -14,10 +14,10 @@ import pytest
 
 from pytest_arbiter.cli.main import build_parser
 from pytest_arbiter.session.settings import OPTIONS
+from tests.factories import ROOT
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "ci" / "workflow.yml"
 GPU_CHECK = ROOT / "ci" / "gpu-check.yml"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cuda_fakes import H100, RTX5090, FakeGpu
 
 from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 from pytest_arbiter.timing.device_lock import lock_path, measurement_lock
+from tests.runtime.cuda_fakes import H100, RTX5090, FakeGpu
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ from pytest_arbiter.store.cache_file import (
 )
 from pytest_arbiter.store.corpus import diff, merge, prefer
 from pytest_arbiter.timing.measure import ComparePolicy, LatencyStats
+from tests.factories import ROOT
 
 FAST = ComparePolicy(warmup=1, min_rounds=3, max_rounds=5, budget_s=0.001)
 DATA = Path(__file__).with_name("data")
@@ -167,7 +168,7 @@ def test_an_entry_built_in_code_holds_what_a_read_gives_back(tmp_path: Path) -> 
 
 
 def test_the_documented_example_reads_and_writes_back_byte_identical(tmp_path: Path) -> None:
-    doc = Path(__file__).parents[1] / "docs" / "artifacts.md"
+    doc = ROOT / "docs" / "artifacts.md"
     example = doc.read_text().split("```json\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.json"
     path.write_text(example)
@@ -407,7 +408,7 @@ def test_a_version_no_release_wrote_is_refused_by_name(tmp_path: Path, version: 
 def test_a_loaded_cache_leaves_the_garbage_collector_almost_nothing(tmp_path: Path) -> None:
     """The structs are untracked (gc=False) and the tables shared: 20,000 entries add
     a few hundred tracked objects (the format before added 10 per entry)."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    sys.path.insert(0, str(ROOT / "bench"))
     try:
         from bench_merge import make_entries
     finally:

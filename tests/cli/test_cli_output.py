@@ -14,8 +14,7 @@ from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.factories import ROOT
 
 
 def stats(median: float) -> LatencyStats:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gate_power.py"
+from tests.factories import ROOT
+
+SCRIPT = ROOT / "bench" / "gate_power.py"
 
 # the project's CI runs the host-free tests (.ci/run): the reduced benchmark is one
 pytestmark = pytest.mark.host_free

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.factories import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cuda_fakes import H100, FakeGpu
 
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
+from tests.factories import ROOT
+from tests.runtime.cuda_fakes import H100, FakeGpu
 
-ROOT = Path(__file__).resolve().parents[1]
 NVRTC_MISSING = RuntimeError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12"')
 CUBLAS_MISSING = ImportError('Failure finding "libcublasLt.so.13 or libcublasLt.so.12"')
 
@@ -143,6 +143,6 @@ def test_the_nvrtc_wheel_says_the_toolkit_major() -> None:
 
 def test_live_gates_start_with_the_preflight() -> None:
     """The live module's first fixture runs the preflight (pytest.exit with its line)."""
-    text = (ROOT / "tests" / "test_cuda_live.py").read_text(encoding="utf-8")
+    text = (ROOT / "tests" / "runtime" / "test_cuda_live.py").read_text(encoding="utf-8")
     assert "@pytest.fixture(scope=\"module\", autouse=True)" in text
     assert "preflight(" in text and "pytest.exit(" in text

@@ -8,16 +8,16 @@ TF32 switches; the docs give occupancy per architecture and ROCm's support as it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cuda_fakes import H100, FakeGpu
 
 from pytest_arbiter.extend.fingerprint import current_environment, forget_environment
 from pytest_arbiter.runtime.cuda import sources
+from tests.factories import ROOT
+from tests.runtime.cuda_fakes import H100, FakeGpu
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
+DOCS = ROOT / "docs" / "gpu.md"
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cuda_fakes import H100, RTX5090, FakeGpu
 
 from pytest_arbiter.runtime import cuda
 from pytest_arbiter.runtime.cuda.lane import GpuCandidate
+from tests.runtime.cuda_fakes import H100, RTX5090, FakeGpu
 
 COMPILING = ("tiled_sgemm", "mma_matmul", "fused_softmax", "cupy_softmax")
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.factories import ROOT
+
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "ci" / "workflow.yml"
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cuda_fakes import FakeArray, FakeGpu
 
 from pytest_arbiter import Arbiter
 from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
@@ -25,6 +24,7 @@ from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.gating.histogram import NO_CANDIDATE
 from pytest_arbiter.runtime.cuda.shipped import LibraryMatmul
 from pytest_arbiter.timing.watchdog import watchdog
+from tests.runtime.cuda_fakes import FakeArray, FakeGpu
 
 
 class FaultingMatmul(LibraryMatmul):
@@ -123,9 +123,8 @@ def test_a_gate_with_a_call_timeout_reports_the_hang_as_an_error(gpu: FakeGpu) -
 
 
 def test_only_sticky_statuses_end_the_lane(gpu: FakeGpu) -> None:
-    from cuda_fakes import CUDARuntimeError
-
     from pytest_arbiter.runtime.cuda import faults
+    from tests.runtime.cuda_fakes import CUDARuntimeError
 
     with pytest.raises(CUDARuntimeError), faults.device_work("nvidia", "x"):
         raise CUDARuntimeError(2, "cudaErrorMemoryAllocation: out of memory")

@@ -15,7 +15,7 @@ from pytest_arbiter.core.ops import OpRegistry, make_op
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.corpus import merge
-from tests.test_corpus import T0, T1, entry
+from tests.store.test_cache_file import T0, T1, entry
 
 
 @pytest.mark.parametrize("name", ["a/b", "k\x1b[2J", "with space", "-lead", "x" * 129])

@@ -35,7 +35,6 @@ from cuda_emulation.emulated_cupy import (
     find_compiler,
     thread_sanitizer_problem,
 )
-from gpu_gates import gate_cases, gpu_candidate, run_gate
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_arbiter import Arbiter
@@ -43,6 +42,8 @@ from pytest_arbiter.core.candidates import CandidateRegistry
 from pytest_arbiter.core.dtypes import numpy_dtype
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.runtime.cuda import emitted, sources
+from tests.factories import ROOT
+from tests.runtime.gpu_gates import gate_cases, gpu_candidate, run_gate
 
 
 def _compiler() -> tuple[str | None, str]:
@@ -410,7 +411,7 @@ def test_fused_softmax_runs_any_row_length_on_the_emulated_device(
 
 
 def _sanitizer_driver() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "ci" / "sanitize_emitted.py"
+    path = ROOT / "ci" / "sanitize_emitted.py"
     spec = importlib.util.spec_from_file_location("sanitize_emitted", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -6,15 +6,15 @@ import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from pytest_arbiter import DeviceInfo
 from pytest_arbiter.extend import device as core_device
+from tests.factories import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_gemm.py"
+SCRIPT = ROOT / "bench" / "gpu_gemm.py"
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from pytest_arbiter.store import artifacts
+from tests.factories import ROOT
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "ci" / "workflow.yml"
 EVENT = "push"
 NOT_RUN = ("checkout", "set up Python", "create a venv", "install",

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpu_gates import gate_cases, gpu_candidate, run_gate
 
 from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache, measured_arbitrate
 from pytest_arbiter.core.candidates import Candidate, CandidateRegistry
@@ -22,6 +21,7 @@ from pytest_arbiter.runtime.cuda import emitted, sources
 from pytest_arbiter.runtime.cuda.device import load_cupy
 from pytest_arbiter.runtime.cuda.timer import CudaEventTimer
 from pytest_arbiter.timing.measure import measure_latency
+from tests.runtime.gpu_gates import gate_cases, gpu_candidate, run_gate
 
 NVIDIA = pytest.mark.arbiter_device(*sources.ARCHS)
 AMD = pytest.mark.arbiter_device("amd")

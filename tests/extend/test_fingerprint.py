@@ -15,6 +15,7 @@ import pytest
 
 from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
+from tests.factories import ROOT
 
 
 def _candidate(source: str, name: str = "k", version: str | None = None) -> FunctionCandidate:
@@ -69,7 +70,7 @@ def test_the_fingerprint_is_the_same_in_every_process() -> None:
     code = textwrap.dedent("""
         import sys
         sys.path.insert(0, sys.argv[1])
-        from test_fingerprint import _candidate
+        from tests.extend.test_fingerprint import _candidate
         from pytest_arbiter.extend.fingerprint import fingerprint_of
         print(fingerprint_of(_candidate('''
         def k(a, b):
@@ -78,7 +79,7 @@ def test_the_fingerprint_is_the_same_in_every_process() -> None:
             return b @ a
         ''')))
     """)
-    found = {subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)],
+    found = {subprocess.run([sys.executable, "-c", code, str(ROOT)],
                             capture_output=True, text=True, check=True,
                             env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
              for seed in (1, 2, 3)}

@@ -8,9 +8,9 @@ CuPy distributions are removed before an install, and found by the probe when no
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,8 +18,8 @@ import pytest
 
 from pytest_arbiter import DeviceInfo
 from pytest_arbiter.runtime.cuda import device as cuda_device, install
+from tests.factories import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CHECK = (ROOT / "ci" / "gpu-check.sh").read_text(encoding="utf-8")
 
 
@@ -97,9 +97,15 @@ def test_other_cupy_distributions_are_removed_before_an_install() -> None:
 
 def test_the_preflight_runs_before_any_test_and_the_benchmark_keeps_going() -> None:
     assert CHECK.index("-m pytest_arbiter.runtime.cuda.preflight") < CHECK.index(
-        "tests/test_cuda_host.py")
+        "tests/runtime/test_cuda_host.py")
     assert '|| failed+=("GEMM benchmark' in CHECK
     assert '|| failed+=("live gates' in CHECK
+
+
+def test_every_test_file_the_check_runs_exists() -> None:
+    named = re.findall(r"tests/[\w/]+\.py", CHECK)
+    assert "tests/runtime/test_cuda_live.py" in named
+    assert [name for name in named if not (ROOT / name).is_file()] == []
 
 
 def test_two_cupy_distributions_are_a_reason_not_a_warning(

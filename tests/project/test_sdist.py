@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import ROOT
+
 pytest.importorskip("build", reason="the sdist test needs the `build` package")
 
-ROOT = Path(__file__).resolve().parents[1]
-NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/conftest.py",
-          "tests/gpu_gates.py", "tools/cuda_emulation/emulator.h",
+NEEDED = ["LICENSE", "CHANGELOG.md", "README.md", "conftest.py", "tests/__init__.py",
+          "tests/conftest.py", "tests/factories.py", "tests/runtime/gpu_gates.py",
+          "tools/cuda_emulation/emulator.h",
           "tools/cuda_emulation/emulated_cupy.py", "tools/cuda_emulation/ptx_emulated.cuh",
           "pytest_arbiter/runtime/cuda/kernels/ptx_shim.cuh",
           "bench/run_all.py", "docs/ci.md", "docs/ci/workflow.yml", "ci/gpu-check.sh",
@@ -43,7 +45,7 @@ def test_the_sdist_holds_its_tests_and_they_run(tmp_path: Path) -> None:
     assert missing == []
     env.pop("PYTHONPATH", None)
     ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                          "tests/test_registration.py", "tests/test_cli_output.py"],
+                          "tests/core/test_registration.py", "tests/cli/test_cli_output.py"],
                          cwd=top, capture_output=True, text=True, env=env, timeout=300)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert " passed" in ran.stdout.splitlines()[-1]

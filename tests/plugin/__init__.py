@@ -1,0 +1,1 @@
+"""Tests of pytest_arbiter/plugin/."""
