@@ -83,8 +83,9 @@ step "preflight: one RawKernel compile and launch, one library GEMM"
 "$PY" -m pytest_arbiter.runtime.cuda.preflight "$target"
 
 step "host-free GPU tests (probes, checks, compile proof when nvcc is present)"
-timeout 120 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" tests/test_cuda_host.py \
-    tests/test_cuda_compile.py tests/test_cuda_bench.py
+timeout 120 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" \
+    tests/runtime/test_cuda_host.py tests/runtime/test_cuda_compile.py \
+    tests/runtime/test_cuda_bench.py
 
 step "live gates on $tag (--arbiter-no-skip: a missing device fails)"
 if [ "$target" = nvidia ]; then
@@ -93,8 +94,8 @@ if [ "$target" = nvidia ]; then
 else
     select="amd or rocm"
 fi
-timeout 180 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" tests/test_cuda_live.py \
-    --arbiter-no-skip -k "$select" -rs || failed+=("live gates (status $?)")
+timeout 180 "$PY" -m pytest -q -p no:cacheprovider "${KEEP_WARNINGS[@]}" \
+    tests/runtime/test_cuda_live.py --arbiter-no-skip -k "$select" -rs || failed+=("live gates (status $?)")
 
 if [ "$target" = nvidia ]; then
     # rows are printed as they are measured, so a timeout keeps the ones so far; the
