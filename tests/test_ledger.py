@@ -8,10 +8,10 @@ from typing import Any
 
 from pytest_arbiter.decision.selection import DispatchEvent
 from pytest_arbiter.gating import histogram_file
-from pytest_arbiter.gating.baseline import gate_fleet
+from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet
 from pytest_arbiter.gating.completeness import RunScope, baseline_to_write
 from pytest_arbiter.gating.histogram import DispatchHistogram
-from pytest_arbiter.session.controller import Controller, failing_outcomes
+from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
 from pytest_arbiter.session.settings import ArbiterSettings
 from pytest_arbiter.session.summary import render
@@ -81,7 +81,8 @@ def test_the_controller_writes_the_histogram_and_fails_on_a_new_stale_with_fail(
     ledger = RunLedger()
     ledger.histogram.add(("cpu", "matmul", "a", "stale"))
     settings = ArbiterSettings(histogram=tmp_path / "h.json", recheck="fail")
-    assert failing_outcomes(settings)[-1] == "stale"
+    assert failing_outcomes(stale=False) == ("degraded", "rejected", "error")
+    assert failing_outcomes(stale=True) == ("degraded", "rejected", "error", "stale")
     end = Controller(settings, ledger, {}).finish(RunScope())
     assert end.verdict is not None and not end.verdict.passed
     assert (tmp_path / "h.json").exists()

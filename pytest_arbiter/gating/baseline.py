@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, named_keys
 
-FAILING_OUTCOMES = GATED_OUTCOMES
+
+def failing_outcomes(*, stale: bool) -> tuple[str, ...]:
+    """The outcomes that fail a run, or a fleet's reports, unless the baseline lists them:
+    the gated ones, and ``stale`` when rechecks gate too (``--arbiter-recheck=fail``,
+    ``pytest-arbiter gate --stale=fail``). The one rule the plugin and the CLI share."""
+    return GATED_OUTCOMES + ((STALE,) if stale else ())
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class BaselineVerdict:
 
 
 def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
-                        *, failing: tuple[str, ...] = FAILING_OUTCOMES) -> BaselineVerdict:
+                        *, failing: tuple[str, ...] = GATED_OUTCOMES) -> BaselineVerdict:
     """A ``failing`` entry of ``run`` fails unless ``baseline`` lists the same key.
 
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
@@ -99,7 +104,7 @@ class Evidence:
 
 
 def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
-               *, failing: tuple[str, ...] = FAILING_OUTCOMES,
+               *, failing: tuple[str, ...] = GATED_OUTCOMES,
                evidence: Evidence | None = None) -> FleetVerdict:
     """:func:`compare_to_baseline`, with fixed entries split from unchecked ones. With
     ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed

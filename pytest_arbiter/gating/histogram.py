@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Literal, NamedTuple, cast
 
 Outcome = Literal["won", "degraded", "no_candidate", "error", "rejected", "stale"]
-"""What one dispatch record means (SPEC.md, "outcome"): :data:`OUTCOMES` as a type (a
-test keeps the two equal)."""
+"""What one dispatch record means (docs/contract.md, "Outcomes"): :data:`OUTCOMES` as a
+type (a test keeps the two equal)."""
 OUTCOMES: tuple[Outcome, ...] = ("won", "degraded", "no_candidate", "error", "rejected",
                                  "stale")
 GATED_OUTCOMES: tuple[Outcome, ...] = ("degraded", "rejected", "error")

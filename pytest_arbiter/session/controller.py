@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.gating.baseline import gate_fleet
-from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet
+from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.session.summary import RunVerdict
 
 if TYPE_CHECKING:
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from pytest_arbiter.session.settings import ArbiterSettings
     from pytest_arbiter.store.artifacts import Stamp
     from pytest_arbiter.store.cache import CacheEntry, MeasureCache
-
-
-def failing_outcomes(settings: ArbiterSettings) -> tuple[str, ...]:
-    """The outcomes that fail the run unless the baseline lists them."""
-    return GATED_OUTCOMES + ((STALE,) if settings.recheck == "fail" else ())
 
 
 class Controller:
@@ -80,7 +75,7 @@ class Controller:
             measured = ledger.measured_entries()
             if measured:
                 self._write_measured(s.cache, measured)
-        failing = failing_outcomes(s)
+        failing = failing_outcomes(stale=s.recheck == "fail")
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,
                            evidence=ledger.evidence())

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_arbiter.decision.states import DEFAULT_CALL_TIMEOUT_S
+
 if TYPE_CHECKING:
     from pytest_arbiter.decision.states import Mode
 
@@ -27,8 +29,8 @@ HELP_STRICT = ("a dispatch with no cached winner, or a stale one (its code chang
 HELP_EXPLAIN = "say in the summary, per dispatch key, why each other candidate was passed over"
 HELP_NO_SKIP = "a device-marked test whose device is absent fails instead of being skipped"
 HELP_CALL_TIMEOUT = ("seconds a single candidate call may take in the F4 gate or the timing "
-                     "before the per-call watchdog makes it an 'error' (default 60; 0 turns "
-                     "the watchdog off)")
+                     "before the per-call watchdog makes it an 'error' "
+                     f"(default {DEFAULT_CALL_TIMEOUT_S:g}; 0 turns the watchdog off)")
 HELP_RECHECK = ("re-time each key dispatched from the cache: its winner against the "
                 "runner-up, side by side now; a winner significantly slower is 'stale'. "
                 "'report' (the default when given bare) lists stale keys, 'fail' gates them "
@@ -85,14 +87,13 @@ OPTIONS = (
     OptionSpec("explain", "bool", HELP_EXPLAIN),
     OptionSpec("no_skip", "bool", HELP_NO_SKIP),
     OptionSpec("worker_devices", "list", HELP_WORKER_DEVICES),
-    OptionSpec("call_timeout", "seconds", HELP_CALL_TIMEOUT, 60.0),
+    OptionSpec("call_timeout", "seconds", HELP_CALL_TIMEOUT, DEFAULT_CALL_TIMEOUT_S),
     OptionSpec("recheck", "choice", HELP_RECHECK, ("off", "report", "fail")),
     OptionSpec("recheck_key_budget", "seconds", HELP_RECHECK_KEY_BUDGET, 0.01),
     OptionSpec("recheck_budget", "seconds", HELP_RECHECK_BUDGET, 30.0),
     OptionSpec("tune_budget", "seconds", HELP_TUNE_BUDGET, TUNE_BUDGET_S),
     OptionSpec("benchmark_json", "path", HELP_BENCHMARK_JSON),
 )
-DEFAULT_CALL_TIMEOUT_S = 60.0
 
 
 def add_options(addoption: Callable[..., Any], addini: Callable[..., Any]) -> None:

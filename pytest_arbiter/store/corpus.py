@@ -215,7 +215,7 @@ def diff(old: Part, new: Part) -> CacheDiff:
 
 
 @dataclass(frozen=True)
-class Selection:
+class ForgetFilter:
     """The entries ``pytest-arbiter forget`` removes: those that every filter given
     (not ``None``) picks.
 
@@ -259,6 +259,10 @@ class Selection:
             when = self.measured_at(entry)
             return when is not None and when < self.measured_before
         return True
+
+
+Selection = ForgetFilter
+"""Transitional: ``cli/main.py`` still imports the old name; delete with that import."""
 
 
 def _utc_time(text: str) -> datetime.datetime | None:

@@ -1,7 +1,8 @@
 """Input checks of the GPU wrappers, run before CuPy is imported or anything is allocated.
 
 They read only ``ndim``, ``shape``, ``dtype``, ``flags`` and, for device arrays, the data
-pointer, so they work on NumPy and CuPy arrays alike (SPEC bug 2).
+pointer, so they work on NumPy and CuPy arrays alike, and a bad input is refused before
+any side effect.
 """
 
 from __future__ import annotations
