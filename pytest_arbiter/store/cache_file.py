@@ -22,14 +22,13 @@ from typing import Any, NoReturn
 import msgspec
 from msgspec import Struct
 
-from pytest_arbiter.store.cache import (
+from pytest_arbiter.store.cache import CACHE_SCHEMA, CACHE_VERSION
+from pytest_arbiter.store.entry import CacheEntry, plain_key
+from pytest_arbiter.store.tables import (
     _CANONICAL,
-    CACHE_SCHEMA,
-    CACHE_VERSION,
     NO_CONSIDERED,
     NO_ENVIRONMENT,
     NO_RUN,
-    CacheEntry,
     Considered,
     ConsideredMap,
     Environment,
@@ -44,7 +43,6 @@ from pytest_arbiter.store.cache import (
     _RunRow,
     _Tables,
     _TablesLater,
-    plain_key,
 )
 
 

@@ -17,14 +17,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Struct
 
-from pytest_arbiter.store.cache import (
-    NO_RUN,
-    NO_SINCE,
-    CacheEntry,
-    RankedCandidate,
-    Run,
-    _dimensions,
-)
+from pytest_arbiter.store.entry import NO_SINCE, CacheEntry, RankedCandidate, _dimensions
+from pytest_arbiter.store.tables import NO_RUN, Run
 
 ENTRIES_PER_CHUNK = 4096
 """Entries encoded at a time."""

@@ -1,0 +1,299 @@
+"""What many cache entries share, and how a decoder points them at it.
+
+An entry's environment, the candidates considered for it and its tuning run's host and
+versions are written once, in a table at the top of a cache file, and read into one
+shared, immutable :class:`FrozenMap` that every entry of that row points at; equal maps
+are interned, so entries read from two copies of one file share them too. While a
+document is decoded, :data:`_READING` holds its tables, and an entry's reference into
+one (a row index) becomes the shared object (:func:`_resolved`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+RowOutcome = Literal["timed", "rejected", "error", "declined", "accepts_declined",
+                     "inputs_declined", "unavailable"]
+"""What became of a candidate considered for a key (:class:`Considered`): ``timed`` (in
+the comparison), ``rejected`` (failed the F4 gate), ``error`` (raised), ``declined``
+(declined in the gate or while timed: measured, until its code changes),
+``accepts_declined`` (its ``accepts()`` turned down the measured inputs: measured when it
+accepts a later dispatch's), ``inputs_declined`` (declined the only inputs there were to
+try, a user op's: a later tuning dispatch tries it on its own), ``unavailable`` (could
+not run on the measuring machine: measured where it can)."""
+OUTCOMES: tuple[RowOutcome, ...] = ("timed", "rejected", "error", "declined",
+                                    "accepts_declined", "inputs_declined", "unavailable")
+RETRIED: frozenset[RowOutcome] = frozenset({"accepts_declined", "inputs_declined",
+                                            "unavailable"})
+"""Row outcomes that leave the candidate to be measured again (see :data:`RowOutcome`)."""
+
+
+_UTC = datetime.timezone.utc
+FUTURE_SLACK = datetime.timedelta(minutes=10)
+"""How far ahead of this machine's clock an entry's ``since`` may be (clocks drift)."""
+
+
+Name = Annotated[str, Meta(min_length=1)]
+Count = Annotated[int, Meta(ge=0)]
+Probability = Annotated[float, Meta(ge=0.0, le=1.0)]
+Since = Annotated[datetime.datetime, Meta(tz=True)]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class FrozenMap(Mapping[K, V], Generic[K, V]):
+    """A read-only mapping, equal and hashable by content.
+
+    Many entries point at one: equal maps are interned (one object per content in the
+    process, while anything uses it), so entries read from two copies of one file
+    share them, compare them by identity and keep one copy in memory.
+    """
+
+    __slots__ = ("__weakref__", "_hash", "_items")
+    _items: dict[K, V]
+    _hash: int | None
+
+    def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
+        self._items = dict(items)
+        self._hash = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._items.get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, FrozenMap):
+            return self._items == other._items
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = self._hash = hash(frozenset(self._items.items()))
+        return found
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._items!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_interned, (type(self), self._items))
+
+    def to_dict(self) -> dict[K, V]:
+        """A plain dict of the items, sorted by key."""
+        return {k: self._items[k] for k in sorted(self._items)}  # type: ignore[type-var]
+
+
+def _sorted_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    """The items of a mapping sorted by key (a FrozenMap's read straight from its dict)."""
+    items = mapping._items if isinstance(mapping, FrozenMap) else mapping
+    return sorted(items.items())
+
+
+def _sorted_dict(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    return dict(_sorted_items(mapping))
+
+
+_INTERNED: weakref.WeakValueDictionary[Any, FrozenMap[Any, Any]] = \
+    weakref.WeakValueDictionary()
+_INTERN_LOCK = threading.Lock()
+
+M = TypeVar("M", bound=FrozenMap[Any, Any])
+
+
+def _interned(cls: type[M], items: Mapping[Any, Any]) -> M:
+    """The one ``cls`` of these items in the process (made if there is none)."""
+    made = cls(items)
+    tag = (cls, frozenset(made._items.items()))
+    with _INTERN_LOCK:
+        found = _INTERNED.get(tag)
+        if found is None:
+            _INTERNED[tag] = made
+            return made
+    return found  # type: ignore[return-value]
+
+
+class Environment(FrozenMap[str, str]):
+    """What an entry's timings are valid under: the device's name and the versions of
+    what runs the kernels (``numpy``, ``blas``, ``python``; ``cupy``, ``cuda_runtime``,
+    ``driver`` on a GPU). A new driver or BLAS makes a new environment."""
+
+    __slots__ = ()
+
+
+class Reasons(FrozenMap[str, str]):
+    """Candidate name to the reason it was passed over (an entry's ``rejected``)."""
+
+    __slots__ = ()
+
+
+class Versions(FrozenMap[str, str]):
+    """Package name to version (``pytest-arbiter``, ``numpy``, ``python``)."""
+
+    __slots__ = ()
+
+
+class Run(FrozenMap[str, Any]):
+    """The provenance that every entry of one tuning run shares: ``host``,
+    ``device_name`` and ``versions`` (any of them may be missing)."""
+
+    __slots__ = ()
+
+
+class _RunRow(Struct, frozen=True, gc=False, forbid_unknown_fields=True, omit_defaults=True):
+    device_name: str | UnsetType = UNSET
+    host: str | UnsetType = UNSET
+    versions: dict[str, str] | UnsetType = UNSET
+
+
+class Considered(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+                 omit_defaults=True):
+    """One candidate considered for a key: what its code was, and what became of it."""
+
+    fingerprint: Name
+    """A short hash of the candidate's code (``fingerprint_of``)."""
+    outcome: RowOutcome
+    """What became of it (:data:`RowOutcome`)."""
+    reason: str = ""
+    """Why it was not timed (empty when it was)."""
+
+    def to_dict(self) -> dict[str, str]:
+        """``fingerprint``, ``outcome`` and, when there is one, ``reason``."""
+        out = {"fingerprint": self.fingerprint, "outcome": self.outcome}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+class ConsideredMap(FrozenMap[str, Considered]):
+    """Candidate name to :class:`Considered`: every candidate measured for a key."""
+
+    __slots__ = ()
+
+
+NO_REASONS = _interned(Reasons, {})
+NO_CONSIDERED = _interned(ConsideredMap, {})
+NO_ENVIRONMENT = _interned(Environment, {})
+NO_RUN = _interned(Run, {})
+
+
+# -- what the file's decoder (cache_file) and CacheEntry.__post_init__ share -----------
+
+
+def _run_of(row: _RunRow | Mapping[str, Any]) -> Run:
+    items = msgspec.structs.asdict(row) if isinstance(row, _RunRow) else dict(row)
+    if items.get("versions", UNSET) is not UNSET:
+        items["versions"] = _interned(Versions, items["versions"])
+    return _interned(Run, {k: v for k, v in items.items() if v is not UNSET})
+
+
+class _Tables:
+    """The shared rows of one document, as the objects its entries point at (``None``:
+    not read yet)."""
+
+    def __init__(self, runs: list[Run] | None = None,
+                 environments: list[Environment] | None = None,
+                 considered: list[ConsideredMap] | None = None) -> None:
+        self.runs = runs
+        self.environments = environments
+        self.considered = considered
+        self.strings: dict[Any, Any] = {}
+        """Each repeated value of the document's entries, once."""
+        self.latest = datetime.datetime.now(_UTC) + FUTURE_SLACK
+        """The latest ``since`` an entry may carry: a later one is a runner's clock
+        ahead, and would win every merge against the truth."""
+
+
+class _Reading(threading.local):
+    tables: _Tables | None = None
+    """The tables of the document this thread is decoding."""
+
+
+_READING = _Reading()
+
+
+class _TablesLater(Exception):
+    """An entry pointed into a table the decoder had not reached yet (a file whose
+    tables follow its entries): decode the tables first, then the entries."""
+
+
+_SHARED_TYPES: dict[str, Any] = {"runs": Run, "environments": Environment,
+                                  "considered": ConsideredMap}
+
+
+def _resolved(value: Any, tables: _Tables | None, table: str) -> Any:
+    """The shared object of a reference: row ``value`` of the document's ``table``, or
+    the inline object (a file's) or dict (code's) itself."""
+    if type(value) is not int:
+        if table == "runs":
+            return _run_of(value)
+        return _interned(_SHARED_TYPES[table], value)
+    if tables is None:
+        raise ValueError(f"{table} {value} is an index into a file's {table!r} table: "
+                         "only an entry read from a file may hold one")
+    rows: list[Any] | None = getattr(tables, table)
+    if rows is None:
+        raise _TablesLater
+    if not 0 <= value < len(rows):
+        raise ValueError(f"{value} is not an index into {table!r}, which has "
+                         f"{len(rows)} rows")
+    return rows[value]
+
+
+def _convert(raw: Any, kind: Any) -> Any:
+    """``raw`` as ``kind``; a plain ``ValueError`` (so the decoder adds where it was)."""
+    try:
+        return msgspec.convert(raw, kind)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _read_tables(read: Any, tables: _Tables) -> Any:
+    """``read()`` (a decode) with ``tables`` as this thread's document tables."""
+    before, _READING.tables = _READING.tables, tables
+    try:
+        return read()
+    finally:
+        _READING.tables = before
+
+
+_NESTED_PATH = re.compile(r" - at `\$([^`]*)` - at `\$([^`]*)`$")
+
+
+def _message(exc: msgspec.ValidationError) -> str:
+    """msgspec's message, one path: a value checked inside a hook reports its path in
+    the value, the decoder the value's place in the file."""
+    message = _NESTED_PATH.sub(lambda m: f" - at `${m.group(2)}{m.group(1)}`", str(exc))
+    return message.replace("got `null`", "got `null` (NaN, infinity or None)")
+
+
+def _inline(value: Any) -> Any:
+    if isinstance(value, FrozenMap):
+        return value._items
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_CANONICAL = msgspec.json.Encoder(enc_hook=_inline, order="sorted")
