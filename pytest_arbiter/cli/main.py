@@ -15,14 +15,13 @@ import gc
 import itertools
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pytest_arbiter import __version__
+from pytest_arbiter.cli.parser import command_parser
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import gate_fleet, tightened
@@ -34,13 +33,6 @@ from pytest_arbiter.store.safetext import escape, line as safe_line
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
-
-DESCRIPTION = """\
-Work with pytest-arbiter's artifacts: the measured-winner cache (corpus) and the
-dispatch reports a fleet of CI runners writes.
-
-exit codes: 0 pass, 1 gate failed, 2 usage error or unreadable input"""
-
 
 def format_ns(ns: float) -> str:
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
@@ -237,59 +229,6 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 
 # -- forget ----------------------------------------------------------------------------
 
-_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def _age(text: str) -> datetime.timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w``, ``45s``: an age (argparse's ``type``)."""
-    found = _AGE.fullmatch(text.strip())
-    if found is None:
-        raise argparse.ArgumentTypeError(
-            f"{escape(repr(text))} is not an age: a number and a unit, s, m, h, d or w "
-            "(30d, 12h)")
-    try:
-        return datetime.timedelta(seconds=float(found.group(1)) * _UNIT_S[found.group(2)])
-    except OverflowError:
-        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is too long ago") from None
-
-
-def _date(text: str) -> datetime.datetime:
-    """``2026-11-01`` (midnight UTC) or an RFC 3339 time (``2026-11-01T06:00:00Z``; UTC
-    when it has no offset): a moment (argparse's ``type``)."""
-    import msgspec
-
-    try:
-        day = msgspec.convert(text.strip(), datetime.date)
-        return datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.timezone.utc)
-    except msgspec.ValidationError:
-        pass
-    try:
-        when = msgspec.convert(text.strip(), datetime.datetime)
-    except msgspec.ValidationError:
-        raise argparse.ArgumentTypeError(
-            f"{escape(repr(text))} is not a date (2026-11-01) or a time "
-            "(2026-11-01T06:00:00Z)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return when.astimezone(datetime.timezone.utc)
-
-
-def _name(text: str) -> str:
-    if not text:
-        raise argparse.ArgumentTypeError("an empty name matches no entry")
-    return text
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is not a number of seconds")
-    return value
-
 
 def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.store.corpus import Selection
@@ -455,149 +394,15 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _add_export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    exp = sub.add_parser(
-        "export", help="write a cache's comparisons in another tool's format",
-        description="Write the comparisons of a cache in pytest-benchmark's JSON format "
-        "(--benchmark-json): one benchmark per key and candidate timed in the key's latest "
-        "comparison, grouped by key, statistics in seconds (mean: the median; stddev: "
-        "the interquartile range / 1.349). 'pytest-benchmark compare FILE' and "
-        "github-action-benchmark (tool: pytest) read it.")
-    exp.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
-    exp.add_argument("--format", required=True, choices=("pytest-benchmark",),
-                     help="the output format")
-    exp.add_argument("-o", "--output", metavar="FILE",
-                     help="the file to write (default: standard output)")
-    exp.add_argument("--device", help="only entries of this device tag")
-    exp.add_argument("--op", help="only entries of this op")
-    exp.set_defaults(run=cmd_export)
-
-
 # -- wiring ----------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pytest-arbiter", description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    show = sub.add_parser("show", help="print a cache as a table (or JSON)",
-                          description="Print the entries of a cache artifact, one row per "
-                          "key: winner, its median, the runner-up, the evidence.")
-    show.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
-    show.add_argument("--json", action="store_true",
-                      help="print the entries as JSON (self-contained, one object each)")
-    show.add_argument("--device", help="only entries of this device tag")
-    show.add_argument("--op", help="only entries of this op")
-    show.add_argument("--wide", action="store_true",
-                      help="every column (target, samples, spread, host, measured), "
-                      "uncut; by default the table fits 100 columns")
-    show.set_defaults(run=cmd_show)
-
-    mrg = sub.add_parser(
-        "merge", help="merge cache shards into a corpus",
-        description="Merge cache shards into OUT under OUT's lock (OUT.lock). OUT's "
-        "current entries are kept unless the merge rule prefers a shard's entry for the "
-        "same key (measured against newer code or a newer environment, then higher "
-        "confidence, more samples, lower spread); OUT is "
-        "created if missing and may also be listed as a shard. Conflicts (two clear "
-        "picks of different winners for one key) are printed.")
-    mrg.add_argument("-o", "--output", required=True, metavar="OUT",
-                     help="the corpus to merge into (written atomically)")
-    mrg.add_argument("shards", nargs="+", metavar="SHARD", help="cache artifacts to merge")
-    mrg.add_argument("--fail-on-conflict", action="store_true",
-                     help="exit 1 when the merge met a conflict")
-    mrg.set_defaults(run=cmd_merge)
-
-    dif = sub.add_parser("diff", help="winners that changed between two caches",
-                         description="List the keys whose winner differs between OLD and "
-                         "NEW with both medians and the change, then added and removed "
-                         "keys.")
-    dif.add_argument("old", metavar="OLD")
-    dif.add_argument("new", metavar="NEW")
-    dif.set_defaults(run=cmd_diff)
-
-    fgt = sub.add_parser(
-        "forget", help="remove entries from a cache",
-        description="Remove the entries of CACHE that every given filter picks, under "
-        "CACHE's lock (CACHE.lock), and rewrite it atomically (through a symbolic link, "
-        "at its target). Refuses to run without a filter unless --all is given. Says how "
-        "many entries were removed and how many remain. A version 1 or 2 file is "
-        "rewritten as version 3.")
-    fgt.add_argument("cache", metavar="CACHE", help="the cache artifact to remove entries from")
-    fgt.add_argument("--device", type=_name, help="entries of this device tag")
-    fgt.add_argument("--op", type=_name, help="entries of this op")
-    fgt.add_argument("--candidate", type=_name, metavar="NAME",
-                     help="entries whose ranking, rejected or considered candidates name "
-                     "NAME")
-    fgt.add_argument("--older-than", type=_age, metavar="AGE",
-                     help="entries measured (provenance.measured_at) more than AGE ago: "
-                     "30d, 12h, 90m, 2w; an entry without measured_at is kept")
-    fgt.add_argument("--before", type=_date, metavar="DATE",
-                     help="entries measured before DATE (2026-11-01 is midnight UTC, or "
-                     "2026-11-01T06:00:00Z)")
-    fgt.add_argument("--all", action="store_true", help="every entry (and no other filter)")
-    fgt.add_argument("--dry-run", action="store_true",
-                     help="list what would be removed; write nothing")
-    fgt.add_argument("--lock-timeout", type=_seconds, default=artifacts.LOCK_TIMEOUT_S,
-                     metavar="SECONDS", help="how long to wait for another writer's lock "
-                     "(default %(default)g)")
-    fgt.set_defaults(run=cmd_forget)
-
-    gate = sub.add_parser(
-        "gate", help="fail on new degraded dispatches across the fleet's reports",
-        description="Merge the dispatch counts of JUnit XML reports (the arbiter:... "
-        "properties pytest-arbiter records per test) and/or histogram JSON files "
-        "(--arbiter-histogram), and fail (exit 1) on a degraded entry the baseline does "
-        "not list, naming target, op, candidate and the tests that hit it. Exit 2 when "
-        "an input cannot be read.")
-    gate.add_argument("--baseline", required=True, metavar="BASELINE",
-                      help="the committed histogram baseline (a missing file counts as "
-                      "empty)")
-    gate.add_argument("--update", action="store_true",
-                      help="write the tightened baseline: fixed entries removed (new ones "
-                      "are not added)")
-    gate.add_argument("inputs", nargs="+", metavar="INPUT",
-                      help="JUnit XML reports and/or histogram JSON files")
-    gate.add_argument("--allow-no-data", action="append", default=[], metavar="FILE",
-                      help="a JUnit report that may carry no pytest-arbiter data (a run "
-                      "with the plugin off, on purpose); any other such report is an "
-                      "error (exit 2): a runner whose degrades cannot be seen never "
-                      "passes the gate silently. Repeat for several files")
-    gate.add_argument("--stale", choices=("report", "fail"), default="report",
-                      help="'fail': a 'stale' entry (a cached winner a recheck found "
-                      "slower, --arbiter-recheck) the baseline does not list fails the "
-                      "gate too (default: report)")
-    gate.set_defaults(run=cmd_gate)
-
-    stl = sub.add_parser(
-        "stale", help="list the stale cached winners the fleet's reports found",
-        description="List the keys whose cached winner a recheck (pytest "
-        "--arbiter-recheck) found slower than another candidate timed side by side, "
-        "from the runners' JUnit XML reports, with what each runner found: the keys to "
-        "re-tune.")
-    stl.add_argument("inputs", nargs="+", metavar="REPORT", help="JUnit XML reports")
-    stl.add_argument("--json", action="store_true",
-                     help="print the keys as JSON: [{\"key\", \"found\"}]")
-    stl.set_defaults(run=cmd_stale)
-
-    rep = sub.add_parser(
-        "report", help="write an HTML page of a cache: heat maps of the winners' speedups",
-        description="Write one self-contained HTML page (inline SVG, nothing loaded from "
-        "the network): per device and op, heat maps of shape bucket by dtype coloured by "
-        "the winner's speedup over the runner-up and over the slowest, a table of every "
-        "entry, the histograms' degraded, rejected and error entries, and the entries due "
-        "for re-measurement. Needs matplotlib: pip install 'pytest-arbiter[report]'.")
-    rep.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
-    rep.add_argument("histograms", nargs="*", metavar="HISTOGRAM",
-                     help="dispatch histogram JSON files (--arbiter-histogram)")
-    rep.add_argument("-o", "--output", required=True, metavar="HTML",
-                     help="the page to write")
-    rep.set_defaults(run=cmd_report)
-    _add_export(sub)
-    return parser
+    """The command line's parser (:mod:`pytest_arbiter.cli.parser`), each command run by
+    its ``cmd_*`` function here."""
+    return command_parser({
+        "show": cmd_show, "merge": cmd_merge, "diff": cmd_diff, "forget": cmd_forget,
+        "gate": cmd_gate, "stale": cmd_stale, "report": cmd_report, "export": cmd_export})
 
 
 QUIET_ON_BROKEN_PIPE = frozenset({"show", "diff", "report", "export"})
