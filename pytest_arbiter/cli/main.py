@@ -24,8 +24,8 @@ from typing import TextIO
 from pytest_arbiter.cli.parser import command_parser
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
-from pytest_arbiter.gating.baseline import gate_fleet, tightened
-from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet, tightened
+from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache
 from pytest_arbiter.store.corpus import diff
@@ -231,12 +231,12 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_arbiter.store.corpus import Selection
+    from pytest_arbiter.store.corpus import ForgetFilter
 
     cutoffs = [c for c in (args.before, None if args.older_than is None
                            else datetime.datetime.now(datetime.timezone.utc) - args.older_than)
                if c is not None]
-    selection = Selection(args.device, args.op, args.candidate,
+    selection = ForgetFilter(args.device, args.op, args.candidate,
                           min(cutoffs) if cutoffs else None)
     if selection.empty and not args.all:
         sys.stderr.write("pytest-arbiter forget: error: name what to forget (--device, --op, "
@@ -247,7 +247,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
                          "takes no other filter\n")
         return EXIT_USAGE
     # with a time filter, the entries the other filters pick whose age is unknown: kept
-    untimed = Selection(args.device, args.op, args.candidate)
+    untimed = ForgetFilter(args.device, args.op, args.candidate)
     undated = 0
 
     def picks(entry: CacheEntry) -> bool:
@@ -291,7 +291,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         baseline = {}
         note = f"baseline {baseline_path} does not exist yet: it counts as empty"
     run = fleet.gated()
-    failing = GATED_OUTCOMES + ((STALE,) if args.stale == "fail" else ())
+    failing = failing_outcomes(stale=args.stale == "fail")
     fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence())
     _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
          f"{len(fleet.counts)} dispatch entries; {note}")

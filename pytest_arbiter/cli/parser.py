@@ -149,8 +149,7 @@ def _add_forget(sub: Subparsers, commands: Mapping[str, Command]) -> None:
         description="Remove the entries of CACHE that every given filter picks, under "
         "CACHE's lock (CACHE.lock), and rewrite it atomically (through a symbolic link, "
         "at its target). Refuses to run without a filter unless --all is given. Says how "
-        "many entries were removed and how many remain. A version 1 or 2 file is "
-        "rewritten as version 3.")
+        "many entries were removed and how many remain.")
     fgt.add_argument("cache", metavar="CACHE", help="the cache artifact to remove entries from")
     fgt.add_argument("--device", type=_name, help="entries of this device tag")
     fgt.add_argument("--op", type=_name, help="entries of this op")

@@ -15,8 +15,8 @@ against the candidates registered now, an entry is, tier by tier:
   entry says so; the ranking is kept and the next ``--arbiter-tune`` re-times the winner
   against the runner-up.
 
-An entry from a version 1 or 2 file does not know what it was measured against: only
-candidates missing from its ranking count as never measured.
+An entry without its considered rows (one built by hand) does not know what it was
+measured against: only candidates missing from its ranking count as never measured.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def vouched(entry: CacheEntry | None, candidate: Candidate,
         return False
     if entry.environment and dict(entry.environment) != dict(environment):
         return False
-    if not entry.considered:  # a v1/v2 entry: its ranking was gated when measured
+    if not entry.considered:  # built by hand: its ranking was gated when measured
         return any(r.name == candidate.name for r in entry.ranking)
     seen: Considered | None = entry.considered.get(candidate.name)
     return (seen is not None and seen.outcome == "timed"

@@ -26,7 +26,7 @@ from pytest_arbiter.store.entry import (
     since_for,
     utc_now,
 )
-from pytest_arbiter.store.tables import OUTCOMES, RETRIED, Considered, RowOutcome
+from pytest_arbiter.store.tables import RETRIED, ROW_OUTCOMES, Considered, RowOutcome
 
 __all__ = [
     "CACHE_SCHEMA",
@@ -34,9 +34,9 @@ __all__ = [
     "CONFIDENT",
     "MIN_ROUNDS",
     "NO_SINCE",
-    "OUTCOMES",
     "PROVENANCE_KEYS",
     "RETRIED",
+    "ROW_OUTCOMES",
     "CacheEntry",
     "CacheKey",
     "Considered",

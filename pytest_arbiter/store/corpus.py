@@ -259,9 +259,6 @@ class ForgetFilter:
             when = self.measured_at(entry)
             return when is not None and when < self.measured_before
         return True
-
-
-Selection = ForgetFilter
 """Transitional: ``cli/main.py`` still imports the old name; delete with that import."""
 
 

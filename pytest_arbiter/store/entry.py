@@ -168,7 +168,7 @@ class Provenance(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     @classmethod
     def of(cls, data: Provenance | Mapping[str, Any]) -> Provenance:
         """The provenance of a dict of :data:`PROVENANCE_KEYS` (what the arbiter and
-        older files give); ``ValueError`` for another key."""
+        hand-written entries give); ``ValueError`` for another key."""
         if isinstance(data, Provenance):
             return data
         unknown = sorted(set(data) - set(PROVENANCE_KEYS))

@@ -29,7 +29,7 @@ the comparison), ``rejected`` (failed the F4 gate), ``error`` (raised), ``declin
 accepts a later dispatch's), ``inputs_declined`` (declined the only inputs there were to
 try, a user op's: a later tuning dispatch tries it on its own), ``unavailable`` (could
 not run on the measuring machine: measured where it can)."""
-OUTCOMES: tuple[RowOutcome, ...] = ("timed", "rejected", "error", "declined",
+ROW_OUTCOMES: tuple[RowOutcome, ...] = ("timed", "rejected", "error", "declined",
                                     "accepts_declined", "inputs_declined", "unavailable")
 RETRIED: frozenset[RowOutcome] = frozenset({"accepts_declined", "inputs_declined",
                                             "unavailable"})
