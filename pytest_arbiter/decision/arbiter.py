@@ -4,7 +4,7 @@
 candidate's ``accepts`` re-check, the call and one histogram count. Everything slow
 (validation, the F4 gate, timing, cache writes, declines, errors) happens once per
 signature in planning (:mod:`pytest_arbiter.decision.planner`), or on the slow path
-(:meth:`Arbiter._run_steps`).
+(:meth:`Arbiter.run_steps`).
 
 Lead-safety: with the gate on (every pytest run), a candidate runs for a dispatch key
 only after it passed the F4 gate for that key in this process; one that fails is
@@ -88,7 +88,8 @@ class Arbiter:
         self.config = ArbiterConfig(policy, gate_seed, gate, call_timeout_s)
         self.record = Record(histogram if histogram is not None else DispatchHistogram())
         self.plans = PlanTables()
-        self._hot = self.plans.young(mode)
+        self.hot = self.plans.young(mode)
+        """The plan table of this arbiter's mode: what a dispatch's signature finds."""
         self.registry.changed.add(self._plans_stale)
         self.cache.changed.add(self._plans_stale)
         self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop)
@@ -98,7 +99,7 @@ class Arbiter:
     def _plans_stale(self) -> None:
         """The registry or the cache changed: every signature plans again."""
         self.plans.reset()
-        self._hot = self.plans.young(self.mode)
+        self.hot = self.plans.young(self.mode)
 
     # -- what others read -------------------------------------------------------------
 
@@ -160,21 +161,21 @@ class Arbiter:
             else:
                 sig = (op, target, *[(x.__class__, x.shape, x.dtype, x.strides)
                                      for x in inputs])
-            plan = self._hot.get(sig)
+            plan = self.hot.get(sig)
         except (AttributeError, TypeError):
             sig = signature(op, target, inputs)
-            plan = self._hot.get(sig) if sig is not None else None
+            plan = self.hot.get(sig) if sig is not None else None
         if plan is None:
             plan = self._find_plan(self.mode, op, inputs, target, sig)
         run, won, kp, start, pre, accepts = plan
         if run is None:
-            return self._run_steps(kp, inputs, -1, None)
+            return self.run_steps(kp, inputs, -1, None)
         if pre is not None or accepts is not None:
             return self._checked(plan, inputs)
         try:
             out = run(*inputs)
         except Exception as exc:
-            return self._run_steps(kp, inputs, start, exc)
+            return self.run_steps(kp, inputs, start, exc)
         won()  # type: ignore[misc]  # set wherever run is
         return out
 
@@ -184,17 +185,17 @@ class Arbiter:
         if pre is not None:
             try:
                 if any(check(*inputs) for check in pre):
-                    return self._run_steps(kp, inputs, -1, None)
+                    return self.run_steps(kp, inputs, -1, None)
             except Exception:
-                return self._run_steps(kp, inputs, -1, None)  # it records them
+                return self.run_steps(kp, inputs, -1, None)  # it records them
         try:
             if accepts is None or accepts(*inputs):
                 out = run(*inputs)  # type: ignore[misc]
                 won()  # type: ignore[misc]
                 return out
         except Exception as exc:
-            return self._run_steps(kp, inputs, start, exc)
-        return self._run_steps(kp, inputs, start, False)
+            return self.run_steps(kp, inputs, start, exc)
+        return self.run_steps(kp, inputs, start, False)
 
     def dispatch_as(self, mode: Mode, op: str, *inputs: Any, target: str | None = None) -> Any:
         """:meth:`dispatch` in another mode, on this arbiter's cache, gate and histogram."""
@@ -206,11 +207,11 @@ class Arbiter:
         plan = self.plans.young(mode).get(sig) if sig is not None else None
         if plan is None:
             plan = self._find_plan(mode, op, inputs, target, sig)
-        return self._run_steps(plan.keyplan, inputs, -1, None)
+        return self.run_steps(plan.keyplan, inputs, -1, None)
 
     # -- the slow path --------------------------------------------------------------------
 
-    def _run_steps(self, kp: KeyPlan, inputs: Sequence[Any], start: int,
+    def run_steps(self, kp: KeyPlan, inputs: Sequence[Any], start: int,
                    first: BaseException | bool | None) -> Any:
         """Every dispatch but the fast step's success: declines, errors, candidates that
         are blocked (recorded when the dispatch reaches them), the gate of a candidate

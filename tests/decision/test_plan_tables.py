@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 from pytest_arbiter import Arbiter, MeasureCache
 from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
@@ -63,9 +64,9 @@ def test_a_registration_swaps_the_table_and_the_next_dispatch_sees_it() -> None:
     arb = Arbiter(registry=reg, mode="static")
     a, b = mats(4)
     arb.dispatch("matmul", a, b)
-    table = arb._hot
+    table = arb.hot
     reg.add(cand(other, "higher_tier", tier=9))
-    assert arb._hot is not table and not arb._hot
+    assert arb.hot is not table and not arb.hot
     arb.dispatch("matmul", a, b)
     assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 1,
                                       ("cpu", "matmul", "higher_tier", "won"): 1}
@@ -80,10 +81,10 @@ def test_a_cache_change_swaps_the_table_and_the_new_winner_runs() -> None:
     arb.dispatch("matmul", a, b)
     key = next(iter(arb.events))
     stats = LatencyStats(1000.0, 900.0, 950.0, 1100.0, 1200.0, 9)
-    table = arb._hot
+    table = arb.hot
     cache.put(CacheEntry(cpu_device().tag, key.target, key.op, key.bucket, key.dtype,
                          (RankedCandidate("dot", stats),)))
-    assert arb._hot is not table
+    assert arb.hot is not table
     arb.dispatch("matmul", a, b)
     counts = arb.histogram.counts()
     assert counts[("cpu", "matmul", "lib", "won")] == 1
@@ -97,7 +98,7 @@ def test_signatures_of_one_key_share_one_plan() -> None:
     # rows 9..15 fall in one bucket: one key, seven signatures
     for m in range(9, 16):
         arb.dispatch("matmul", *mats(m))
-    plans = list(arb._hot.values())
+    plans = list(arb.hot.values())
     assert len(plans) == 7
     assert len({id(p) for p in plans}) == len({p.keyplan.key for p in plans}) < 7
 
@@ -114,3 +115,32 @@ def test_an_arbiter_dropped_is_not_kept_alive_by_its_registry() -> None:
     gc.collect()
     assert gone() is None
     reg.add(cand(other, "dot"))  # a dead listener is skipped
+
+
+def test_the_public_dispatch_and_the_arbiters_share_one_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pytest_arbiter.dispatch`` inlines the arbiter's plain hit: it must build the
+    same signature, so either call finds the plan the other made, for one input and two;
+    and a kernel that raises on the inlined path is recorded as the arbiter records it."""
+    import pytest_arbiter
+    from pytest_arbiter.decision import process
+
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib")])
+    arb = Arbiter(registry=reg, mode="static")
+    monkeypatch.setattr(process, "_current", arb)
+    planned: list[object] = []
+    real = arb._plan
+
+    def counting(*args: Any) -> Any:
+        planned.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(arb, "_plan", counting)
+    a, b = mats(4)
+    arb.dispatch("matmul", a, b)
+    pytest_arbiter.dispatch("matmul", a, b)
+    pytest_arbiter.dispatch("matmul", a, b.T.copy().T)  # another layout: its own plan
+    arb.dispatch("matmul", a, b.T.copy().T)
+    assert len(planned) == 2
+    assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 4}
