@@ -19,6 +19,7 @@ from pytest_arbiter.gating.junit import case_id, parse_property, read_junit
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
+from tests.factories import ranked_entry, stats
 
 DECLINING_CONFTEST = """
 import pytest_arbiter
@@ -63,25 +64,13 @@ def suite_totals(*totals: tuple[str, int]) -> str:
     return f"<properties><property name='arbiter-report' value='1'/>{props}</properties>"
 
 
-def stats(median: float, samples: int = 25) -> LatencyStats:
-    return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2,
-                        samples)
-
-
-def entry(bucket: str, *names: str, host: str = "h1", confidence: float = 0.999,
-          medians: tuple[float, ...] = (1000.0, 1500.0, 2000.0)) -> CacheEntry:
-    ranking = tuple(RankedCandidate(n, stats(m)) for n, m in zip(names, medians, strict=False))
-    return CacheEntry("sm_90", "nvidia", "matmul", bucket, "float16", ranking, confidence,
-                      False, {}, {"host": host, "measured_at": "2026-12-03T06:00:00Z"})
-
-
 # -- show, merge, diff --------------------------------------------------------------------
 
 
 def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    artifacts.write_cache(path, MeasureCache([entry("m64", "wmma", "cublas"),
-                                              entry("m32", "cublas")]))
+    artifacts.write_cache(path, MeasureCache([ranked_entry("m64", "wmma", "cublas"),
+                                              ranked_entry("m32", "cublas")]))
     code, text = run("show", "--wide", path)
     assert code == 0
     lines = text.splitlines()
@@ -115,7 +104,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
          "q": {"fingerprint": "0e12", "outcome": "rejected", "reason": "err 1e-3"}},
         {"device_name": "\u00dc"}, True,
         datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
-    plain = [entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * (i + 1)))
+    plain = [ranked_entry(f"m{i}", "wmma", "cublas", medians=(1000.5 + i, 1e-5 * (i + 1)))
              for i in range(30)]
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([odd, *plain]))
@@ -139,12 +128,12 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
 
 def test_merge_into_a_corpus_that_is_also_an_input(tmp_path: Path) -> None:
     corpus, a, b = tmp_path / "corpus.json", tmp_path / "a.json", tmp_path / "b.json"
-    artifacts.write_cache(corpus, MeasureCache([entry("old", "x")]))
-    artifacts.write_cache(a, MeasureCache([entry("k", "wmma", "cublas", host="ra"),
-                                           entry("ka", "x")]))
-    artifacts.write_cache(b, MeasureCache([entry("k", "cublas", "wmma", host="rb",
+    artifacts.write_cache(corpus, MeasureCache([ranked_entry("old", "x")]))
+    artifacts.write_cache(a, MeasureCache([ranked_entry("k", "wmma", "cublas", host="ra"),
+                                           ranked_entry("ka", "x")]))
+    artifacts.write_cache(b, MeasureCache([ranked_entry("k", "cublas", "wmma", host="rb",
                                                  confidence=0.9995),
-                                           entry("kb", "x")]))
+                                           ranked_entry("kb", "x")]))
     code, text = run("merge", "-o", corpus, corpus, a, b)
     assert code == 0, text
     assert "conflict sm_90/nvidia/matmul/k/float16: kept cublas (host rb" in text
@@ -163,7 +152,7 @@ def test_merge_refuses_a_bad_shard_and_leaves_out_untouched(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]
                                                             ) -> None:
     corpus, bad = tmp_path / "corpus.json", tmp_path / "bad.json"
-    artifacts.write_cache(corpus, MeasureCache([entry("old", "x")]))
+    artifacts.write_cache(corpus, MeasureCache([ranked_entry("old", "x")]))
     before = corpus.read_bytes()
     bad.write_text('{"schema": "pytest-arbiter/cache", "version": 1, "entries": [')
     assert run("merge", "-o", corpus, bad)[0] == 2
@@ -177,9 +166,10 @@ def test_merge_refuses_a_bad_shard_and_leaves_out_untouched(tmp_path: Path,
 
 def test_diff_names_changed_winners_and_by_how_much(tmp_path: Path) -> None:
     old, new = tmp_path / "old.json", tmp_path / "new.json"
-    artifacts.write_cache(old, MeasureCache([entry("k", "wmma", "cublas"), entry("gone", "x")]))
+    artifacts.write_cache(old, MeasureCache([ranked_entry("k", "wmma", "cublas"),
+                                             ranked_entry("gone", "x")]))
     artifacts.write_cache(new, MeasureCache([
-        entry("k", "cublas", "wmma", medians=(800.0, 1200.0)), entry("added", "x")]))
+        ranked_entry("k", "cublas", "wmma", medians=(800.0, 1200.0)), ranked_entry("added", "x")]))
     code, text = run("diff", old, new)
     assert code == 0
     assert ("changed sm_90/nvidia/matmul/k/float16: wmma (1 us) -> cublas (800 ns, -20.0%); "

@@ -12,20 +12,8 @@ from pathlib import Path
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.timing.measure import LatencyStats
-from tests.factories import ROOT
-
-
-def stats(median: float) -> LatencyStats:
-    return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2, 25)
-
-
-def entry(bucket: str, medians: tuple[float, float], *, tie: bool = False) -> CacheEntry:
-    ranking = (RankedCandidate("wmma", stats(medians[0])),
-               RankedCandidate("cublas", stats(medians[1])))
-    return CacheEntry("sm_90", "nvidia", "matmul", bucket, "float16", ranking, 0.5 if tie
-                      else 0.999, tie, {}, {"host": "h1"})
+from pytest_arbiter.store.cache import MeasureCache
+from tests.factories import ROOT, ranked_entry
 
 
 def show(path: Path) -> str:
@@ -37,10 +25,10 @@ def show(path: Path) -> str:
 def test_runner_up_percentages_have_one_sign(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([
-        entry("m1", (1000.0, 1500.0)),
+        ranked_entry("m1", "wmma", "cublas", medians=(1000.0, 1500.0)),
         # a tie broken by tier: the runner-up's median is 1.1% below the winner's
-        entry("m2", (1000.0, 989.0), tie=True),
-        entry("m3", (1000.0, 989.0))]))
+        ranked_entry("m2", "wmma", "cublas", medians=(1000.0, 989.0), tie=True),
+        ranked_entry("m3", "wmma", "cublas", medians=(1000.0, 989.0))]))
     text = show(path)
     assert "+-" not in text
     rows = {line.split()[3]: line for line in text.splitlines()[1:-1]}
@@ -51,7 +39,7 @@ def test_runner_up_percentages_have_one_sign(tmp_path: Path) -> None:
 
 def _big_cache(path: Path, n: int = 3000) -> None:
     artifacts.write_cache(path, MeasureCache(
-        [entry(f"m{i}", (1000.0, 1500.0)) for i in range(n)]))
+        [ranked_entry(f"m{i}", "wmma", "cublas", medians=(1000.0, 1500.0)) for i in range(n)]))
 
 
 def _env() -> dict[str, str]:

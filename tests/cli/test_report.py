@@ -17,23 +17,18 @@ import pytest
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.timing.measure import LatencyStats
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache
+from tests.factories import ranked_entry
 
 HOSTILE = "<script>alert(1)</script>\x1b[31m"
 CONSIDERED = {"wmma": {"fingerprint": "3f9d0c2a71b4e865", "outcome": "timed"}}
 
 
-def stats(median: float) -> LatencyStats:
-    return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2, 25)
-
-
 def entry(device: str, op: str, bucket: str, dtype: str, *timed: tuple[str, float],
           reverify: bool = False, considered: bool = True) -> CacheEntry:
-    ranking = tuple(RankedCandidate(name, stats(m)) for name, m in timed)
-    return CacheEntry(device, "nvidia", op, bucket, dtype, ranking, 0.999, False, {},
-                      {"host": "h1", "measured_at": "2026-12-03T06:00:00Z"},
-                      CONSIDERED if considered else {}, reverify=reverify)
+    names, medians = zip(*timed, strict=True)
+    return ranked_entry(bucket, *names, medians=medians, device=device, op=op, dtype=dtype,
+                        considered=CONSIDERED if considered else None, reverify=reverify)
 
 
 def corpus(path: Path) -> Path:

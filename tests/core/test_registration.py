@@ -426,3 +426,17 @@ def test_two_lambdas_or_closures_of_one_module_are_two_registrations() -> None:
     ops.register(make_op("scale_twice", lambda x: x * 2))
     with pytest.raises(ValueError, match="already registered"):
         ops.register(make_op("scale_twice", lambda x: x * 3))
+
+
+@pytest.mark.parametrize("name", ["a/b", "k\x1b[2J", "with space", "-lead", "x" * 129])
+def test_names_outside_the_rule_are_refused_at_registration(name: str) -> None:
+    with pytest.raises(ValueError, match="is not allowed"):
+        CandidateRegistry().add(FunctionCandidate(len, name, "matmul", "cpu", 0, None, None))
+    with pytest.raises(ValueError, match=r"op name .* is not allowed"):
+        ops.OpRegistry().register(ops.make_op(name, lambda x: x))
+
+
+def test_names_inside_the_rule_register() -> None:
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(len, "cuBLAS-v2.fp16+tf32_x", "matmul", "cpu", 0, None, None))
+    assert reg.get("cuBLAS-v2.fp16+tf32_x").name == "cuBLAS-v2.fp16+tf32_x"

@@ -29,8 +29,7 @@ from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
 from pytest_arbiter.timing.measure import CPU_TIMER, LatencyStats
-
-FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
+from tests.factories import FAST, ScriptedTimer, fn, library, mats, registry_of
 
 
 class CountingTimer:
@@ -46,17 +45,8 @@ def aligned(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape[0] % 16 == 0 and b.shape[1] % 8 == 0 and a.shape[1] % 16 == 0
 
 
-def mats(m: int, n: int, k: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(m * 1000 + n * 10 + k)
-    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
-
-
 def make_registry(*extra: FunctionCandidate) -> CandidateRegistry:
-    reg = CandidateRegistry()
-    reg.add(FunctionCandidate(lambda a, b: np.matmul(a, b), "library", "matmul", "cpu", 0,
-                              None, None))
-    reg.extend(extra)
-    return reg
+    return registry_of(fn(library, "library"), *extra)
 
 
 def rowwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -389,3 +379,32 @@ def test_other_strides_use_the_cached_ranking_without_measuring_again() -> None:
     assert arb.histogram.counts() == {("cpu", "matmul", "x_c", "won"): 1,
                                       ("cpu", "matmul", "z_f", "won"): 1}
     assert arb.cache.get(seeded.key) is seeded  # nothing measured, nothing rewritten
+
+
+def test_measured_pick_records_confidence_and_tie_in_the_cache_entry() -> None:
+    timer = ScriptedTimer({"fast": 100.0, "slow": 130.0, "same": 100.0})
+
+    def kernel(name: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            timer.last = name
+            return library(a, b)
+
+        return run
+
+    policy = ComparePolicy(min_rounds=5, max_rounds=12, budget_s=10.0)
+    a, b = mats()
+    cache = MeasureCache()
+    sel = measured_arbitrate("matmul", (a, b), [fn(kernel("slow"), "slow", tier=3),
+                                                fn(kernel("fast"), "fast")],
+                             cache, timer=timer, policy=policy)
+    assert sel.candidate is not None and sel.candidate.name == "fast"
+    assert sel.entry is not None and not sel.entry.tie
+    assert sel.entry.confidence == pytest.approx(1.0 - 2.0**-10)
+    assert sel.entry.provenance.spent_ns > 0
+
+    cache = MeasureCache()
+    sel = measured_arbitrate("matmul", (a, b), [fn(kernel("same"), "same", tier=3),
+                                                fn(kernel("fast"), "fast")],
+                             cache, timer=timer, policy=policy)
+    assert sel.candidate is not None and sel.candidate.name == "same"  # tie: higher tier
+    assert sel.entry is not None and sel.entry.tie and sel.entry.confidence < 0.5

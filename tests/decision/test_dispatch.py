@@ -8,7 +8,6 @@ tests/test_library_dispatch.py.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,31 +15,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter import Arbiter, CacheMiss, ComparePolicy, Decline, MeasureCache
-from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.candidates import FunctionCandidate
 from pytest_arbiter.core.ops import OpRegistry, make_op
 from pytest_arbiter.decision import plans as plans_module
-
-FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
-
-
-def mats(m: int, n: int, k: int, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(m * 1000 + n * 10 + k)
-    return (rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype))
-
-
-def fn(kernel: Callable[..., Any], name: str, op: str = "matmul", tier: int = 0,
-       accepts: Callable[..., bool] | None = None) -> FunctionCandidate:
-    return FunctionCandidate(kernel, name, op, "cpu", tier, accepts, None)
-
-
-def registry(*cands: FunctionCandidate) -> CandidateRegistry:
-    reg = CandidateRegistry()
-    reg.extend(cands)
-    return reg
-
-
-def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b)
+from tests.factories import FAST, fn, library, mats, registry_of
 
 
 def zeros(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -55,7 +33,7 @@ def scribbler(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("mode", ["static", "tune"])
 def test_a_wrong_top_tier_kernel_never_runs_on_the_callers_data(mode: str) -> None:
-    reg = registry(fn(zeros, "zeros", tier=5), fn(scribbler, "scribbler", tier=4),
+    reg = registry_of(fn(zeros, "zeros", tier=5), fn(scribbler, "scribbler", tier=4),
                    fn(library, "library", tier=0))
     arb = Arbiter(registry=reg, mode=mode, policy=FAST)
     for _ in range(12):
@@ -78,7 +56,7 @@ def test_a_wrong_top_tier_kernel_never_runs_on_the_callers_data(mode: str) -> No
 
 def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
     """The corpus names ``fast`` the winner; its body is now wrong: it never runs."""
-    tuned = Arbiter(registry=registry(fn(library, "one"), fn(np.dot, "two")), mode="tune",
+    tuned = Arbiter(registry=registry_of(fn(library, "one"), fn(np.dot, "two")), mode="tune",
                     policy=FAST)
     tuned.dispatch("matmul", *mats(32, 32, 32))
     cache = tuned.cache
@@ -86,7 +64,7 @@ def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
     winner = entry.winner
     other = "two" if winner == "one" else "one"
     # its code changed: the entry is not used, the tier order runs and reaches it first
-    changed = registry(fn(zeros, winner, tier=1),
+    changed = registry_of(fn(zeros, winner, tier=1),
                        fn(library if other == "one" else np.dot, other))
     arb = Arbiter(registry=changed, cache=cache, mode="static")
     a, b = mats(32, 32, 32)
@@ -102,7 +80,7 @@ def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
 def test_gate_off_runs_ungated_only_what_the_corpus_vouches_for() -> None:
     """Production default: a candidate the key's corpus entry measured with its current
     code runs with no gate cost; anything else is gated before its first run."""
-    no_corpus = Arbiter(registry=registry(fn(zeros, "zeros", tier=5), fn(library, "library")),
+    no_corpus = Arbiter(registry=registry_of(fn(zeros, "zeros", tier=5), fn(library, "library")),
                         mode="static", gate=False)
     a, b = mats(8, 8, 8)
     np.testing.assert_allclose(no_corpus.dispatch("matmul", a, b), a @ b, rtol=1e-5)
@@ -119,23 +97,23 @@ def test_gate_off_runs_ungated_only_what_the_corpus_vouches_for() -> None:
         calls.append("edited code")
         return np.matmul(x, y)
 
-    tuner = Arbiter(registry=registry(fn(counted, "library")), mode="tune", policy=FAST)
+    tuner = Arbiter(registry=registry_of(fn(counted, "library")), mode="tune", policy=FAST)
     tuner.dispatch("matmul", *mats(8, 8, 8))
     calls.clear()
-    vouched = Arbiter(registry=registry(fn(counted, "library")), cache=tuner.cache,
+    vouched = Arbiter(registry=registry_of(fn(counted, "library")), cache=tuner.cache,
                       mode="static", gate=False)
     vouched.dispatch("matmul", *mats(8, 8, 8))
     assert calls == ["measured code"]  # the dispatch itself, no gate call
     assert vouched.histogram.counts() == {("cpu", "matmul", "library", "won"): 1}
     calls.clear()
-    gated = Arbiter(registry=registry(fn(edited, "library")), cache=tuner.cache,
+    gated = Arbiter(registry=registry_of(fn(edited, "library")), cache=tuner.cache,
                     mode="static", gate=False)
     gated.dispatch("matmul", *mats(8, 8, 8))
     assert len(calls) > 1  # its code is not what was measured: gated, then run
 
 
 def test_decline_on_a_cache_hit_falls_to_the_cached_runner_up() -> None:
-    reg = registry(fn(rowmajor, "rowmajor", tier=1), fn(slow_library, "slow_library"))
+    reg = registry_of(fn(rowmajor, "rowmajor", tier=1), fn(slow_library, "slow_library"))
     arb = Arbiter(registry=reg, mode="tune", policy=FAST)
     a, b = mats(32, 32, 32)
     arb.dispatch("matmul", a, b)
@@ -152,7 +130,7 @@ def test_reference_runs_only_when_no_candidate_can_and_is_named_after_the_first(
     def second(x: np.ndarray) -> np.ndarray:
         raise Decline("no")
 
-    reg = registry(fn(first, "first", "softmax", tier=2), fn(second, "second", "softmax"))
+    reg = registry_of(fn(first, "first", "softmax", tier=2), fn(second, "second", "softmax"))
     arb = Arbiter(registry=reg, mode="static")
     x = np.random.default_rng(0).standard_normal((3, 9)).astype(np.float32)
     out = arb.dispatch("softmax", x)
@@ -170,7 +148,7 @@ def test_an_error_falls_through_and_is_recorded_with_its_message() -> None:
             raise MemoryError("workspace too small")
         return np.matmul(a, b)
 
-    arb = Arbiter(registry=registry(fn(workspace, "workspace", tier=3), fn(library, "lib")),
+    arb = Arbiter(registry=registry_of(fn(workspace, "workspace", tier=3), fn(library, "lib")),
                   mode="static")
     arb.dispatch("matmul", *mats(8, 8, 8))
     assert arb.histogram.counts() == {("cpu", "matmul", "workspace", "won"): 1}
@@ -193,7 +171,7 @@ def test_raising_accepts_and_available_never_reach_the_caller(mode: str) -> None
     def bad_available() -> bool:
         raise OSError("driver gone")
 
-    reg = registry(fn(library, "picky", tier=3, accepts=bad_accepts),
+    reg = registry_of(fn(library, "picky", tier=3, accepts=bad_accepts),
                    FunctionCandidate(library, "gone", "matmul", "cpu", 2, None, bad_available),
                    fn(np.dot, "dot"))
     arb = Arbiter(registry=reg, mode=mode, policy=FAST)
@@ -220,7 +198,7 @@ def test_a_raise_in_the_timed_rounds_is_an_error_not_an_escape() -> None:
             raise RuntimeError("fifth round")
         return np.matmul(a, b)
 
-    arb = Arbiter(registry=registry(fn(late, "late", tier=1), fn(np.dot, "dot")),
+    arb = Arbiter(registry=registry_of(fn(late, "late", tier=1), fn(np.dot, "dot")),
                   mode="tune", policy=ComparePolicy(min_rounds=9, max_rounds=20, budget_s=1.0))
     a, b = mats(16, 16, 16)
     np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
@@ -235,7 +213,7 @@ def test_softmax_tuned_on_a_vector_is_not_served_to_a_row() -> None:
         e = np.exp(x - x.max())
         return (e / e.sum()).ravel()  # right for 1-D, wrong shape for (1, n)
 
-    reg = registry(fn(flat_only, "flat_only", "softmax", tier=2),
+    reg = registry_of(fn(flat_only, "flat_only", "softmax", tier=2),
                    fn(lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
                        x - x.max(-1, keepdims=True)).sum(-1, keepdims=True), "rowwise",
                       "softmax"))
@@ -254,7 +232,7 @@ def test_the_bucket_separates_a_declared_alignment_above_16() -> None:
     k32 = FunctionCandidate(library, "k32", "matmul", "cpu", 5,
                             lambda a, b: a.shape[1] % 32 == 0, None)
     k32.align = (1, 1, 32)
-    reg = registry(k32, fn(np.dot, "dot"))
+    reg = registry_of(k32, fn(np.dot, "dot"))
     arb = Arbiter(registry=reg, mode="tune", policy=FAST)
     arb.dispatch("matmul", *mats(16, 16, 64))
     arb.dispatch("matmul", *mats(16, 16, 48))
@@ -301,7 +279,7 @@ def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
     the key), an odd-rows kernel that declines through ``accepts``, and a slow library
     GEMM: each input gets the same candidate and outcome whatever came before it."""
     def outcomes(sequence: list[int], mode: str) -> dict[tuple[int, bool], str]:
-        reg = registry(fn(rowmajor, "rowmajor", tier=1),
+        reg = registry_of(fn(rowmajor, "rowmajor", tier=1),
                        fn(odd_kernel, "odd_only", tier=2, accepts=odd_rows),
                        fn(slow_library, "slow_library"))
         # a roomy budget: on a loaded machine the 5 ms one can stop after a round
@@ -326,7 +304,7 @@ def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
 def test_the_plan_table_is_bounded_and_cycling_shapes_keeps_hitting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plans_module, "MAX_PLANS", 8)
-    arb = Arbiter(registry=registry(fn(library, "lib")), mode="static")
+    arb = Arbiter(registry=registry_of(fn(library, "lib")), mode="static")
     planned = {"n": 0}
     real = arb._plan
 
@@ -349,13 +327,13 @@ def test_the_plan_table_is_bounded_and_cycling_shapes_keeps_hitting(
 def test_a_user_op_with_a_float64_reference_serves_float32() -> None:
     ops = OpRegistry()
     ops.register(make_op("axpy2", lambda x: 2.0 * x.astype(np.float64) + 1.0))
-    reg = registry(fn(lambda x: 2 * x + 1, "fused", "axpy2"))
+    reg = registry_of(fn(lambda x: 2 * x + 1, "fused", "axpy2"))
     arb = Arbiter(registry=reg, ops=ops, mode="static")
     x = np.arange(8, dtype=np.float32)
     out = arb.dispatch("axpy2", x)
     assert out.dtype == np.float32
     assert arb.histogram.counts() == {("cpu", "axpy2", "fused", "won"): 1}
-    declining = Arbiter(registry=registry(fn(lambda x: (_ for _ in ()).throw(Decline("no")),
+    declining = Arbiter(registry=registry_of(fn(lambda x: (_ for _ in ()).throw(Decline("no")),
                                              "nope", "axpy2")), ops=ops, mode="static")
     ref = declining.dispatch("axpy2", x)
     assert ref.dtype == np.float32  # the reference's float64 comes back in the input dtype
@@ -363,7 +341,7 @@ def test_a_user_op_with_a_float64_reference_serves_float32() -> None:
 
 
 def test_strict_mode_still_raises_on_a_miss_and_hits_are_gated() -> None:
-    arb = Arbiter(registry=registry(fn(library, "lib")), mode="strict", cache=MeasureCache())
+    arb = Arbiter(registry=registry_of(fn(library, "lib")), mode="strict", cache=MeasureCache())
     with pytest.raises(CacheMiss, match="strict mode"):
         arb.dispatch("matmul", *mats(8, 8, 8))
 
@@ -381,7 +359,7 @@ def test_accepts_raising_decline_in_the_gate_is_a_decline_not_an_error() -> None
         e = np.exp(x - x.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
 
-    arb = Arbiter(registry=registry(fn(softmax, "even_softmax", "softmax", accepts=even_only)),
+    arb = Arbiter(registry=registry_of(fn(softmax, "even_softmax", "softmax", accepts=even_only)),
                   mode="static")
     arb.dispatch("softmax", np.random.default_rng(0).standard_normal((4, 64)).astype("f4"))
     assert arb.histogram.counts() == {("cpu", "softmax", "even_softmax", "won"): 1}
@@ -397,7 +375,7 @@ def test_a_user_op_decline_on_some_values_does_not_close_the_key(tmp_path: Any) 
         return x + 1
 
     def outcomes(order: list[bool]) -> list[str]:
-        arb = Arbiter(registry=registry(fn(no_nan, "no_nan", "inc_nan")), ops=ops,
+        arb = Arbiter(registry=registry_of(fn(no_nan, "no_nan", "inc_nan")), ops=ops,
                       mode="static")
         seen = []
         for bad in order:
@@ -420,7 +398,7 @@ def test_a_raise_in_a_higher_candidates_accepts_is_not_blamed_on_the_fast_one() 
             raise ValueError("boom in accepts")
         return bool(a.flags.c_contiguous) and not a.flags.f_contiguous
 
-    reg = registry(fn(library, "picky", tier=2, accepts=picky_accepts), fn(np.dot, "lib"))
+    reg = registry_of(fn(library, "picky", tier=2, accepts=picky_accepts), fn(np.dot, "lib"))
     arb = Arbiter(registry=reg, mode="static")
     a, b = mats(8, 8, 8)
     arb.dispatch("matmul", np.asfortranarray(a), b)  # picky declines: lib is the fast step
@@ -438,7 +416,7 @@ def test_a_rejected_candidate_is_counted_only_when_a_dispatch_reaches_it() -> No
         return bool(a.flags.c_contiguous)
 
     def outcomes(order: str) -> dict[tuple[str, ...], int]:
-        reg = registry(fn(library, "good_c_only", tier=3, accepts=c_only),
+        reg = registry_of(fn(library, "good_c_only", tier=3, accepts=c_only),
                        fn(zeros, "wrong", tier=2), fn(np.dot, "lib"))
         arb = Arbiter(registry=reg, mode="static")
         a, b = mats(8, 8, 8)
@@ -458,7 +436,7 @@ def test_a_kernel_wrong_on_one_layout_is_rejected_there_in_any_order() -> None:
         return flat.reshape(a.shape) @ b  # reads an F-order buffer as if row-major
 
     def outcomes(order: str) -> tuple[list[bool], dict[tuple[str, ...], int]]:
-        arb = Arbiter(registry=registry(fn(row_major_only, "fast", tier=2), fn(np.dot, "lib")),
+        arb = Arbiter(registry=registry_of(fn(row_major_only, "fast", tier=2), fn(np.dot, "lib")),
                       mode="static")
         a, b = mats(16, 16, 16)
         right = []
@@ -478,7 +456,7 @@ def test_staging_that_raises_while_measuring_is_an_error_not_an_escape() -> None
         def prepare_inputs(self, *inputs: Any) -> tuple[Any, ...]:
             raise RuntimeError("cannot stage this buffer")
 
-    reg = registry(Staged(library, "staged", "matmul", "cpu", 2, None, None), fn(np.dot, "lib"))
+    reg = registry_of(Staged(library, "staged", "matmul", "cpu", 2, None, None), fn(np.dot, "lib"))
     arb = Arbiter(registry=reg, mode="tune", policy=FAST)
     a, b = mats(8, 8, 8)
     np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
@@ -494,7 +472,7 @@ def test_the_gate_runs_once_per_candidate_key_and_layout() -> None:
         calls["n"] += 1
         return np.zeros((a.shape[0], b.shape[1]), a.dtype)
 
-    arb = Arbiter(registry=registry(fn(counted, "wrong", tier=2), fn(np.dot, "lib")),
+    arb = Arbiter(registry=registry_of(fn(counted, "wrong", tier=2), fn(np.dot, "lib")),
                   mode="tune", policy=FAST)
     for m in (8, 8, 8, 8):
         arb.dispatch("matmul", *mats(m, 8, 8))
@@ -506,7 +484,7 @@ def test_the_gate_runs_once_per_candidate_key_and_layout() -> None:
 
 
 def test_a_dispatch_to_an_unknown_target_names_the_known_ones() -> None:
-    arb = Arbiter(registry=registry(fn(library, "lib")), mode="static")
+    arb = Arbiter(registry=registry_of(fn(library, "lib")), mode="static")
     with pytest.raises(ValueError, match="unknown target 'tpu'; known targets: amd, cpu"):
         arb.dispatch("matmul", *mats(4, 4, 4), target="tpu")
     assert len(arb.histogram) == 0
@@ -547,7 +525,7 @@ def contiguous_only(x: np.ndarray) -> np.ndarray:
 def test_a_kernel_wrong_on_a_strided_view_never_runs_for_it(view: str) -> None:
     """The gate runs the kernel on the dispatch's own layout (not a contiguous copy), and
     each strided layout is gated on its own: one that passed does not vouch for another."""
-    reg = registry(fn(contiguous_only, "contiguous_only", "softmax", tier=1),
+    reg = registry_of(fn(contiguous_only, "contiguous_only", "softmax", tier=1),
                    fn(softmax_ref, "plain", "softmax"))
     base = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
     arb = Arbiter(registry=reg, mode="static")
@@ -566,13 +544,13 @@ def test_a_replayed_corpus_shows_the_kernel_that_failed_the_gate_when_measured()
     still records it, once per key, like the tuning run (so CPU CI, and a baseline written
     there, see it too); not once its code changed."""
     cands = (fn(zeros, "zeros", tier=5), fn(library, "library"))
-    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    tuner = Arbiter(registry=registry_of(*cands), mode="tune", policy=FAST)
     for n in (16, 32):
         for _ in range(3):
             tuner.dispatch("matmul", *mats(n, n, n))
     tuned = {k: v for k, v in tuner.histogram.counts().items() if k[3] == "rejected"}
     assert tuned == {("cpu", "matmul", "zeros", "rejected"): 2}
-    replay = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static")
+    replay = Arbiter(registry=registry_of(*cands), cache=tuner.cache, mode="static")
     for n in (16, 32):
         for _ in range(3):
             replay.dispatch("matmul", *mats(n, n, n))
@@ -584,7 +562,7 @@ def test_a_replayed_corpus_shows_the_kernel_that_failed_the_gate_when_measured()
     def fixed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.matmul(a, b)
 
-    edited = Arbiter(registry=registry(fn(fixed, "zeros", tier=5), fn(library, "library")),
+    edited = Arbiter(registry=registry_of(fn(fixed, "zeros", tier=5), fn(library, "library")),
                      cache=tuner.cache, mode="static")
     edited.dispatch("matmul", *mats(16, 16, 16))
     assert not any(k[3] == "rejected" for k in edited.histogram.counts())
@@ -604,7 +582,7 @@ def wrong_on_reversed(x: np.ndarray) -> np.ndarray:
 
 
 def test_a_broadcast_view_is_gated_apart_from_a_gapped_one() -> None:
-    reg = registry(fn(wrong_on_broadcast, "fast", "softmax", tier=1),
+    reg = registry_of(fn(wrong_on_broadcast, "fast", "softmax", tier=1),
                    fn(softmax_ref, "plain", "softmax"))
     arb = Arbiter(registry=reg, mode="static")
     base = np.random.default_rng(5).standard_normal((32, 16)).astype(np.float32)
@@ -629,10 +607,10 @@ def test_gate_off_vouches_only_for_the_row_major_inputs_it_was_gated_on() -> Non
     cands = (fn(wrong_on_reversed, "fast", "softmax", tier=1),
              fn(slow_softmax, "plain", "softmax"))
     base = np.random.default_rng(6).standard_normal((16, 16)).astype(np.float32)
-    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    tuner = Arbiter(registry=registry_of(*cands), mode="tune", policy=FAST)
     tuner.dispatch("softmax", base)
     assert tuner.cache.entries()[0].winner == "fast"
-    production = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static",
+    production = Arbiter(registry=registry_of(*cands), cache=tuner.cache, mode="static",
                          gate=False)
     reversed_view = base[::-1]
     np.testing.assert_allclose(production.dispatch("softmax", reversed_view),
@@ -645,10 +623,10 @@ def test_findings_planned_by_one_thread_are_recorded_under_their_own_op() -> Non
     dispatch runs, is recorded as matmul's, not softmax's."""
     cands = (fn(zeros, "zeros", tier=5), fn(library, "library"),
              fn(softmax_ref, "plain", "softmax"))
-    tuner = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    tuner = Arbiter(registry=registry_of(*cands), mode="tune", policy=FAST)
     a, b = mats(16, 16, 16)
     tuner.dispatch("matmul", a, b)
-    replay = Arbiter(registry=registry(*cands), cache=tuner.cache, mode="static")
+    replay = Arbiter(registry=registry_of(*cands), cache=tuner.cache, mode="static")
     # the interleaving by hand: the matmul plan is made, then softmax dispatches first
     replay._find_plan("static", "matmul", (a, b), None, None)
     x = np.ones((4, 8), np.float32)

@@ -26,29 +26,7 @@ from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_o
 from pytest_arbiter.store.cache import CacheEntry
 from pytest_arbiter.store.cache_file import convert_document, document_builtins
 from pytest_arbiter.store.corpus import merge
-
-FAST = ComparePolicy(min_rounds=3, max_rounds=30, budget_s=0.005)
-
-
-def mats(n: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(n)
-    return (rng.standard_normal((n, n)).astype(np.float32),
-            rng.standard_normal((n, n)).astype(np.float32))
-
-
-def fn(kernel: Callable[..., Any], name: str, tier: int = 0,
-       accepts: Callable[..., bool] | None = None) -> FunctionCandidate:
-    return FunctionCandidate(kernel, name, "matmul", "cpu", tier, accepts, None)
-
-
-def registry(*cands: FunctionCandidate) -> CandidateRegistry:
-    reg = CandidateRegistry()
-    reg.extend(cands)
-    return reg
-
-
-def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b)
+from tests.factories import FAST, fn, library, mats, registry_of
 
 
 def fourfold(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -75,8 +53,8 @@ def never(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def tuned(*cands: FunctionCandidate, cache: MeasureCache | None = None) -> Arbiter:
-    arb = Arbiter(registry=registry(*cands), cache=cache, mode="tune", policy=FAST)
-    arb.dispatch("matmul", *mats())
+    arb = Arbiter(registry=registry_of(*cands), cache=cache, mode="tune", policy=FAST)
+    arb.dispatch("matmul", *mats(32))
     return arb
 
 
@@ -108,8 +86,8 @@ def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
     first = tuned(fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
     old = only_entry(first.cache)
     assert old.winner == "fourfold"
-    now = registry(fn(fourfold, "fourfold"), fn(tenfold, "tenfold"), fn(library, "library"))
-    selection = measured_arbitrate(OPS.get("matmul"), mats(), now.for_op("matmul", "cpu"),
+    now = registry_of(fn(fourfold, "fourfold"), fn(tenfold, "tenfold"), fn(library, "library"))
+    selection = measured_arbitrate(OPS.get("matmul"), mats(32), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.source == "measured"
     assert selection.comparison is not None
@@ -131,15 +109,15 @@ def test_a_candidate_added_later_is_timed_against_the_cached_leader() -> None:
 def test_a_plain_run_lists_a_key_with_candidates_never_measured_and_strict_fails() -> None:
     cache = tuned(fn(fourfold, "fourfold"), fn(tenfold, "tenfold")).cache
     now = (fn(fourfold, "fourfold"), fn(tenfold, "tenfold"), fn(library, "library", tier=9))
-    plain = Arbiter(registry=registry(*now), cache=cache, mode="static")
-    plain.dispatch("matmul", *mats())
+    plain = Arbiter(registry=registry_of(*now), cache=cache, mode="static")
+    plain.dispatch("matmul", *mats(32))
     (event,) = plain.events.values()
     assert event.stale == {"unmeasured": "never measured: library"}
     # the cached ranking still decides: the leader runs, not the high-tier newcomer
     assert plain.histogram.counts() == {("cpu", "matmul", "fourfold", "won"): 1}
-    strict = Arbiter(registry=registry(*now), cache=cache, mode="strict")
+    strict = Arbiter(registry=registry_of(*now), cache=cache, mode="strict")
     with pytest.raises(StaleEntry, match="never measured: library; tune with --arbiter-tune"):
-        strict.dispatch("matmul", *mats())
+        strict.dispatch("matmul", *mats(32))
 
 
 def test_changed_code_is_timed_again_and_its_old_timing_dropped() -> None:
@@ -147,12 +125,12 @@ def test_changed_code_is_timed_again_and_its_old_timing_dropped() -> None:
     old = only_entry(first.cache)
     assert [r.name for r in old.ranking] == ["library", "slow", "slower"]
     # "slower" was edited into something faster than "slow"
-    now = registry(fn(library, "library"), fn(fourfold, "slow"), fn(library, "slower"))
+    now = registry_of(fn(library, "library"), fn(fourfold, "slow"), fn(library, "slower"))
     plain = Arbiter(registry=now, cache=first.cache, mode="static")
-    plain.dispatch("matmul", *mats())
+    plain.dispatch("matmul", *mats(32))
     assert next(iter(plain.events.values())).stale == {
         "unmeasured": "code changed since measured: slower"}
-    selection = measured_arbitrate(OPS.get("matmul"), mats(), now.for_op("matmul", "cpu"),
+    selection = measured_arbitrate(OPS.get("matmul"), mats(32), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.comparison is not None
     assert set(selection.comparison.stats) == {"library", "slow", "slower"}
@@ -169,15 +147,15 @@ def test_a_changed_winner_is_not_used_and_the_next_tune_measures_the_key_again()
     first = tuned(fn(library, "fast"), fn(tenfold, "slow"))
     assert only_entry(first.cache).winner == "fast"
     now = (fn(tenfold, "fast"), fn(tenfold, "slow", tier=1))  # the winner became slow
-    plain = Arbiter(registry=registry(*now), cache=first.cache, mode="static")
-    plain.dispatch("matmul", *mats())
+    plain = Arbiter(registry=registry_of(*now), cache=first.cache, mode="static")
+    plain.dispatch("matmul", *mats(32))
     (event,) = plain.events.values()
     assert "winner-changed" in event.stale
     assert event.source == "static"
     assert plain.histogram.counts() == {("cpu", "matmul", "slow", "won"): 1}  # tier order
     with pytest.raises(StaleEntry, match="the cached winner fast changed code"):
-        Arbiter(registry=registry(*now), cache=first.cache,
-                mode="strict").dispatch("matmul", *mats())
+        Arbiter(registry=registry_of(*now), cache=first.cache,
+                mode="strict").dispatch("matmul", *mats(32))
     retune = tuned(*now, cache=first.cache)
     (event,) = retune.events.values()
     assert event.source == "measured"
@@ -191,16 +169,16 @@ def test_a_new_environment_keeps_the_ranking_and_re_times_winner_against_runner_
     old = only_entry(first.cache)
     env = {**current_environment("cpu"), "numpy": "1.0.0"}
     first.cache.put(msgspec.structs.replace(old, environment=env))
-    cands = registry(fn(library, "library"), fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
+    cands = registry_of(fn(library, "library"), fn(fourfold, "fourfold"), fn(tenfold, "tenfold"))
     plain = Arbiter(registry=cands, cache=first.cache, mode="static")
-    plain.dispatch("matmul", *mats())
+    plain.dispatch("matmul", *mats(32))
     (event,) = plain.events.values()
     assert event.stale == {"reverify": "measured under another environment: "
                                        f"numpy 1.0.0 -> {np.__version__}"}
     assert plain.histogram.counts() == {("cpu", "matmul", "library", "won"): 1}
     strict = Arbiter(registry=cands, cache=first.cache, mode="strict")
-    strict.dispatch("matmul", *mats())  # the ranking is kept: not a strict failure
-    selection = measured_arbitrate(OPS.get("matmul"), mats(), cands.for_op("matmul", "cpu"),
+    strict.dispatch("matmul", *mats(32))  # the ranking is kept: not a strict failure
+    selection = measured_arbitrate(OPS.get("matmul"), mats(32), cands.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.comparison is not None
     assert set(selection.comparison.stats) == {"library", "fourfold"}
@@ -213,12 +191,12 @@ def test_a_new_environment_keeps_the_ranking_and_re_times_winner_against_runner_
 def test_an_entry_marked_for_reverification_is_re_timed_by_the_next_tune() -> None:
     first = tuned(fn(library, "library"), fn(tenfold, "tenfold"))
     first.cache.put(msgspec.structs.replace(only_entry(first.cache), reverify=True))
-    cands = registry(fn(library, "library"), fn(tenfold, "tenfold"))
+    cands = registry_of(fn(library, "library"), fn(tenfold, "tenfold"))
     plain = Arbiter(registry=cands, cache=first.cache, mode="static")
-    plain.dispatch("matmul", *mats())
+    plain.dispatch("matmul", *mats(32))
     assert next(iter(plain.events.values())).stale == {
         "reverify": "measured under another environment: marked for re-verification"}
-    measured_arbitrate(OPS.get("matmul"), mats(), cands.for_op("matmul", "cpu"),
+    measured_arbitrate(OPS.get("matmul"), mats(32), cands.for_op("matmul", "cpu"),
                        first.cache, policy=FAST)
     assert not only_entry(first.cache).reverify
 
@@ -297,10 +275,10 @@ def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry
     from pytest_arbiter.store.corpus import prefer
     from pytest_arbiter.timing.recheck import RecheckPolicy
 
-    cands = registry(fn(alpha, "alpha"), fn(fourfold, "beta"))
+    cands = registry_of(fn(alpha, "alpha"), fn(fourfold, "beta"))
     strong = ComparePolicy(min_rounds=30, max_rounds=60, budget_s=0.5)
     first = Arbiter(registry=cands, mode="tune", policy=strong)
-    first.dispatch("matmul", *mats())
+    first.dispatch("matmul", *mats(32))
     old = only_entry(first.cache)
     assert old.winner == "alpha"
     SLOW["alpha"] = True
@@ -308,7 +286,7 @@ def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry
         cache = MeasureCache(first.cache.entries())
         retune = Arbiter(registry=cands, cache=cache, mode="tune", policy=FAST,
                          recheck=RecheckPolicy(key_budget_s=0.2))
-        retune.dispatch("matmul", *mats())
+        retune.dispatch("matmul", *mats(32))
     finally:
         SLOW["alpha"] = False
     (found,) = retune.rechecks.values()
@@ -338,14 +316,14 @@ def test_a_candidate_that_declines_when_run_is_measured_once(
 
     monkeypatch.setattr(arbiter_module, "compare_latencies", counted)
     cands = (fn(library, "library"), fn(fourfold, "fourfold"), fn(work_stealing, "ws"))
-    arb = Arbiter(registry=registry(*cands), mode="tune", policy=FAST)
+    arb = Arbiter(registry=registry_of(*cands), mode="tune", policy=FAST)
     for _ in range(5):
         for n in (32, 64):
             arb.dispatch("matmul", *mats(n))
     assert len(comparisons) == 2
     for entry in arb.cache.entries():
         assert entry.considered["ws"].outcome == "declined"
-    strict = Arbiter(registry=registry(*cands), cache=arb.cache, mode="strict")
+    strict = Arbiter(registry=registry_of(*cands), cache=arb.cache, mode="strict")
     for n in (32, 64):
         strict.dispatch("matmul", *mats(n))
     assert not any(e.stale for e in strict.events.values())
@@ -367,12 +345,12 @@ def test_a_row_not_timed_in_the_latest_comparison_is_carried_after_every_timed_r
     """The key was tuned on a smaller shape of its bucket; a candidate added since is
     timed with the leader and the runner-up on a larger one: the third row's old
     (smaller-shape) median places it nowhere: it is carried, after the slower newcomer."""
-    first = Arbiter(registry=registry(fn(library, "fast"), fn(twofold, "twofold"),
+    first = Arbiter(registry=registry_of(fn(library, "fast"), fn(twofold, "twofold"),
                                       fn(threefold, "threefold")), mode="tune", policy=FAST)
     first.dispatch("matmul", *mats(96))
     old = only_entry(first.cache)
     assert [r.name for r in old.ranking] == ["fast", "twofold", "threefold"]
-    now = registry(fn(library, "fast"), fn(twofold, "twofold"), fn(threefold, "threefold"),
+    now = registry_of(fn(library, "fast"), fn(twofold, "twofold"), fn(threefold, "threefold"),
                    fn(tenfold, "tenfold"))
     selection = measured_arbitrate(OPS.get("matmul"), mats(128), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
@@ -419,7 +397,7 @@ def test_a_kernel_declining_again_writes_nothing_even_beside_a_broken_candidate(
     reg.add(FunctionCandidate(np.matmul, "fr_broken", "fr_mm", "cpu", 0, broken_accepts,
                               None))
     arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)
-    a, b = mats()
+    a, b = mats(32)
     # two column-major layouts of one key: contiguous, and every other row of a taller one
     first = np.asfortranarray(a)
     second = np.asfortranarray(np.concatenate([a, a]))[::2]
@@ -455,7 +433,7 @@ def test_a_kernel_tried_again_is_placed_against_a_candidate_timed_before() -> No
     reg, ops = _user_op((slow_row_major, "fr_x", 9), (column_major_only, "fr_l", 5),
                         (any_layout, "fr_m", 1))
     cache = MeasureCache()
-    a, b = mats()
+    a, b = mats(32)
     Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=FAST).dispatch(
         "fr_mm", np.asfortranarray(a), b)
     arb = Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=FAST)
@@ -476,7 +454,7 @@ def test_timing_a_kernel_that_had_declined_wins_the_merge_on_the_same_basis() ->
 
     reg, ops = _user_op((_row_major_only, "fr_rowmajor", 9), (_rowwise, "fr_rowwise", 1))
     arb = Arbiter(registry=reg, ops=ops, mode="tune", policy=FAST)
-    a, b = mats()
+    a, b = mats(32)
     arb.dispatch("fr_mm", np.asfortranarray(a), b)
     (old,) = arb.cache.entries()
     assert old.considered["fr_rowmajor"].outcome == "inputs_declined"

@@ -6,61 +6,19 @@ The figures themselves live in ``bench/run_all.py`` and ``docs/performance.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 import numpy as np
 import pytest
 
-from pytest_arbiter import Arbiter, ComparePolicy, Decline, MeasureCache, measured_arbitrate
-from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter import Arbiter, Decline, MeasureCache, measured_arbitrate
+from pytest_arbiter.core.candidates import CandidateRegistry
 from pytest_arbiter.core.regions import MatmulRegion
 from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.gating.histogram import DispatchHistogram
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
-from pytest_arbiter.timing.measure import LatencyStats, compare_latencies
+from pytest_arbiter.timing.measure import LatencyStats
+from tests.factories import ScriptedTimer, fn, library, mats
 
 STATIC = "static"
-
-
-class ScriptedTimer:
-    """Returns a fixed time per candidate: whichever ran last inside ``sample``."""
-
-    def __init__(self, times: Mapping[str, float]) -> None:
-        self.times = dict(times)
-        self.last = ""
-        self.calls = 0
-
-    def sample(self, fn: Callable[[], object]) -> float:
-        fn()
-        self.calls += 1
-        return self.times[self.last]
-
-
-def scripted(timer: ScriptedTimer, names: list[str]) -> dict[str, Callable[[], object]]:
-    def make(name: str) -> Callable[[], object]:
-        def run() -> None:
-            timer.last = name
-
-        return run
-
-    return {n: make(n) for n in names}
-
-
-def mats(m: int = 16, n: int = 16, k: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(m + n + k)
-    return (rng.standard_normal((m, k)).astype(np.float32),
-            rng.standard_normal((k, n)).astype(np.float32))
-
-
-def fn_cand(fn: Callable[..., object], name: str, tier: int = 0,
-            accepts: Callable[..., bool] | None = None, target: str = "cpu"
-            ) -> FunctionCandidate:
-    return FunctionCandidate(fn, name, "matmul", target, tier, accepts, None)
-
-
-def library(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out: np.ndarray = np.matmul(a, b)
-    return out
 
 
 # -- the hot path -------------------------------------------------------------------------
@@ -78,7 +36,7 @@ def test_hot_path_records_each_outcome_on_repeat_dispatches() -> None:
         return library(a, b)
 
     reg = CandidateRegistry()
-    reg.extend([fn_cand(flaky, "flaky", tier=2), fn_cand(library, "library")])
+    reg.extend([fn(flaky, "flaky", tier=2), fn(library, "library")])
     arb = Arbiter(registry=reg, mode=STATIC)
     a, b = mats()
     for _ in range(3):
@@ -97,7 +55,7 @@ def test_hot_path_records_each_outcome_on_repeat_dispatches() -> None:
 
 def test_hot_path_records_a_decline_nobody_else_can_take_as_degraded() -> None:
     reg = CandidateRegistry()
-    reg.add(fn_cand(library, "never", accepts=lambda a, b: False))
+    reg.add(fn(library, "never", accepts=lambda a, b: False))
     arb = Arbiter(registry=reg, mode=STATIC)
     a, b = mats()
     for _ in range(2):
@@ -109,7 +67,7 @@ def test_hot_path_records_a_decline_nobody_else_can_take_as_degraded() -> None:
 
 def test_hot_path_records_no_candidate() -> None:
     reg = CandidateRegistry()
-    reg.add(fn_cand(library, "elsewhere", target="amd"))
+    reg.add(fn(library, "elsewhere", target="amd"))
     arb = Arbiter(registry=reg, mode=STATIC)
     a, b = mats()
     for _ in range(2):
@@ -120,9 +78,9 @@ def test_hot_path_records_no_candidate() -> None:
 def test_memoised_plan_rechecks_accepts_for_same_signature() -> None:
     """Same shape and dtype, but a strided view the winner cannot run: the next one runs."""
     reg = CandidateRegistry()
-    reg.extend([fn_cand(library, "contiguous_only", tier=5,
+    reg.extend([fn(library, "contiguous_only", tier=5,
                         accepts=lambda a, b: bool(a.flags.c_contiguous)),
-                fn_cand(library, "library")])
+                fn(library, "library")])
     arb = Arbiter(registry=reg, mode=STATIC)
     a, b = mats()
     strided = np.asarray(np.random.default_rng(3).standard_normal((16, 32)), np.float32)[:, ::2]
@@ -138,11 +96,11 @@ def test_memoised_plan_rechecks_accepts_for_same_signature() -> None:
 
 def test_memoised_plan_is_dropped_when_the_registry_changes() -> None:
     reg = CandidateRegistry()
-    reg.add(fn_cand(library, "library"))
+    reg.add(fn(library, "library"))
     arb = Arbiter(registry=reg, mode=STATIC)
     a, b = mats()
     arb.dispatch("matmul", a, b)
-    reg.add(fn_cand(library, "newcomer", tier=9))
+    reg.add(fn(library, "newcomer", tier=9))
     arb.dispatch("matmul", a, b)
     reg.remove("newcomer")
     arb.dispatch("matmul", a, b)
@@ -153,7 +111,7 @@ def test_memoised_plan_is_dropped_when_the_registry_changes() -> None:
 def test_memoised_plan_is_dropped_when_the_cache_changes() -> None:
     """A cache update (a merged corpus, another worker) re-plans the next dispatch."""
     reg = CandidateRegistry()
-    reg.extend([fn_cand(library, "high", tier=3), fn_cand(library, "low")])
+    reg.extend([fn(library, "high", tier=3), fn(library, "low")])
     cache = MeasureCache()
     arb = Arbiter(registry=reg, cache=cache, mode=STATIC)
     a, b = mats()
@@ -170,7 +128,7 @@ def test_memoised_plan_is_dropped_when_the_cache_changes() -> None:
 def test_histogram_counter_is_shared_by_the_hot_path_and_clear() -> None:
     hist = DispatchHistogram()
     reg = CandidateRegistry()
-    reg.add(fn_cand(library, "library"))
+    reg.add(fn(library, "library"))
     arb = Arbiter(registry=reg, histogram=hist, mode=STATIC)
     a, b = mats()
     arb.dispatch("matmul", a, b)
@@ -180,171 +138,10 @@ def test_histogram_counter_is_shared_by_the_hot_path_and_clear() -> None:
     assert hist.counts() == {("cpu", "matmul", "library", "won"): 2}
 
 
-# -- the tuner ------------------------------------------------------------------------------
-
-
-def test_clear_winner_stops_early_with_high_confidence() -> None:
-    timer = ScriptedTimer({"fast": 100.0, "slow": 105.0})
-    policy = ComparePolicy(min_rounds=7, max_rounds=200, budget_s=10.0, alpha=1e-3)
-    comp = compare_latencies(scripted(timer, ["slow", "fast"]), tiers={"slow": 1, "fast": 0},
-                             policy=policy, timer=timer)
-    assert comp.ranking == ["fast", "slow"]
-    assert not comp.tie
-    assert comp.rounds == 10  # 2**-10 < 1e-3: the sign test's first chance to stop
-    assert comp.confidence == pytest.approx(1.0 - 2.0**-10)
-    assert comp.ratios["slow"] == pytest.approx(1.05)
-    assert comp.timed_ns == pytest.approx(10 * 205.0)
-
-
-def test_difference_inside_the_noise_is_a_tie_won_by_the_higher_tier() -> None:
-    timer = ScriptedTimer({"fast": 100.0, "tiered": 100.0})
-    policy = ComparePolicy(min_rounds=5, max_rounds=12, budget_s=10.0)
-    comp = compare_latencies(scripted(timer, ["fast", "tiered"]),
-                             tiers={"fast": 0, "tiered": 2}, policy=policy, timer=timer)
-    assert comp.tie
-    assert comp.ranking[0] == "tiered"
-    assert comp.rounds == 12  # equal times never win a round: no early stop
-    assert comp.confidence == pytest.approx(0.0)
-
-
-def test_small_but_significant_difference_is_not_a_tie() -> None:
-    """Significant at tie_alpha: the measured leader wins although another is tiered higher."""
-    timer = ScriptedTimer({"fast": 100.0, "tiered": 100.5})
-    policy = ComparePolicy(min_rounds=5, max_rounds=8, budget_s=10.0, tie_margin=0.01)
-    comp = compare_latencies(scripted(timer, ["tiered", "fast"]),
-                             tiers={"fast": 0, "tiered": 2}, policy=policy, timer=timer)
-    assert not comp.tie
-    assert comp.ranking[0] == "fast"
-
-
-def test_the_cap_stops_before_a_round_would_overrun_it() -> None:
-    """Each round claims 2 ms; a tie never gets confident, so only the 10 ms cap ends it."""
-    timer = ScriptedTimer({"a": 1e6, "b": 1e6})
-    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=0.01)
-    comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
-    assert 1 <= comp.rounds < 100
-    assert comp.timed_ns <= policy.cap_s * 1e9
-    assert comp.spent_ns > 0
-
-
-def test_the_soft_budget_stops_a_clear_pick_once_it_is_confident() -> None:
-    """Rounds of 3 ms past a 1 ms budget: a 2x gap stops when the sign test first reaches
-    the confidence target (7 rounds), not before and not at the cap."""
-    timer = ScriptedTimer({"a": 1e6, "b": 2e6})
-    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=10.0,
-                           alpha=1e-9)
-    comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
-    assert comp.ranking[0] == "a" and comp.rounds == 7 and comp.confidence >= 0.99
-
-
-def test_paired_ratios_follow_the_leader_per_round() -> None:
-    """A drift that slows whole rounds does not change the paired ratio."""
-    drift = iter(float(i) for i in range(1, 10_000))
-    state = {"scale": 1.0}
-
-    class DriftingTimer(ScriptedTimer):
-        def sample(self, fn: Callable[[], object]) -> float:
-            fn()
-            if self.last == "b":
-                state["scale"] = next(drift)
-            return self.times[self.last] * state["scale"]
-
-    timer = DriftingTimer({"a": 100.0, "b": 110.0})
-    policy = ComparePolicy(min_rounds=5, max_rounds=9, budget_s=100.0, alpha=1e-9, seed=3)
-    comp = compare_latencies(scripted(timer, ["a", "b"]), policy=policy, timer=timer)
-    assert comp.ranking[0] == "a"
-    assert 1.0 < comp.ratios["b"]
-
-
-def test_measured_pick_records_confidence_and_tie_in_the_cache_entry() -> None:
-    timer = ScriptedTimer({"fast": 100.0, "slow": 130.0, "same": 100.0})
-
-    def kernel(name: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            timer.last = name
-            return library(a, b)
-
-        return run
-
-    policy = ComparePolicy(min_rounds=5, max_rounds=12, budget_s=10.0)
-    a, b = mats()
-    cache = MeasureCache()
-    sel = measured_arbitrate("matmul", (a, b), [fn_cand(kernel("slow"), "slow", tier=3),
-                                                fn_cand(kernel("fast"), "fast")],
-                             cache, timer=timer, policy=policy)
-    assert sel.candidate is not None and sel.candidate.name == "fast"
-    assert sel.entry is not None and not sel.entry.tie
-    assert sel.entry.confidence == pytest.approx(1.0 - 2.0**-10)
-    assert sel.entry.provenance.spent_ns > 0
-
-    cache = MeasureCache()
-    sel = measured_arbitrate("matmul", (a, b), [fn_cand(kernel("same"), "same", tier=3),
-                                                fn_cand(kernel("fast"), "fast")],
-                             cache, timer=timer, policy=policy)
-    assert sel.candidate is not None and sel.candidate.name == "same"  # tie: higher tier
-    assert sel.entry is not None and sel.entry.tie and sel.entry.confidence < 0.5
-
-
-def test_gc_is_restored_after_a_comparison() -> None:
-    import gc
-
-    timer = ScriptedTimer({"a": 1.0, "b": 2.0})
-    assert gc.isenabled()
-    compare_latencies(scripted(timer, ["a", "b"]), timer=timer)
-    assert gc.isenabled()
-
-    def boom() -> None:
-        raise RuntimeError("kernel failed while timed")
-
-    failed = compare_latencies({"a": boom, "b": boom}, timer=timer)
-    assert failed.ranking == [] and set(failed.failed) == {"a", "b"}
-    assert gc.isenabled()
-
-
-# -- the plugin when idle -------------------------------------------------------------------
-
-
-def test_idle_tests_get_no_arbiter_bookkeeping(pytester: pytest.Pytester) -> None:
-    """A test is tracked only once something dispatched; a fixture's teardown counts."""
-    pytester.makepyfile(
-        """
-        import numpy as np
-        import pytest
-
-        @pytest.fixture
-        def dispatch_on_teardown(arbiter):
-            yield
-            a = np.ones((4, 4), np.float32)
-            arbiter.dispatch("matmul", a, a)
-
-        def test_hooks(request):
-            session = request.config.pluginmanager.get_plugin("arbiter-session")
-            assert session._arbiter is None  # nothing dispatched yet: no bookkeeping
-            assert not request.config.pluginmanager.has_plugin("arbiter-no-skip")
-
-        def test_idle():
-            pass
-
-        def test_busy(arbiter, dispatch_on_teardown):
-            a = np.ones((4, 4), np.float32)
-            arbiter.dispatch("matmul", a, a)
-
-        """)
-    result = pytester.runpytest("--junitxml=out.xml")
-    result.assert_outcomes(passed=3)
-    xml = (pytester.path / "out.xml").read_text()
-    busy = xml[xml.index('name="test_busy"'):]
-    busy = busy[:busy.index("</testcase>")]
-    assert 'value="2"' in busy and "arbiter:cpu/matmul/" in busy
-    idle = xml[xml.index('name="test_idle"'):]
-    idle = idle[:idle.index("/>") + 2]
-    assert "arbiter:" not in idle
-
-
 def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
     """A cached ranking is followed as measured; tiers only order what was not measured."""
     reg = CandidateRegistry()
-    reg.extend([fn_cand(library, "high", tier=3), fn_cand(library, "low")])
+    reg.extend([fn(library, "high", tier=3), fn(library, "low")])
     a, b = mats(32, 32, 32)
     region = MatmulRegion.of(32, 32, 32, "float32")
     stats = LatencyStats(1.0, 1.0, 1.0, 1.0, 1.0, 3)
@@ -353,7 +150,7 @@ def test_cache_hit_keeps_the_measured_order_not_the_tier_order() -> None:
                                                  RankedCandidate("high", stats)))])
     timer = ScriptedTimer({})
     sel = measured_arbitrate("matmul", (a, b), reg.for_op("matmul"), cache, timer=timer)
-    assert sel.source == "cached" and timer.calls == 0
+    assert sel.source == "cached" and timer.samples == 0
     assert [c.name for c in sel.order] == ["low", "high"]
     for mode in ("tune", "static", "strict"):
         arb = Arbiter(registry=reg, cache=cache, mode=mode)

@@ -1,4 +1,5 @@
-"""The pytest wiring, tested through pytester on small real projects.
+"""The pytest wiring, tested through pytester on small real projects (the objects it
+wires are tested without pytest: tests/session/).
 
 The inner runs are in-process (fast); candidates that their conftests register go
 into the process-global registry, so an autouse fixture removes them afterwards.
@@ -12,18 +13,12 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import NoReturn
 
-import numpy as np
 import pytest
 
-from pytest_arbiter import REGISTRY, gate_matrix
+from pytest_arbiter import REGISTRY
 from pytest_arbiter.cli.main import main
-from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
-from pytest_arbiter.decision.arbiter import Arbiter
-from pytest_arbiter.runtime import register_bundled
-from pytest_arbiter.session.fixture import ArbiterFixture, GateCase
-from pytest_arbiter.session.settings import OPTIONS, ArbiterSettings, resolve
+from pytest_arbiter.session.settings import ArbiterSettings
 from pytest_arbiter.store import artifacts
 
 DECLINING_CONFTEST = """
@@ -59,72 +54,6 @@ def _entries(path: Path) -> list[dict[str, object]]:
     return list(data["entries"])
 
 
-# -- plain objects, no pytester ---------------------------------------------------------
-
-
-class _Failed(Exception):
-    pass
-
-
-def _fail(msg: str) -> NoReturn:
-    raise _Failed(msg)
-
-
-def test_fixture_gate_failure_calls_fail_with_the_summary(registry: CandidateRegistry) -> None:
-    registry.add(FunctionCandidate(lambda a, b: np.zeros((a.shape[0], b.shape[1]), a.dtype),
-                                   "fixture_zeros", "matmul", "cpu", 5, None, None))
-    fx = ArbiterFixture(Arbiter(registry=registry, mode="static"), fail=_fail)
-    a = np.ones((8, 4), np.float32)
-    b = np.ones((4, 8), np.float32)
-    assert fx.gate("blas_matmul", a, b).passed
-    with pytest.raises(_Failed, match="F4 gate FAILED: candidate 'fixture_zeros'"):
-        fx.gate("fixture_zeros", a, b)
-
-
-def test_fixture_dispatch_records_and_expect_degrade_calls_back(
-        registry: CandidateRegistry) -> None:
-    called: list[bool] = []
-    fx = ArbiterFixture(Arbiter(registry=registry, mode="static"), fail=_fail,
-                        expect_degrade=lambda: called.append(True))
-    fx.dispatch("matmul", np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
-    assert fx.histogram(op="matmul") == {("cpu", "matmul", "blas_matmul", "won"): 1}
-    fx.expect_degrade()
-    assert called == [True] and fx.expected_degrade
-
-
-def test_gate_matrix_ids_and_regions() -> None:
-    reg = CandidateRegistry()
-    register_bundled(reg)
-    cases = gate_matrix("matmul", [(32, 16, 32), (24, 16, 32)], ["float32", "float16"],
-                        registry=reg)
-    ids = [c.id for c in cases]
-    assert "blas_matmul-32x16x32-float32" in ids
-    assert "dot_matmul-24x16x32-float16" in ids
-    assert len(ids) == len(set(ids)) == len(reg.for_op("matmul")) * 2 * 2
-    cpu_ids = [c.id for c in gate_matrix("matmul", [(32, 16, 32), (24, 16, 32)],
-                                         ["float32", "float16"], target="cpu", registry=reg)]
-    assert len(cpu_ids) == 3 * 2 * 2 and set(cpu_ids) <= set(ids)
-    region = GateCase("matmul", "blas_matmul", (24, 16, 32), "float32").region()
-    assert (region.shapes, region.dtype) == (((24, 32), (32, 16)), "float32")
-    soft = GateCase("softmax", "stable_softmax", (4, 10), "float32").region()
-    assert soft.shapes == ((4, 10),)
-
-
-def test_settings_precedence_command_line_over_ini(tmp_path: Path) -> None:
-    cli = {"arbiter_tune": None, "arbiter_cache": "cli.json", "arbiter_strict": True}
-    ini = {"arbiter_tune": True, "arbiter_cache": "ini.json", "arbiter_histogram": "h.json"}
-    settings = resolve(lambda d: cli.get(d), lambda k: ini.get(k, ""), tmp_path / "ini",
-                       tmp_path / "cwd")
-    assert settings.tune and settings.mode == "tune"
-    assert settings.cache == tmp_path / "cwd" / "cli.json"
-    assert settings.histogram == tmp_path / "ini" / "h.json"
-    assert settings.baseline is None
-    assert ArbiterSettings(strict=True).mode == "strict"
-    assert ArbiterSettings().mode == "static"
-    assert {o.ini for o in OPTIONS} >= {"arbiter_tune", "arbiter_cache", "arbiter_no_skip"}
-
-
-# -- through pytester -------------------------------------------------------------------
 
 
 def test_help_lists_options_and_markers(pytester: pytest.Pytester) -> None:
@@ -834,3 +763,40 @@ def test_odd_on_purpose():
     assert main(["gate", "--baseline", str(pytester.path / "none.json"),
                  str(pytester.path / "r.xml")], out=out) == 1
     assert "in test_lib::test_odd\n" in out.getvalue(), out.getvalue()
+
+
+def test_idle_tests_get_no_arbiter_bookkeeping(pytester: pytest.Pytester) -> None:
+    """A test is tracked only once something dispatched; a fixture's teardown counts."""
+    pytester.makepyfile(
+        """
+        import numpy as np
+        import pytest
+
+        @pytest.fixture
+        def dispatch_on_teardown(arbiter):
+            yield
+            a = np.ones((4, 4), np.float32)
+            arbiter.dispatch("matmul", a, a)
+
+        def test_hooks(request):
+            session = request.config.pluginmanager.get_plugin("arbiter-session")
+            assert session._arbiter is None  # nothing dispatched yet: no bookkeeping
+            assert not request.config.pluginmanager.has_plugin("arbiter-no-skip")
+
+        def test_idle():
+            pass
+
+        def test_busy(arbiter, dispatch_on_teardown):
+            a = np.ones((4, 4), np.float32)
+            arbiter.dispatch("matmul", a, a)
+
+        """)
+    result = pytester.runpytest("--junitxml=out.xml")
+    result.assert_outcomes(passed=3)
+    xml = (pytester.path / "out.xml").read_text()
+    busy = xml[xml.index('name="test_busy"'):]
+    busy = busy[:busy.index("</testcase>")]
+    assert 'value="2"' in busy and "arbiter:cpu/matmul/" in busy
+    idle = xml[xml.index('name="test_idle"'):]
+    idle = idle[:idle.index("/>") + 2]
+    assert "arbiter:" not in idle

@@ -15,8 +15,8 @@ from pytest_arbiter.cli.main import main
 
 # imported here, not first inside an in-process pytester run (which would unload them)
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.timing.measure import LatencyStats
+from pytest_arbiter.store.cache import MeasureCache
+from tests.factories import ranked_entry
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -104,25 +104,17 @@ def test_a_run_that_dispatches_nothing_prints_no_section(pytester: pytest.Pytest
 # -- pytest-arbiter show: 100 columns by default, every column with --wide -----------
 
 LONG = "a_candidate_with_a_very_long_descriptive_name"
-
-
-def _entry(bucket: str, medians: tuple[float, float], *, tie: bool = False,
-           names: tuple[str, str] = ("wmma", "cublas")) -> CacheEntry:
-    ranking = tuple(RankedCandidate(n, LatencyStats(m, m * 0.9, m * 0.95, m * 1.05,
-                                                    m * 1.2, 25))
-                    for n, m in zip(names, medians, strict=True))
-    return CacheEntry("sm_90", "nvidia", "matmul", bucket, "float16", ranking,
-                      0.5 if tie else 0.999, tie, {},
-                      {"host": "a-long-runner-host-name.example.com",
-                       "measured_at": "2026-12-03T06:00:00Z"})
+HOST = "a-long-runner-host-name.example.com"
 
 
 def _show(tmp_path: Path, *argv: str) -> str:
     path = tmp_path / "c.json"
     artifacts.write_cache(path, MeasureCache([
-        _entry("128x128x128/a16.8.16", (1000.0, 1500.0)),
-        _entry("64x64x64/a16.8.16", (1000.0, 989.0)),
-        _entry("32x32x32/a16.8.16", (1000.0, 2000.0), names=(LONG, LONG + "_2"))]))
+        ranked_entry("128x128x128/a16.8.16", "wmma", "cublas", medians=(1000.0, 1500.0),
+                     host=HOST),
+        ranked_entry("64x64x64/a16.8.16", "wmma", "cublas", medians=(1000.0, 989.0), host=HOST),
+        ranked_entry("32x32x32/a16.8.16", LONG, LONG + "_2", medians=(1000.0, 2000.0),
+                     host=HOST)]))
     out = io.StringIO()
     assert main(["show", *argv, str(path)], out=out) == 0
     return out.getvalue()
@@ -143,4 +135,4 @@ def test_show_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> No
                for line in lines)
     wide = _show(tmp_path, "--wide")
     assert max(map(len, wide.splitlines())) > 100
-    assert LONG + "_2 +100.0%" in wide and "a-long-runner-host-name.example.com" in wide
+    assert LONG + "_2 +100.0%" in wide and HOST in wide

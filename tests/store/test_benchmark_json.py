@@ -16,10 +16,11 @@ import pytest
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
-from pytest_arbiter.timing.measure import LatencyStats
 
 pytest.importorskip("pytest_benchmark")
 from pytest_benchmark.storage.file import FileStorage
+
+from tests.factories import stats
 
 
 class StrictLogger:
@@ -35,18 +36,15 @@ class StrictLogger:
     debug = info
 
 
-def stats(median: float, samples: int = 40) -> LatencyStats:
-    return LatencyStats(median, median * 0.8, median * 0.9, median * 1.2, median * 2, samples)
-
-
 def corpus(path: Path) -> Path:
     artifacts.write_cache(path, MeasureCache([
         CacheEntry("sm_90", "nvidia", "matmul", "64x64x64", "float16", (
-            RankedCandidate("wmma", stats(1000.0)), RankedCandidate("cublas", stats(1500.0)),
-            RankedCandidate("old_naive", stats(9000.0), carried=True)),
+            RankedCandidate("wmma", stats(1000.0, 40, spread=0.2)),
+            RankedCandidate("cublas", stats(1500.0, 40, spread=0.2)),
+            RankedCandidate("old_naive", stats(9000.0, 40, spread=0.2), carried=True)),
             0.999, False, {}, {"host": "h1", "measured_at": "2026-12-03T06:00:00Z"}),
         CacheEntry("cpu-x86", "cpu", "softmax", "64x128/c", "float32", (
-            RankedCandidate("fused", stats(500.0)),), 1.0),
+            RankedCandidate("fused", stats(500.0, 40, spread=0.2)),), 1.0),
     ]))
     return path
 

@@ -1,8 +1,9 @@
-"""The JSON depth guard counts levels itself: the same limit on every Python.
+"""JSON as an artifact may hold it (``strictjson``): no byte order mark, no key twice,
+no nesting past ``MAX_DEPTH``, and errors that name the source, the line and the column.
 
-3.11's parsers raise ``RecursionError`` near 1000 levels, 3.13's take thousands; the
-guard must not lean on either. Brackets inside strings (escaped quotes and backslashes
-around them) never count.
+The depth guard counts levels itself, the same limit on every Python: 3.11's parsers
+raise ``RecursionError`` near 1000 levels, 3.13's take thousands. Brackets inside strings
+(escaped quotes and backslashes around them) never count.
 """
 
 from __future__ import annotations
@@ -86,3 +87,41 @@ def test_the_count_agrees_with_the_parsed_depth() -> None:
         if depth > 1:
             with pytest.raises(ValueError, match="nested too deeply"):
                 check_depth(data, "src", limit=depth - 1)
+
+
+def test_parse_json_refuses_what_json_loads_accepts() -> None:
+    # nesting is refused past MAX_DEPTH on every Python: 200 levels is within 3.11's
+    # recursion limit, and 3.13's parsers take 3000 without a RecursionError
+    for text in ('{"a": 1, "a": 2}', "[1e400]", "[-1e400]", '["\\ud800"]', "NaN",
+                 "[" * 3000 + "]" * 3000, "[" * 200 + "]" * 200, '{"a":' * 200 + "1" + "}" * 200):
+        with pytest.raises(ArtifactError, match="src"):
+            artifacts.parse_json(text, "src")
+
+
+def test_decode_refuses_a_byte_order_mark_naming_the_source() -> None:
+    with pytest.raises(ValueError, match=r"^src starts with a UTF-8 byte order mark"):
+        strictjson.decode(b"\xef\xbb\xbf{}", "src")
+
+
+def test_decode_refuses_a_key_given_twice() -> None:
+    with pytest.raises(ValueError, match=r'src: the key "a" appears twice in one object'):
+        strictjson.decode(b'{"b": {"a": 1, "a": 2}}', "src")
+    assert strictjson.decode(b'{"a": {"a": 1}}', "src") == {"a": {"a": 1}}
+
+
+def test_a_syntax_error_says_the_line_and_column() -> None:
+    with pytest.raises(ValueError, match=r"^src is not valid JSON: .* at line 2, column 8 "
+                                         r"\(byte 16\)"):
+        strictjson.decode(b'{"a": 1,\n"b": 2,}', "src")
+    assert strictjson.position(b"ab\ncd", 4) == "line 2, column 2 (byte 4)"
+
+
+def test_a_lone_surrogate_is_named_not_called_truncated() -> None:
+    with pytest.raises(ValueError, match=r"lone UTF-16 surrogate escape at line 1, column 3 "
+                                         r"\(byte 2\)"):
+        strictjson.decode(b'["\\ud800"]', "src")
+
+
+def test_a_value_of_the_wrong_type_names_the_source_and_the_path() -> None:
+    with pytest.raises(ValueError, match=r"^src: Expected `int`, got `str` - at `\$\[1\]`"):
+        strictjson.decode(b'[1, "2"]', "src", list[int])

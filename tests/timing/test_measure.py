@@ -1,4 +1,5 @@
-"""The interleaved comparison survives kernels that raise, hang or crawl.
+"""The interleaved comparison: when it stops and what is a tie, and how it survives
+kernels that raise or crawl (those that hang: test_watchdog.py).
 
 Most tests drive ``compare_latencies`` with a scripted timer (fake nanoseconds per
 candidate and call), so they count calls and rounds instead of timing anything; the
@@ -8,71 +9,13 @@ few real-time checks assert only coarse upper bounds far from what they measure.
 from __future__ import annotations
 
 import gc
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from types import FrameType
+from collections.abc import Callable
 
 import pytest
 
-from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
-from pytest_arbiter.timing.watchdog import watchdog, watchdog_available
-
-# a time per candidate, or a function of the call's number (1-based, warmup included)
-Script = Mapping[str, float | Callable[[int], float]]
-
-
-class ScriptedTimer:
-    """Every call of a candidate "takes" its scripted nanoseconds; a candidate listed in
-    ``raise_on`` raises on that call (1-based, warmup calls included)."""
-
-    def __init__(self, times: Script, raise_on: Mapping[str, int] | None = None) -> None:
-        self.times = dict(times)
-        self.raise_on = dict(raise_on or {})
-        self.calls = dict.fromkeys(self.times, 0)
-        self.last = ""
-
-    def fns(self) -> dict[str, Callable[[], object]]:
-        def make(name: str) -> Callable[[], object]:
-            def run() -> None:
-                self.calls[name] += 1
-                self.last = name
-                if self.calls[name] == self.raise_on.get(name):
-                    raise RuntimeError(f"{name} broke on call {self.calls[name]}")
-
-            return run
-
-        return {n: make(n) for n in self.times}
-
-    def sample(self, fn: Callable[[], object]) -> float:
-        fn()
-        took = self.times[self.last]
-        return took(self.calls[self.last]) if callable(took) else took
-
-
-needs_signal = pytest.mark.skipif(not watchdog_available(),
-                                  reason="the SIGALRM watchdog cannot be used here "
-                                         "(no setitimer, not the main thread, or another "
-                                         "SIGALRM handler such as pytest-timeout's)")
-
-
-@pytest.fixture
-def sigalrm_restored() -> Iterator[None]:
-    """Put SIGALRM's handler and real-time timer back as they were, whatever the test did."""
-    if not hasattr(signal, "setitimer"):
-        pytest.skip("no signal.setitimer on this platform")
-    handler = signal.getsignal(signal.SIGALRM)
-    left, interval = signal.getitimer(signal.ITIMER_REAL)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
-        if left > 0:
-            signal.setitimer(signal.ITIMER_REAL, left, interval)
-
+from tests.factories import ScriptedTimer
 
 # -- kernels that raise -----------------------------------------------------------------
 
@@ -211,119 +154,93 @@ def test_real_slow_candidates_stop_after_one_round() -> None:
     assert comp.rounds == 1 and comp.dropped == {}
 
 
-# -- kernels that hang: the watchdog -----------------------------------------------------
+# -- the rules of a comparison: when it stops, what is a tie -----------------------------
 
 
-@needs_signal
-def test_the_watchdog_cuts_a_hanging_call_short(sigalrm_restored: None) -> None:
-    start = time.perf_counter()
-    with pytest.raises(CallTimeout) as info, watchdog(0.2):
-        time.sleep(30)
-    assert time.perf_counter() - start < 3.0
-    assert info.value.seconds == 0.2
-    assert str(info.value).startswith("no result after 0.2 s")
-    assert not isinstance(info.value, Exception)  # a kernel's except Exception can't eat it
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+def test_clear_winner_stops_early_with_high_confidence() -> None:
+    timer = ScriptedTimer({"slow": 105.0, "fast": 100.0})
+    policy = ComparePolicy(min_rounds=7, max_rounds=200, budget_s=10.0, alpha=1e-3)
+    comp = compare_latencies(timer.fns(), tiers={"slow": 1, "fast": 0},
+                             policy=policy, timer=timer)
+    assert comp.ranking == ["fast", "slow"]
+    assert not comp.tie
+    assert comp.rounds == 10  # 2**-10 < 1e-3: the sign test's first chance to stop
+    assert comp.confidence == pytest.approx(1.0 - 2.0**-10)
+    assert comp.ratios["slow"] == pytest.approx(1.05)
+    assert comp.timed_ns == pytest.approx(10 * 205.0)
 
 
-@needs_signal
-def test_a_hanging_candidate_fails_and_the_other_is_picked(sigalrm_restored: None) -> None:
-    def hang() -> None:
-        time.sleep(30)
-
-    def fast() -> None:
-        pass
-
-    start = time.perf_counter()
-    comp = compare_latencies({"hang": hang, "fast": fast},
-                             policy=ComparePolicy(call_timeout_s=0.2))
-    assert time.perf_counter() - start < 5.0
-    assert comp.failed["hang"].startswith("CallTimeout: no result after 0.2 s")
-    assert comp.ranking == ["fast"] and comp.confidence == 1.0
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+def test_difference_inside_the_noise_is_a_tie_won_by_the_higher_tier() -> None:
+    timer = ScriptedTimer({"fast": 100.0, "tiered": 100.0})
+    policy = ComparePolicy(min_rounds=5, max_rounds=12, budget_s=10.0)
+    comp = compare_latencies(timer.fns(),
+                             tiers={"fast": 0, "tiered": 2}, policy=policy, timer=timer)
+    assert comp.tie
+    assert comp.ranking[0] == "tiered"
+    assert comp.rounds == 12  # equal times never win a round: no early stop
+    assert comp.confidence == pytest.approx(0.0)
 
 
-@needs_signal
-def test_the_watchdog_is_armed_around_the_timer_for_every_call(sigalrm_restored: None) -> None:
-    """Armed before ``Timer.sample`` starts its clock, for warmup and timed calls alike."""
-    armed: list[bool] = []
+def test_small_but_significant_difference_is_not_a_tie() -> None:
+    """Significant at tie_alpha: the measured leader wins although another is tiered higher."""
+    timer = ScriptedTimer({"tiered": 100.5, "fast": 100.0})
+    policy = ComparePolicy(min_rounds=5, max_rounds=8, budget_s=10.0, tie_margin=0.01)
+    comp = compare_latencies(timer.fns(),
+                             tiers={"fast": 0, "tiered": 2}, policy=policy, timer=timer)
+    assert not comp.tie
+    assert comp.ranking[0] == "fast"
 
-    class ArmedTimer(ScriptedTimer):
+
+def test_the_cap_stops_before_a_round_would_overrun_it() -> None:
+    """Each round claims 2 ms; a tie never gets confident, so only the 10 ms cap ends it."""
+    timer = ScriptedTimer({"a": 1e6, "b": 1e6})
+    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=0.01)
+    comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
+    assert 1 <= comp.rounds < 100
+    assert comp.timed_ns <= policy.cap_s * 1e9
+    assert comp.spent_ns > 0
+
+
+def test_the_soft_budget_stops_a_clear_pick_once_it_is_confident() -> None:
+    """Rounds of 3 ms past a 1 ms budget: a 2x gap stops when the sign test first reaches
+    the confidence target (7 rounds), not before and not at the cap."""
+    timer = ScriptedTimer({"a": 1e6, "b": 2e6})
+    policy = ComparePolicy(min_rounds=3, max_rounds=100, budget_s=0.001, cap_s=10.0,
+                           alpha=1e-9)
+    comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
+    assert comp.ranking[0] == "a" and comp.rounds == 7 and comp.confidence >= 0.99
+
+
+def test_paired_ratios_follow_the_leader_per_round() -> None:
+    """A drift that slows whole rounds does not change the paired ratio."""
+    drift = iter(float(i) for i in range(1, 10_000))
+    state = {"scale": 1.0}
+
+    class DriftingTimer(ScriptedTimer):
         def sample(self, fn: Callable[[], object]) -> float:
-            armed.append(signal.getitimer(signal.ITIMER_REAL)[0] > 0)
-            return super().sample(fn)
+            fn()
+            if self.last == "b":
+                state["scale"] = next(drift)
+            return self.times[self.last] * state["scale"]
 
-    timer = ArmedTimer({"a": 100.0, "b": 200.0})
-    compare_latencies(timer.fns(), timer=timer,
-                      policy=ComparePolicy(call_timeout_s=60.0, budget_s=10.0))
-    assert len(armed) == sum(timer.calls.values()) > 4
-    assert all(armed)
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-@needs_signal
-def test_the_watchdog_restores_the_previous_handler_and_timer(sigalrm_restored: None) -> None:
-    signal.signal(signal.SIGALRM, signal.SIG_IGN)
-    signal.setitimer(signal.ITIMER_REAL, 100.0)
-    with watchdog(5.0):
-        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_IGN
-        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 5.0
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_IGN
-    assert 90.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100.0
-    with pytest.raises(ValueError), watchdog(5.0):
-        raise ValueError("the body failed")
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_IGN
-    assert 90.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100.0
+    timer = DriftingTimer({"a": 100.0, "b": 110.0})
+    policy = ComparePolicy(min_rounds=5, max_rounds=9, budget_s=100.0, alpha=1e-9, seed=3)
+    comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
+    assert comp.ranking[0] == "a"
+    assert 1.0 < comp.ratios["b"]
 
 
-def test_the_watchdog_chains_another_sigalrm_handler(sigalrm_restored: None) -> None:
-    """pytest-timeout's signal method owns SIGALRM while a test runs: the watchdog still
-    cuts a hanging call short, and their alarm still fires at their time."""
-    fired: list[float] = []
+def test_gc_is_restored_after_a_comparison() -> None:
+    import gc
 
-    def theirs(signum: int, frame: FrameType | None) -> None:
-        fired.append(time.monotonic())
+    timer = ScriptedTimer({"a": 1.0, "b": 2.0})
+    assert gc.isenabled()
+    compare_latencies(timer.fns(), timer=timer)
+    assert gc.isenabled()
 
-    signal.signal(signal.SIGALRM, theirs)
-    signal.setitimer(signal.ITIMER_REAL, 0.6)
-    started = time.monotonic()
-    assert watchdog_available()
-    with pytest.raises(CallTimeout), watchdog(0.1):
-        time.sleep(5)
-    assert time.monotonic() - started < 0.5
-    assert signal.getsignal(signal.SIGALRM) is theirs
-    left = signal.getitimer(signal.ITIMER_REAL)[0]
-    assert 0.0 < left <= 0.6
-    time.sleep(left + 0.2)
-    assert len(fired) == 1 and fired[0] - started >= 0.55  # their alarm, at their time
-    # their alarm falling inside a watched call is theirs, not a timeout
-    fired.clear()
-    signal.setitimer(signal.ITIMER_REAL, 0.05)
-    with watchdog(1.0):
-        time.sleep(0.3)
-    assert len(fired) == 1
-    for off in (None, 0.0, -1.0):
-        with watchdog(off):
-            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    def boom() -> None:
+        raise RuntimeError("kernel failed while timed")
 
-
-def test_the_watchdog_does_nothing_off_the_main_thread(sigalrm_restored: None) -> None:
-    seen: dict[str, object] = {}
-
-    def work() -> None:
-        seen["available"] = watchdog_available()
-        try:
-            with watchdog(0.05):
-                seen["timer"] = signal.getitimer(signal.ITIMER_REAL)
-                time.sleep(0.2)
-        except BaseException as exc:  # reported below, not lost in the thread
-            seen["raised"] = exc
-
-    before = signal.getsignal(signal.SIGALRM)
-    worker = threading.Thread(target=work)
-    worker.start()
-    worker.join(10.0)
-    assert not worker.is_alive()
-    assert seen == {"available": False, "timer": (0.0, 0.0)}
-    assert signal.getsignal(signal.SIGALRM) is before
+    failed = compare_latencies({"a": boom, "b": boom}, timer=timer)
+    assert failed.ranking == [] and set(failed.failed) == {"a", "b"}
+    assert gc.isenabled()

@@ -21,6 +21,7 @@ from pytest_arbiter.timing.recheck import (
     recheck,
     rounds_for_verdict,
 )
+from tests.factories import ScriptedTimer
 
 X = np.random.default_rng(0).uniform(0.5, 1.5, 20_000)
 
@@ -30,30 +31,6 @@ def sin_work(n: int) -> Callable[[], object]:
     xs = X[:n].copy()
     out = np.empty(n)
     return lambda: np.sin(xs, out=out)
-
-
-class ScriptedTimer:
-    """Each call of a function "takes" the nanoseconds its name is scripted to."""
-
-    def __init__(self, times: dict[str, float | Callable[[int], float]]) -> None:
-        self.times = times
-        self.calls = dict.fromkeys(times, 0)
-        self.last = ""
-
-    def fns(self) -> dict[str, Callable[[], object]]:
-        def make(name: str) -> Callable[[], object]:
-            def run() -> None:
-                self.calls[name] += 1
-                self.last = name
-
-            return run
-
-        return {n: make(n) for n in self.times}
-
-    def sample(self, fn: Callable[[], object]) -> float:
-        fn()
-        took = self.times[self.last]
-        return took(self.calls[self.last]) if callable(took) else took
 
 
 def test_defaults_follow_the_comparison() -> None:

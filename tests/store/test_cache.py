@@ -1,0 +1,133 @@
+"""The loaded cache (``MeasureCache``): what it costs the garbage collector, shared
+tables, copies and pickles, the typed provenance, the ``show --json`` form, and which of
+its entries a lookup may use."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from pytest_arbiter.core.candidates import CandidateRegistry
+from pytest_arbiter.decision.tuning import measured_arbitrate
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import (
+    CacheEntry,
+    Considered,
+    MeasureCache,
+    Provenance,
+    RankedCandidate,
+)
+from pytest_arbiter.store.corpus import merge
+from tests.factories import FAST, ROOT, T0, cache_bytes, cache_document, cache_entry, stats
+
+
+@pytest.mark.slow
+def test_a_loaded_cache_leaves_the_garbage_collector_almost_nothing(tmp_path: Path) -> None:
+    """The structs are untracked (gc=False) and the tables shared: 20,000 entries add
+    a few hundred tracked objects (the format before added 10 per entry)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_merge import make_entries
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "big.json"
+    artifacts.write_cache(path, MeasureCache(make_entries(20_000, seed=1, host="r")))
+    gc.collect()
+    before = len(gc.get_objects())
+    cache = artifacts.read_cache(path)
+    tracked = len(gc.get_objects()) - before
+    assert len(cache) == 20_000 and tracked < 1000, tracked
+    assert not gc.is_tracked(cache.entries()[0]) and not gc.is_tracked(cache.entries()[0].ranking)
+
+
+def test_two_reads_of_one_file_share_their_tables_and_compare_by_identity(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    cache_bytes(path, *(cache_entry(f"b{i}", host=f"h{i % 3}", fingerprints={"a": "f" * 16},
+                        environment={"numpy": "2"}, since=T0) for i in range(50)))
+    first, second = artifacts.read_cache(path).entries(), artifacts.read_cache(path).entries()
+    assert all(a.environment is b.environment and a.considered is b.considered
+               and a.provenance.run is b.provenance.run  # type: ignore[union-attr]
+               for a, b in zip(first, second, strict=True))
+    result = merge(first, second)
+    assert len(result.entries) == 50 and not result.conflicts
+
+
+def test_loaded_entries_copy_pickle_and_replace(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    cache_bytes(path, cache_entry("a", fingerprints={"a": "f"}, environment={"x": "y"}, since=T0))
+    loaded = artifacts.read_cache(path).entries()[0]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(loaded, protocol)) == loaded
+    assert copy.deepcopy(loaded) == loaded == copy.copy(loaded)
+    tied = msgspec.structs.replace(loaded, tie=True)
+    assert tied.tie and not loaded.tie and tied.considered is loaded.considered
+    with pytest.raises(TypeError):
+        loaded.considered["b"] = Considered("g", "timed")  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        loaded.tie = True  # type: ignore[misc]
+
+
+def test_the_provenance_is_typed_fields_and_plain_json() -> None:
+    prov = cache_entry().provenance
+    assert isinstance(prov, Provenance)
+    assert prov.host == "h1" and prov.device_name == "Test Device" and prov.rounds == 25
+    assert not prov.p_value and not prov.spent_ns  # unset: UNSET, which is falsy
+    assert prov.shape_lists == [[32, 32], [32, 16]]
+    with pytest.raises(ValueError, match="unknown provenance keys"):
+        Provenance.of({"hots": "h1"})
+    assert cache_entry().to_dict()["provenance"] == {
+        "device_name": "Test Device", "host": "h1", "measured_at": "2026-12-03T06:00:00Z",
+        "rounds": 25, "shapes": [[32, 32], [32, 16]], "timed_ns": 12345,
+        "versions": {"pytest-arbiter": "0.1.0"}}
+
+
+def test_show_json_form_keeps_its_keys_and_reads_back() -> None:
+    built = cache_entry(fingerprints={"a": "f" * 16}, environment={"numpy": "2"}, since=T0)
+    data = built.to_dict()
+    assert list(data)[:12] == ["device", "target", "op", "bucket", "dtype", "winner",
+                               "ranking", "confidence", "tie", "low_confidence", "rejected",
+                               "provenance"]
+    assert data["ranking"][0] == {"name": "a", **stats(1000.0).to_dict(), "carried": False}
+    assert data["considered"] == {"a": {"fingerprint": "f" * 16, "outcome": "timed"}}
+    assert data["since"] == "2026-12-01T06:00:00Z" and data["environment"] == {"numpy": "2"}
+    json.dumps(data, allow_nan=False)
+    assert CacheEntry.from_dict(json.loads(json.dumps(data))) == built
+
+
+def test_an_entry_of_another_device_is_never_used(tmp_path: Path,
+                                                  registry: CandidateRegistry) -> None:
+    a = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    cache = MeasureCache()
+    first = measured_arbitrate("matmul", (a, a), registry.for_op("matmul"), cache,
+                               policy=FAST)
+    mine = cache.entries()[0]
+    foreign = CacheEntry("other-device", mine.target, mine.op, mine.bucket, mine.dtype,
+                         (RankedCandidate("no_such_kernel", stats(1000.0)),), 1.0)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([foreign]))
+    loaded = artifacts.read_cache(path)
+    sel = measured_arbitrate("matmul", (a, a), registry.for_op("matmul"), loaded,
+                             policy=FAST)
+    assert sel.source == "measured" and sel.candidate is not None
+    assert sel.candidate.name != "no_such_kernel" and first.candidate is not None
+    assert loaded.get(foreign.key) == foreign and len(loaded) == 2
+
+
+def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
+    doc = cache_document(cache_entry(confidence=0.999))
+    weaker = json.loads(json.dumps(doc["entries"][0]))
+    weaker["confidence"] = 0.5
+    weaker["ranking"].reverse()
+    doc["entries"].insert(0, weaker)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    assert artifacts.read_cache(path).entries()[0].winner == "a"

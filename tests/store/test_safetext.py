@@ -1,0 +1,40 @@
+"""Untrusted text made safe to print: ``escape`` leaves printable text alone and makes
+everything else visible, ``line`` defuses CI log commands."""
+
+from __future__ import annotations
+
+from pytest_arbiter.store.safetext import escape, line
+
+
+def test_escape_leaves_printable_text_alone() -> None:
+    for text in ("cutlass::gemm_16x8", "tests/test_a.py::test_b[1-x]", "é 数 ∑", "a\\nb"):
+        assert escape(text) == text and line(text) == text
+
+
+def test_escape_replaces_what_is_not_printable() -> None:
+    hostile = "a\x1b[31mb\nc\rd\te\x85f\x9bg\u2028h\u202ei\u200bj\ud800k\U000e0001\xa0"
+    assert escape(hostile) == (
+        "a\\x1b[31mb\\nc\\rd\\te\\x85f\\x9bg\\u2028h\\u202ei\\u200bj\\ud800k\\U000e0001\\xa0")
+    assert escape(escape(hostile)) == escape(hostile)
+
+
+def test_line_defuses_ci_log_commands() -> None:
+    assert line("::error file=a::pwned") == "\\x3a:error file=a::pwned"
+    assert line("   ##[group]x") == "   \\x23#[group]x"
+    assert line("##vso[task.setvariable]") == "\\x23#vso[task.setvariable]"
+    assert line("\n::warning::x") == "\\n::warning::x"
+    assert line("ns::kernel") == "ns::kernel"
+    assert line(line("::x")) == line("::x")
+
+
+def test_escape_takes_any_object_and_escapes_its_text() -> None:
+    assert escape(ValueError("bad\nname")) == "bad\\nname"
+    assert escape(3) == "3"
+    assert escape("\x00") == "\\x00" and escape("\U0001f600") == "\U0001f600"
+
+
+def test_line_escapes_only_the_first_character_of_a_command_after_spaces() -> None:
+    assert line("  ::group::x") == "  \\x3a:group::x"
+    assert line("a ::x") == "a ::x" and line("#x") == "#x"
+    # an escaped line break cannot start a command on the next line either
+    assert "\n" not in line("ok\n::error::x")
