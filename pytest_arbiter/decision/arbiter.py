@@ -167,13 +167,13 @@ class Arbiter:
             plan = self.hot.get(sig) if sig is not None else None
         if plan is None:
             plan = self._find_plan(self.mode, op, inputs, target, sig)
-        run, won, kp, start, pre, accepts = plan
-        if run is None:
-            return self.run_steps(kp, inputs, -1, None)
-        if pre is not None or accepts is not None:
+        plain, won, kp, start, run, _, _ = plan
+        if plain is None:
+            if run is None:
+                return self.run_steps(kp, inputs, -1, None)
             return self._checked(plan, inputs)
         try:
-            out = run(*inputs)
+            out = plain(*inputs)
         except Exception as exc:
             return self.run_steps(kp, inputs, start, exc)
         won()  # type: ignore[misc]  # set wherever run is
@@ -181,7 +181,7 @@ class Arbiter:
 
     def _checked(self, plan: Plan, inputs: tuple[Any, ...]) -> Any:
         """The hot path of a plan whose fast step, or a step above it, has ``accepts``."""
-        run, won, kp, start, pre, accepts = plan
+        _, won, kp, start, run, pre, accepts = plan
         if pre is not None:
             try:
                 if any(check(*inputs) for check in pre):

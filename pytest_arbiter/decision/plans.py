@@ -107,12 +107,15 @@ class Plan(NamedTuple):
     the same signature that one of them accepts take the slow path, so every input gets
     the same candidate and outcome whatever came first. ``won`` counts a dispatch the
     fast step served: ``won`` under its name, or ``degraded`` under the winner's.
+    ``plain``: ``run`` when nothing needs checking first (no ``pre``, no ``accepts``),
+    else ``None``: the one field the commonest hit tests.
     """
 
-    run: Callable[..., Any] | None
+    plain: Callable[..., Any] | None
     won: Callable[[], int] | None
     keyplan: KeyPlan
     start: int
+    run: Callable[..., Any] | None
     pre: tuple[Callable[..., bool], ...] | None
     accepts: Callable[..., bool] | None
 
@@ -122,8 +125,9 @@ def compile_plan(keyplan: KeyPlan, start: int, pre: tuple[Callable[..., bool], .
     """The :class:`Plan` of a signature served from step ``start`` (-1: none)."""
     fast = keyplan.steps[start] if 0 <= start < len(keyplan.steps) else None
     if fast is None or fast.blocked is not None:
-        return Plan(None, None, keyplan, -1, None, None)
-    return Plan(fast.run, won or fast.won, keyplan, start, pre or None, fast.accepts)
+        return Plan(None, None, keyplan, -1, None, None, None)
+    plain = fast.run if not pre and fast.accepts is None else None
+    return Plan(plain, won or fast.won, keyplan, start, fast.run, pre or None, fast.accepts)
 
 
 class PlanTables:

@@ -218,11 +218,13 @@ def dispatch(op: str, *inputs: Any, target: str | None = None) -> Any:
             plan = None
     except (AttributeError, TypeError):
         plan = None
-    if plan is None or plan.accepts is not None or plan.pre is not None or plan.run is None:
+    if plan is None:
         return arb.dispatch_inputs(op, inputs, target)
-    run, won, kp, start, _, _ = plan
+    plain, won, kp, start, _, _, _ = plan
+    if plain is None:
+        return arb.dispatch_inputs(op, inputs, target)
     try:
-        out = run(*inputs)  # type: ignore[misc]  # checked above
+        out = plain(*inputs)
     except Exception as exc:
         return arb.run_steps(kp, inputs, start, exc)
     won()  # type: ignore[misc]  # set wherever run is
