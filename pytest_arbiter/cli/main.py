@@ -360,12 +360,13 @@ def cmd_stale(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.cli import report
+    from pytest_arbiter.gating.junit import read_report
 
     cache = artifacts.read_cache(args.cache)
-    histograms = [report.HistogramInput(str(path), histogram_file.read_histogram(path))
+    histograms = [report.HistogramInput.of(str(path), read_report(path))
                   for path in args.histograms]
     try:
-        page = report.render(cache, histograms)
+        page = report.render(cache, histograms, corpus=str(args.cache))
     except ReportUnavailable as exc:
         sys.stderr.write(f"pytest-arbiter report: {exc}\n")
         return EXIT_USAGE

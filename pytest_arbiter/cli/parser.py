@@ -214,15 +214,21 @@ def _add_fleet_commands(sub: Subparsers, commands: Mapping[str, Command]) -> Non
 def _add_output_commands(sub: Subparsers, commands: Mapping[str, Command]) -> None:
     """``report`` and ``export``: a cache as an HTML page or in another tool's format."""
     rep = sub.add_parser(
-        "report", help="write an HTML page of a cache: heat maps of the winners' speedups",
-        description="Write one self-contained HTML page (inline SVG, nothing loaded from "
-        "the network): per device and op, heat maps of shape bucket by dtype coloured by "
-        "the winner's speedup over the runner-up and over the slowest, a table of every "
-        "entry, the histograms' degraded, rejected and error entries, and the entries due "
-        "for re-measurement. Needs matplotlib: pip install 'pytest-arbiter[report]'.")
+        "report", help="write an HTML page of a cache: winners, medians, problems",
+        description="Write one self-contained HTML page (no script, nothing loaded from "
+        "the network, readable on a phone): a header with the date, the corpus and its "
+        "last commit, versions and devices; per device and op, a heat map of shape "
+        "bucket by dtype (each cell the winner and its median, coloured on one scale for "
+        "the page: the winner's speedup over the runner-up; low-confidence and stale "
+        "entries marked in words) and a table of every entry; the problem table "
+        "(degraded, rejected, error, no_candidate and stale entries of the histograms and "
+        "JUnit reports, with reasons, tests and keys); the entries due for "
+        "re-measurement; the devices side by side. Needs matplotlib: "
+        "pip install 'pytest-arbiter[report]'.")
     rep.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
-    rep.add_argument("histograms", nargs="*", metavar="HISTOGRAM",
-                     help="dispatch histogram JSON files (--arbiter-histogram)")
+    rep.add_argument("histograms", nargs="*", metavar="REPORT",
+                     help="dispatch histogram JSON files (--arbiter-histogram) or JUnit XML "
+                     "reports (--junitxml: they also name the tests and the stale keys)")
     rep.add_argument("-o", "--output", required=True, metavar="HTML",
                      help="the page to write")
     rep.set_defaults(run=commands["report"])

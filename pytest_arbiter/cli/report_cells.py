@@ -1,0 +1,161 @@
+"""What ``pytest-arbiter report`` shows of one entry: its median with units, its
+speedups, the page's one colour scale, its marks (low confidence, stale, tie), its
+ranking as text, and the escaping every artifact string goes through."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.store.safetext import escape
+
+StaleKey = tuple[str, str, str, str]
+"""(target, op, bucket, dtype): a key a recheck found stale (a JUnit report's
+``arbiter-stale:`` line names no device)."""
+
+
+def text(value: object) -> str:
+    """An artifact's string, safe inside HTML and SVG text and attributes."""
+    return html.escape(escape(value), quote=True)
+
+
+def natural(value: str) -> list[Any]:
+    """A sort key that puts ``8x8`` before ``16x16``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", value)]
+
+
+def latency(ns: float) -> str:
+    """A median with its unit, three significant digits: ``1.50 µs``, ``812 ns``."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("\u00b5s", 1e3), ("ns", 1.0)):
+        if ns >= scale or unit == "ns":
+            value = ns / scale
+            digits = 0 if value >= 100 else 1 if value >= 10 else 2
+            return f"{value:.{digits}f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def cut(value: str, width: int) -> str:
+    """``value`` in at most ``width`` characters (``...`` at the end when cut)."""
+    return value if len(value) <= width else value[:width - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """How much faster the winner measured than the runner-up and than the slowest
+    (``None`` when no other row was timed with it)."""
+
+    runner_up: float | None
+    slowest: float | None
+
+
+def speedup(entry: CacheEntry) -> Speedup:
+    best = entry.ranking[0].stats.median_ns
+    # only rows timed side by side with the winner say how much slower they are
+    medians = [r.stats.median_ns for r in entry.ranking[1:] if not r.carried]
+    if not medians or best <= 0:
+        return Speedup(None, None)
+    return Speedup(medians[0] / best, max(medians) / best)
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+@dataclass(frozen=True)
+class Band:
+    """One step of the page's colour scale: speedups from ``low`` (inclusive) up."""
+
+    low: float
+    label: str
+    colour: str
+    ink: str
+    """The text colour that reads on ``colour``."""
+
+
+SCALE = (
+    Band(0.0, "below 1.00x (ranked by the paired rounds)", "#e7e1ef", "#000000"),
+    Band(1.0, "1.00x to 1.05x", "#ffffe5", "#000000"),
+    Band(1.05, "1.05x to 1.10x", "#f7fcb9", "#000000"),
+    Band(1.10, "1.10x to 1.25x", "#d9f0a3", "#000000"),
+    Band(1.25, "1.25x to 1.50x", "#addd8e", "#000000"),
+    Band(1.50, "1.50x to 2x", "#78c679", "#000000"),
+    Band(2.0, "2x to 4x", "#238443", "#ffffff"),
+    Band(4.0, "4x and more", "#004529", "#ffffff"),
+)
+"""The one colour scale of a page (and of every page): the winner's speedup over the
+runner-up. Fixed steps, so a colour means the same in every heat map."""
+ALONE = Band(-1.0, "timed alone (no runner-up timed with the winner)", "#d9d9d9",
+             "#000000")
+
+
+def band(value: float | None) -> Band:
+    """The step of :data:`SCALE` a speedup falls in (:data:`ALONE` for ``None``)."""
+    if value is None:
+        return ALONE
+    found = SCALE[0]
+    for step in SCALE:
+        if value >= step.low:
+            found = step
+    return found
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What a reader must not miss about an entry, each also said in words."""
+
+    low_confidence: bool
+    stale: str | None
+    """Why the entry is stale (``None``: it is not)."""
+    tie: bool
+
+    def words(self) -> list[str]:
+        return ((["low confidence"] if self.low_confidence else [])
+                + (["stale"] if self.stale else []) + (["tie"] if self.tie else []))
+
+    @property
+    def flagged(self) -> bool:
+        return self.low_confidence or self.stale is not None
+
+
+def marks(entry: CacheEntry, stale: Collection[StaleKey] = ()) -> Marks:
+    """The entry's marks; ``stale``: the keys a recheck found stale."""
+    why = None
+    if entry.reverify:
+        why = "the environment changed since it was measured (reverify)"
+    elif (entry.target, entry.op, entry.bucket, entry.dtype) in stale:
+        why = "a recheck found the winner slower than another candidate"
+    return Marks(entry.low_confidence, why, entry.tie)
+
+
+def due_for_remeasurement(entry: CacheEntry) -> str | None:
+    """Why the entry should be measured again, or ``None``."""
+    if entry.reverify:
+        return "the environment changed since it was measured (reverify)"
+    if not entry.considered:
+        return "it does not record what it was measured against (no considered candidates)"
+    if entry.low_confidence:
+        return (f"low-confidence pick (confidence {entry.confidence:.3f}, "
+                f"{entry.provenance.rounds or '?'} rounds): re-tune with a larger "
+                "--arbiter-tune-budget")
+    return None
+
+
+def key_text(entry: CacheEntry) -> str:
+    return "/".join(entry.key)
+
+
+def ranking_text(entry: CacheEntry) -> str:
+    """The ranking, one row a line: place, name, median, how much slower."""
+    best = entry.ranking[0].stats.median_ns
+    lines = []
+    for place, row in enumerate(entry.ranking, 1):
+        median = row.stats.median_ns
+        how = ("carried from an earlier comparison" if row.carried
+               else "winner" if place == 1
+               else f"{median / best:.2f}x the winner's median" if best > 0 else "")
+        lines.append(f"{place}. {row.name} {latency(median)} ({how})")
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""The heat map of one device and op in ``pytest-arbiter report``: shape bucket by dtype,
+each cell the winner's name, its median with units and its marks in words, coloured on
+the page's one scale (:data:`pytest_arbiter.cli.report_cells.SCALE`), its ranking on
+hover (the SVG ``<title>``), a link to its row in the table below.
+
+Drawn by matplotlib (the optional ``report`` extra) as inline SVG with real text (no
+math parsing) at a fixed size: a phone scrolls the figure in its own box rather than
+shrink its labels.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from pytest_arbiter.cli.report_cells import (
+    StaleKey,
+    band,
+    cut,
+    latency,
+    marks,
+    natural,
+    ranking_text,
+    ratio,
+    speedup,
+    text,
+)
+from pytest_arbiter.errors import ReportUnavailable
+from pytest_arbiter.store.cache import CacheEntry, CacheKey
+from pytest_arbiter.store.safetext import escape
+
+INSTALL_HINT = "pip install 'pytest-arbiter[report]'"
+MAX_ROWS_PLOTTED = 120
+"""Shapes drawn per heat map; the table below it lists them all."""
+MAX_ANNOTATED_CELLS = 400
+NAME_WIDTH = 20
+"""Characters of a winner's name written in its cell (all of it on hover)."""
+FONT_PT = 9.0
+"""12 px in a browser: the SVG is shown at its own size, never scaled down."""
+CHAR_PT = 0.7 * FONT_PT
+"""A generous average character width (the winner's name is bold)."""
+
+
+def matplotlib() -> Any:
+    """matplotlib, set up to draw SVG; ``ReportUnavailable`` when it is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ReportUnavailable(f"the report needs matplotlib: {INSTALL_HINT}") from None
+    matplotlib.use("svg", force=True)
+    import matplotlib.pyplot
+
+    return matplotlib
+
+
+def _svg(fig: Any) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", pad_inches=0.05,
+                metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = buffer.getvalue()
+    # inline: no XML prolog or DOCTYPE (a DTD reference a browser would not need)
+    return svg[svg.index("<svg"):]
+
+
+def _cell_lines(entry: CacheEntry, stale: Collection[StaleKey]) -> list[str]:
+    words = marks(entry, stale).words()
+    return [cut(escape(entry.winner), NAME_WIDTH), latency(entry.ranking[0].stats.median_ns),
+            *([", ".join(words)] if words else [])]
+
+
+def cell_title(entry: CacheEntry, stale: Collection[StaleKey] = ()) -> str:
+    """What hovering a cell shows: the key, the winner, the speedup, the confidence,
+    the marks and the ranking."""
+    words = marks(entry, stale).words()
+    over = speedup(entry).runner_up
+    return (f"{entry.bucket} {entry.dtype}: {entry.winner} (speedup over the runner-up: "
+            f"{'timed alone' if over is None else ratio(over)}; confidence "
+            f"{entry.confidence:.3f}" + "".join(f"; {word}" for word in words) + ")\n"
+            + ranking_text(entry))
+
+
+def heatmap_svg(entries: Sequence[CacheEntry], prefix: str,
+                anchors: Mapping[CacheKey, str], stale: Collection[StaleKey] = ()) -> str:
+    """The heat map of ``entries`` (one device and op) as inline SVG. Each cell links to
+    ``#ANCHOR`` (``anchors``: an entry's row in the page); the figure's own ids get
+    ``prefix``, unique on the page."""
+    mpl = matplotlib()
+    buckets = sorted({e.bucket for e in entries}, key=natural)[:MAX_ROWS_PLOTTED]
+    dtypes = sorted({e.dtype for e in entries})
+    by_cell = {(e.bucket, e.dtype): e for e in entries}
+    annotate = len(buckets) * len(dtypes) <= MAX_ANNOTATED_CELLS
+    lines = {cell: _cell_lines(e, stale) for cell, e in by_cell.items()}
+    width_pt = max(len(line) for cell in lines.values() for line in cell) * CHAR_PT + 12
+    height_pt = (3 if any(len(cell) > 2 for cell in lines.values()) else 2) * 12.5 + 8
+    titles: dict[str, str] = {}
+    with mpl.rc_context({"svg.fonttype": "none", "text.parse_math": False,
+                         "svg.hashsalt": "pytest-arbiter", "font.size": FONT_PT}):
+        fig = mpl.pyplot.figure(figsize=(max(width_pt, 60) * len(dtypes) / 72,
+                                         height_pt * len(buckets) / 72))
+        ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+        for row, bucket in enumerate(buckets):
+            for col, dtype in enumerate(dtypes):
+                entry = by_cell.get((bucket, dtype))
+                if entry is None:
+                    continue
+                gid = f"cell-{len(titles)}"
+                titles[gid] = cell_title(entry, stale)
+                _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
+                           lines[(bucket, dtype)] if annotate else [], stale)
+        _axes(ax, buckets, dtypes)
+        svg = _svg(fig)
+        mpl.pyplot.close(fig)
+    for gid, title in titles.items():
+        shown = "\n".join(map(text, title.split("\n")))  # one line a ranking row
+        svg = svg.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{shown}</title>', 1)
+    return _prefixed_ids(svg, prefix)
+
+
+def _draw_cell(ax: Any, entry: CacheEntry, at: tuple[int, int], gid: str,
+               anchor: str | None, lines: Sequence[str],
+               stale: Collection[StaleKey]) -> None:
+    """One cell: its colour, a dashed frame when flagged (not colour alone), its text."""
+    from matplotlib.patches import Rectangle
+
+    col, row = at
+    step = band(speedup(entry).runner_up)
+    flagged = marks(entry, stale).flagged
+    patch = Rectangle((col + 0.03, row + 0.04), 0.94, 0.92, facecolor=step.colour,
+                      edgecolor="#111111" if flagged else "white",
+                      linewidth=2.0 if flagged else 1.0,
+                      linestyle=(0, (4, 2)) if flagged else "solid")
+    patch.set_gid(gid)
+    if anchor is not None:
+        patch.set_url(f"#{anchor}")
+    ax.add_patch(patch)
+    for number, line in enumerate(lines):
+        ax.text(col + 0.5, row + (number + 0.75) / (len(lines) + 0.5), line,
+                ha="center", va="center", color=step.ink,
+                fontweight="bold" if number == 0 else "normal",
+                fontstyle="italic" if number == 2 else "normal")
+
+
+def _axes(ax: Any, buckets: Sequence[str], dtypes: Sequence[str]) -> None:
+    ax.set_xlim(0, len(dtypes))
+    ax.set_ylim(len(buckets), 0)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xticks([i + 0.5 for i in range(len(dtypes))], [escape(d) for d in dtypes])
+    ax.set_yticks([i + 0.5 for i in range(len(buckets))], [escape(b) for b in buckets])
+    ax.set_xlabel("dtype")
+    ax.set_ylabel("shape bucket")
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+
+
+def _prefixed_ids(svg: str, prefix: str) -> str:
+    """Every id of one figure (matplotlib numbers them from 1 in each) and every
+    reference to one, prefixed: several figures on one page keep their ids apart."""
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+    svg = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+    return re.sub(r'(url\(#|href="#)([^)"]+)',
+                  lambda m: m.group(1) + (f"{prefix}-{m.group(2)}" if m.group(2) in ids
+                                          else m.group(2)), svg)

@@ -1,0 +1,229 @@
+"""The problem table of ``pytest-arbiter report``: every degraded, rejected, error,
+no_candidate and stale entry of the runs' histograms and JUnit reports, and every
+kernel the corpus records as failing when its key was measured, each with its reasons
+(from the corpus), the tests behind it (from JUnit reports) and the cache keys it
+concerns (links to their rows on the page)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pytest_arbiter.cli.report_cells import StaleKey, text
+from pytest_arbiter.gating.histogram import HistogramKey
+from pytest_arbiter.gating.junit import FleetCounts
+from pytest_arbiter.store.cache import CacheEntry, CacheKey
+
+PROBLEM_OUTCOMES = ("degraded", "rejected", "error", "no_candidate", "stale")
+"""The table's order: what the gate fails on first."""
+MOST_LISTED = 5
+"""Tests, keys and reasons listed per row; the rest are counted."""
+CORPUS_SOURCE = "the corpus (when measured)"
+NO_TESTS = "not named (a histogram file names no tests: give the JUnit report)"
+
+DEFAULT_REASONS = {
+    "degraded": "declined the inputs and no other candidate could run them (the reference "
+                "ran), or the key's measured winner could not run here; the run's terminal "
+                "summary gives the reason",
+    "rejected": "failed the F4 gate (the run's terminal summary has the gate's report)",
+    "error": "raised, or ran past --arbiter-call-timeout; the next candidate ran",
+    "no_candidate": "no candidate of the op applies on that target, or the target has no "
+                    "device here: the reference ran",
+    "stale": "a recheck found the cached winner slower than another candidate",
+}
+
+
+@dataclass(frozen=True)
+class HistogramInput:
+    """What one dispatch histogram file or JUnit XML report holds, named by its path."""
+
+    source: str
+    counts: Mapping[HistogramKey, int]
+    tests: Mapping[HistogramKey, Iterable[str]] = field(default_factory=dict)
+    expected: Mapping[HistogramKey, int] = field(default_factory=dict)
+    stale: Sequence[str] = ()
+    """The ``arbiter-stale:`` lines of a JUnit report: ``TARGET/OP/BUCKET/DTYPE: why``."""
+    names_tests: bool = False
+    """A JUnit report (it names the tests behind each count); a histogram file does not."""
+
+    @classmethod
+    def of(cls, source: str, fleet: FleetCounts) -> HistogramInput:
+        return cls(source, dict(fleet.counts), {k: sorted(v) for k, v in fleet.tests.items()},
+                   dict(fleet.expected), tuple(line for _, line in fleet.stale),
+                   names_tests=fleet.testcases > 0)
+
+
+@dataclass
+class Problem:
+    """One row of the table."""
+
+    outcome: str
+    what: tuple[str, str, str]
+    """(target, op, candidate)."""
+    source: str
+    dispatches: int | None = None
+    """``None``: found in the corpus, not counted by a run."""
+    on_purpose: int = 0
+    reasons: list[str] = field(default_factory=list)
+    tests: list[str] | str = NO_TESTS
+    """The tests behind the row, or a note on why none are named."""
+    keys: list[CacheKey] = field(default_factory=list)
+
+
+def stale_key(line: str) -> tuple[StaleKey | None, str]:
+    """The key of an ``arbiter-stale:`` line and what it says (a bucket may hold ``/``)."""
+    head, _, why = line.partition(": ")
+    parts = head.split("/")
+    if len(parts) < 4:
+        return None, line
+    return (parts[0], parts[1], "/".join(parts[2:-1]), parts[-1]), why
+
+
+def stale_keys(inputs: Sequence[HistogramInput]) -> set[StaleKey]:
+    return {key for hist in inputs for key, _ in map(stale_key, hist.stale) if key}
+
+
+def _add_unique(into: list[str], value: str) -> None:
+    if value and value not in into:
+        into.append(value)
+
+
+def _explain(problem: Problem, entries: Sequence[CacheEntry]) -> None:
+    """The corpus's reasons for the problem's candidate, and the keys it concerns."""
+    candidate = problem.what[2]
+    for e in entries:
+        reason = e.rejected.get(candidate)
+        row = e.considered.get(candidate)
+        if reason:
+            _add_unique(problem.reasons, f"when measured: {reason}")
+        elif row is not None and row.outcome != "timed":
+            _add_unique(problem.reasons, f"when measured: {row.outcome}"
+                        + (f": {row.reason}" if row.reason else ""))
+        elif not (problem.outcome == "degraded" and e.winner == candidate):
+            continue
+        problem.keys.append(e.key)
+    if not problem.reasons:
+        problem.reasons.append(DEFAULT_REASONS.get(problem.outcome, ""))
+
+
+def _from_inputs(inputs: Sequence[HistogramInput],
+                 by_op: Mapping[tuple[str, str], Sequence[CacheEntry]]) -> list[Problem]:
+    found: dict[tuple[str, HistogramKey], Problem] = {}
+    for hist in inputs:
+        for key, count in sorted(hist.counts.items()):
+            if key.outcome == "won" or count <= 0:
+                continue
+            problem = found.setdefault((hist.source, key), Problem(
+                key.outcome, (key.target, key.op, key.selected), hist.source, 0,
+                tests=[] if hist.names_tests else NO_TESTS))
+            problem.dispatches = (problem.dispatches or 0) + count
+            problem.on_purpose += hist.expected.get(key, 0)
+            if isinstance(problem.tests, list):
+                problem.tests.extend(t for t in hist.tests.get(key, ())
+                                     if t not in problem.tests)
+    for problem in found.values():
+        _explain(problem, by_op.get(problem.what[:2], ()))
+    return list(found.values())
+
+
+def _stale_rows(inputs: Sequence[HistogramInput],
+                entries: Sequence[CacheEntry]) -> list[Problem]:
+    rows = []
+    for hist in inputs:
+        for line in hist.stale:
+            key, why = stale_key(line)
+            problem = Problem("stale", (key[0], key[1], "-") if key else ("-", "-", "-"),
+                              hist.source, reasons=[why],
+                              tests="the run's recheck of the key (no test)")
+            problem.keys = [e.key for e in entries if key is not None
+                            and (e.target, e.op, e.bucket, e.dtype) == key]
+            rows.append(problem)
+    return rows
+
+
+def _from_corpus(entries: Sequence[CacheEntry], counted: set[tuple[str, str, str, str]]
+                 ) -> list[Problem]:
+    """Kernels that failed the gate or raised when their key was measured, not already
+    counted by a run's histogram."""
+    found: dict[tuple[str, str, str, str], Problem] = {}
+    for e in entries:
+        failed = {name: "rejected" for name in e.rejected}
+        failed.update({name: row.outcome for name, row in e.considered.items()
+                       if row.outcome in ("rejected", "error")})
+        for name, outcome in sorted(failed.items()):
+            what = (e.target, e.op, name, outcome)
+            if what in counted:
+                continue
+            problem = found.setdefault(what, Problem(
+                outcome, what[:3], CORPUS_SOURCE,
+                tests="none: found when the key was measured"))
+            reason = e.rejected.get(name) or e.considered[name].reason
+            _add_unique(problem.reasons, reason or DEFAULT_REASONS[outcome])
+            problem.keys.append(e.key)
+    return list(found.values())
+
+
+def problems(entries: Sequence[CacheEntry], inputs: Sequence[HistogramInput]
+             ) -> list[Problem]:
+    """Every row of the table, by outcome, then target, op and candidate."""
+    by_op: dict[tuple[str, str], list[CacheEntry]] = {}
+    for e in entries:
+        by_op.setdefault((e.target, e.op), []).append(e)
+    rows = _from_inputs(inputs, by_op)
+    counted = {(*p.what, p.outcome) for p in rows}
+    rows += _stale_rows(inputs, entries) + _from_corpus(entries, counted)
+    order = {outcome: n for n, outcome in enumerate(PROBLEM_OUTCOMES)}
+    return sorted(rows, key=lambda p: (order.get(p.outcome, 99), p.what, p.source))
+
+
+def _listed(items: Sequence[str], none: str) -> str:
+    if not items:
+        return none
+    shown = "<br>".join(items[:MOST_LISTED])
+    more = len(items) - MOST_LISTED
+    return shown + (f"<br>and {more} more" if more > 0 else "")
+
+
+def _row(p: Problem, anchors: Mapping[CacheKey, str]) -> str:
+    dispatches = ("-" if p.dispatches is None
+                  else f"{p.dispatches}" + (f" ({p.on_purpose} on purpose)" if p.on_purpose
+                                            else ""))
+    tests = (text(p.tests) if isinstance(p.tests, str)
+             else _listed([f"<code>{text(t)}</code>" for t in p.tests],
+                          "none (outside any test)"))
+    keys = _listed([f'<a href="#{anchors[k]}">{text("/".join(k))}</a>' if k in anchors
+                    else text("/".join(k)) for k in p.keys], "-")
+    cells = [f'<td><span class="badge {p.outcome}">{text(p.outcome)}</span></td>',
+             f"<td>{text(' / '.join(p.what))}</td>",
+             f'<td class="num">{dispatches}</td>',
+             f'<td class="reason">{_listed([text(r) for r in p.reasons], "-")}</td>',
+             f'<td class="tests">{tests}</td>', f'<td class="keys">{keys}</td>',
+             f"<td>{text(p.source)}</td>"]
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def section(rows: Sequence[Problem], inputs: Sequence[HistogramInput],
+            anchors: Mapping[CacheKey, str]) -> list[str]:
+    """The problem table's section of the page."""
+    out = ['<section id="problems"><h2>Problems</h2>',
+           "<p>Degraded, rejected, error, no_candidate and stale entries of the dispatch "
+           "histograms and JUnit reports given, and the kernels the corpus records as "
+           "failing when their key was measured, with the reasons, the tests and the "
+           "cache keys concerned.</p>"]
+    if not inputs:
+        out.append("<p>No dispatch histogram or JUnit report was given: only the "
+                   "corpus's own findings are listed.</p>")
+    if not rows:
+        out.append(f'<p class="ok">None, in the corpus and in {len(inputs)} '
+                   f"report{'' if len(inputs) == 1 else 's'}.</p>")
+    else:
+        out.append(f'<p class="bad">{len(rows)} problem{"" if len(rows) == 1 else "s"}.</p>')
+        out.append('<div class="scroll"><table class="problems"><thead><tr>'
+                   + "".join(f"<th>{h}</th>" for h in (
+                       "outcome", "target / op / candidate", "dispatches", "reason",
+                       "tests", "cache keys", "found in"))
+                   + "</tr></thead><tbody>")
+        out += [_row(p, anchors) for p in rows]
+        out.append("</tbody></table></div>")
+    out.append("</section>")
+    return out

@@ -1,0 +1,305 @@
+"""``pytest-arbiter report`` as a person reads it: the header, the cells (winner, median
+with units, marks in words), the one colour scale, the problem table with reasons,
+tests and keys, the devices side by side; then in Chromium (playwright, the system's
+chromium) at desktop and phone width: what is visible, and that nothing but a table's
+or a figure's own box scrolls sideways."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.cli.report_cells import SCALE, band, latency
+from pytest_arbiter.gating.histogram import HistogramKey
+from pytest_arbiter.gating.junit import (
+    PROPERTY_PREFIX,
+    property_name,
+    suite_properties,
+)
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
+
+HOSTILE = "<img src=x onerror=alert(1)>\x1b[31m"
+SHOWN_HOSTILE = "<img src=x onerror=alert(1)>\\x1b[31m"
+"""What a reader sees of it: the tag as text, the escape byte written out."""
+MARKUP = "<b>bold</b>&amp;"
+"""A hostile name XML can carry (no control character)."""
+VERSIONS = {"pytest-arbiter": "0.3.0", "numpy": "2.1.0"}
+
+
+def stats(median: float, samples: int = 25) -> LatencyStats:
+    return LatencyStats(median, median * 0.9, median * 0.95, median * 1.05, median * 1.2,
+                        samples)
+
+
+def entry(device: str, bucket: str, *timed: tuple[str, float], op: str = "matmul",
+          dtype: str = "float16", confidence: float = 0.999, reverify: bool = False,
+          considered: Mapping[str, Any] | None = None,
+          rejected: Mapping[str, str] | None = None) -> CacheEntry:
+    ranking = tuple(RankedCandidate(name, stats(median)) for name, median in timed)
+    prov = {"host": f"runner-{device}", "device_name": f"GPU {device}", "rounds": 25,
+            "measured_at": "2026-12-03T06:00:00Z", "versions": VERSIONS}
+    considered = considered or {name: {"fingerprint": "3f9d0c2a71b4e865",
+                                       "outcome": "timed"} for name, _ in timed}
+    return CacheEntry(device, "nvidia", op, bucket, dtype, ranking, confidence, False,
+                      dict(rejected or {}), prov, dict(considered), reverify=reverify)
+
+
+def corpus(path: Path) -> Path:
+    broken = {"wmma": {"fingerprint": "1", "outcome": "timed"},
+              "cublas": {"fingerprint": "2", "outcome": "timed"},
+              "split_k": {"fingerprint": "3", "outcome": "rejected",
+                          "reason": f"failed the F4 gate: max error 3e-2 {HOSTILE}"}}
+    artifacts.write_cache(path, MeasureCache([
+        entry("sm_90", "64x64x64", ("wmma", 1000.0), ("cublas", 1500.0), considered=broken),
+        entry("sm_90", "128x128x128", ("cublas", 5200.0), ("wmma", 5300.0),
+              confidence=0.9),  # low confidence
+        entry("sm_90", "64x128/c", ("fused_softmax", 812.0), ("cupy_softmax", 1300.0),
+              op="softmax", dtype="float32", reverify=True),  # stale
+        entry("sm_120", "64x64x64", ("cublas", 2_400_000.0), (HOSTILE, 9_000_000.0)),
+        entry("sm_120", "128x128x128", ("cublas", 7000.0)),
+    ]))
+    return path
+
+
+def junit(path: Path) -> Path:
+    """A JUnit report of one run: a degrade and an error named by their tests, a
+    no_candidate, and a stale key a recheck found."""
+    degraded = HistogramKey("nvidia", "matmul", "wmma", "degraded")
+    error = HistogramKey("nvidia", "matmul", MARKUP, "error")
+    none = HistogramKey("nvidia", "softmax", "none", "no_candidate")
+    cases = {"tests.test_mm::test_ragged[7]": {degraded: 3},
+             f"tests.test_mm::test_odd[{MARKUP}]": {error: 1}, "tests.test_sm::test_big": {}}
+    totals = {degraded: 3, error: 1, none: 2}
+    recorded = {degraded: 3, error: 1}
+    suite = ET.Element("testsuite", name="pytest", tests=str(len(cases)), errors="0",
+                       failures="0", skipped="0")
+    props = ET.SubElement(suite, "properties")
+    stale = ["nvidia/matmul/64x64x64/float16: stale: cublas 1.31x faster than wmma"]
+    for name, value in suite_properties(totals, recorded, stale=stale):
+        ET.SubElement(props, "property", name=name, value=value)
+    for case_id, found in cases.items():
+        classname, _, name = case_id.partition("::")
+        case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0.1")
+        if found:
+            cprops = ET.SubElement(case, "properties")
+            for key, count in found.items():
+                ET.SubElement(cprops, "property", name=property_name(key, PROPERTY_PREFIX),
+                              value=str(count))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    path.write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+    return path
+
+
+def render(tmp_path: Path) -> tuple[Path, str]:
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "report.html"
+    out = io.StringIO()
+    code = main(["report", str(corpus(tmp_path / "corpus.json")),
+                 str(junit(tmp_path / "sm_90.xml")), "-o", str(page)], out=out)
+    assert code == 0, out.getvalue()
+    return page, page.read_text(encoding="utf-8")
+
+
+def section(html: str, ident: str) -> str:
+    start = html.index(f'id="{ident}"')
+    return html[start:html.index("</section>", start)]
+
+
+def test_the_header_names_date_corpus_versions_devices(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    header = html[html.index("<header>"):html.index("</header>")]
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    assert today in header
+    assert str(tmp_path / "corpus.json") in header and "5 entries" in header
+    assert "not committed" in header  # tmp_path is no git repository
+    assert "pytest-arbiter 0.3.0" in header and "numpy 2.1.0" in header
+    assert "sm_90 (GPU sm_90): 3 entries" in header and "sm_120 (GPU sm_120): 2 entries" in header
+    assert "2026-12-03T06:00:00Z" in header and "sm_90.xml" in header
+
+
+def test_each_cell_says_winner_median_and_marks(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    sm90 = section(html, "g-1")  # sm_90 matmul (sm_120 sorts first)
+    assert "sm_90 \u00b7 matmul" in sm90
+    figure = sm90[sm90.index("<figure"):sm90.index("</figure>")]
+    # SVG text: the winner, its median with units, the marks in words
+    assert ">wmma<" in figure and ">1.00 \u00b5s<" in figure
+    assert ">cublas<" in figure and ">5.20 \u00b5s<" in figure
+    assert ">low confidence, stale<" not in figure and ">low confidence<" in figure
+    # the stale key a recheck found (the JUnit report) is marked in its cell too
+    assert ">stale<" in figure
+    # hover: the ranking with units; click: the entry's row
+    assert "1. wmma 1.00 \u00b5s (winner)\n2. cublas 1.50 \u00b5s (1.50x" in figure
+    assert 'xlink:href="#e-' in figure or 'href="#e-' in figure
+    # the table says the same in words, its rows are the links' targets
+    flagged = re.findall(r'<tr id="e-\d+" class="flagged">(.*?)</tr>', sm90)
+    assert len(flagged) == 2
+    assert '<td class="mark">stale</td>' in flagged[0]  # the recheck's key, 64x64x64
+    assert '<td class="mark">low confidence</td>' in flagged[1]  # 128x128x128
+    assert "<td class=\"num\">5.20 \u00b5s</td>" in sm90
+    assert latency(2_400_000.0) == "2.40 ms" and latency(812.0) == "812 ns"
+
+
+def test_one_colour_scale_for_the_page(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    legend = section(html, "scale")
+    for step in SCALE:
+        assert step.colour in legend and step.label in legend
+    # a cell's colour is the scale's colour for its speedup, in every figure
+    assert band(1.5).colour.lower() in html.lower()  # wmma over cublas, sm_90
+    assert band(9_000_000 / 2_400_000).colour.lower() in html.lower()  # sm_120
+    assert "colorbar" not in html and html.count("<svg") == 3
+
+
+def test_the_problem_table_has_reasons_tests_and_keys(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    problems = section(html, "problems")
+    rows = re.findall(r"<tr><td><span class=\"badge (\w+)\">.*?</tr>", problems, re.S)
+    assert rows == ["degraded", "rejected", "error", "no_candidate", "stale"]
+    assert "tests.test_mm::test_ragged[7]" in problems
+    assert "failed the F4 gate: max error 3e-2" in problems  # the corpus's reason
+    assert 'href="#e-' in problems and "sm_90/nvidia/matmul/64x64x64/float16" in problems
+    assert "cublas 1.31x faster than wmma" in problems
+    assert "no candidate of the op applies" in problems
+
+
+def test_devices_side_by_side(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    devices = section(html, "devices")
+    assert "2 keys measured on more than one device" in devices
+    assert "<th>sm_120</th><th>sm_90</th>" in devices
+    assert "2.40 ms (2400.00x)" in devices and "1.00 \u00b5s (fastest)" in devices
+    assert "differs" in devices
+
+
+def test_hostile_names_are_text_and_nothing_loads(tmp_path: Path) -> None:
+    _, html = render(tmp_path)
+    assert "<img" not in html and "<b>" not in html and "\x1b" not in html and "<script" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;\\x1b[31m" in html
+    assert "test_odd[&lt;b&gt;bold&lt;/b&gt;&amp;amp;]" in html
+    assert not re.search(r"<link|@import|url\((?!#)", html)
+    tags = Tags()
+    tags.feed(html)
+    assert tags.elements >= {"html", "svg", "table", "a"}
+    assert {"script", "img", "iframe", "object", "embed", "link"}.isdisjoint(tags.elements)
+    assert tags.loads == [], "an attribute that would load something"
+    ids = re.findall(r' id="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+
+
+class Tags(HTMLParser):
+    """Every element of a page, and every attribute that would load or run something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: set[str] = set()
+        self.loads: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.add(tag)
+        for name, value in attrs:
+            if (name == "src" or name.startswith("on")
+                    or (name.endswith("href") and not (value or "").startswith("#"))):
+                self.loads.append((name, value or ""))
+
+
+# -- in Chromium ----------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    if (el.closest('.scroll, figure')) continue;  // a box that scrolls on its own
+    const r = el.getBoundingClientRect();
+    if (r.width && (r.right > width + 1 || r.left < -1))
+      out.push(el.tagName + ' ' + (el.id || el.className) + ' ' + r.left + '..' + r.right);
+  }
+  return out;
+}"""
+BOXES = """() => Array.from(document.querySelectorAll('.scroll, figure')).map(el => ({
+  right: el.getBoundingClientRect().right, overflow: getComputedStyle(el).overflowX,
+  wide: el.scrollWidth > el.clientWidth}))"""
+SMALL_TEXT = """() => {
+  const out = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const node = walk.currentNode, el = node.parentElement;
+    if (!node.textContent.trim() || el.closest('title')) continue;
+    const range = document.createRange(); range.selectNodeContents(node);
+    const r = range.getBoundingClientRect();
+    const size = el instanceof SVGElement ? r.height : parseFloat(getComputedStyle(el).fontSize);
+    if (r.height && size < 10) out.push(node.textContent.slice(0, 40) + ' ' + size);
+  }
+  return out;
+}"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
+                    "it: apt-get install chromium)")
+@pytest.mark.slow
+def test_the_page_in_chromium_at_desktop_and_phone_width(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    page_file, _ = render(tmp_path)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        try:
+            _check_in(browser.new_page(viewport={"width": 1280, "height": 900}),
+                      page_file, tmp_path)
+        finally:
+            browser.close()
+
+
+def _check_in(page: Any, page_file: Path, tmp_path: Path) -> None:
+    said: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda msg: said.append(msg.text))
+    page.on("pageerror", lambda exc: said.append(str(exc)))
+    page.on("request", lambda req: requests.append(req.url))
+    page.goto(page_file.as_uri())
+    assert requests == [page_file.as_uri()] and said == []
+    # what a person reads, as text
+    header = page.locator("header").inner_text()
+    assert "Generated" in header and "corpus.json" in header and "numpy 2.1.0" in header
+    assert "sm_90 (GPU sm_90): 3 entries" in header
+    problems = page.locator("#problems").inner_text()
+    assert "tests.test_mm::test_ragged[7]" in problems
+    assert "failed the F4 gate: max error 3e-2 " + SHOWN_HOSTILE in problems
+    heat = page.locator("#g-1 figure")
+    assert heat.is_visible()
+    cells = heat.locator("svg text").evaluate_all("els => els.map(e => e.textContent)")
+    for want in ("wmma", "1.00 \u00b5s", "low confidence", "stale"):
+        assert any(want in t for t in cells), (want, cells)
+    assert page.locator("#e-1.flagged, tr.flagged").count() >= 2
+    assert "5.20 \u00b5s" in page.locator("#g-1 table.entries").inner_text()
+    assert page.locator("#devices table").is_visible()
+    assert page.locator("#scale .swatch").count() == len(SCALE) + 2
+    page.screenshot(path=str(tmp_path / "desktop.png"), full_page=True)
+    assert page.evaluate(SMALL_TEXT) == []
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+    width = page.evaluate("document.scrollingElement.scrollWidth")
+    assert width <= page.evaluate("document.scrollingElement.clientWidth"), width
+    assert page.evaluate(OVERFLOW) == []
+    boxes = page.evaluate(BOXES)
+    assert boxes and all(b["right"] <= 391 and b["overflow"] == "auto" for b in boxes)
+    assert any(b["wide"] for b in boxes)  # the wide tables scroll inside their box
+    assert page.evaluate(SMALL_TEXT) == []
+    assert page.locator("header").is_visible() and page.locator("#problems").is_visible()
+    assert (tmp_path / "phone.png").stat().st_size > 10_000
