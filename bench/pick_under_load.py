@@ -51,6 +51,8 @@ X = np.arange(8, dtype=np.float32)
 Kernel = Callable[[], object]
 Pick = tuple[str, float, float]
 """(picked name, comparison seconds, whole pick seconds)."""
+DISCARDED: list[int] = []
+"""Each arbiter comparison's rounds discarded as preempted."""
 
 
 def add_one(x: np.ndarray) -> np.ndarray:
@@ -81,20 +83,20 @@ def true_gap(fast: Kernel, slow: Kernel, pairs: int = 2000) -> float:
     return statistics.median(_once(slow) / _once(fast) for _ in range(pairs)) - 1.0
 
 
-class SpanTimer:
-    """The CPU target's own timer, noting this thread's CPU time from the start of the
-    first call it times to the end of the last: the comparison's CPU time (the gate
-    before it times nothing)."""
+class SpanTimer(pytest_arbiter.CpuTimer):
+    """The CPU target's own timer (a ``CpuTimer``, so the comparison budgets it as it
+    does the CPU timer), noting this thread's CPU time from the start of the first call
+    it times to the end of the last: the comparison's CPU time (the gate before it times
+    nothing)."""
 
     def __init__(self) -> None:
-        self.inner = pytest_arbiter.CpuTimer()
         self.first_ns: int | None = None
         self.last_ns = 0
 
     def sample(self, fn: Callable[[], object]) -> float:
         if self.first_ns is None:
             self.first_ns = time.thread_time_ns()
-        took = self.inner.sample(fn)
+        took = super().sample(fn)
         self.last_ns = time.thread_time_ns()
         return took
 
@@ -114,6 +116,8 @@ def arbiter_pick(fns: dict[str, Kernel], ns: dict[str, int]) -> list[tuple[str, 
                                             policy=pytest_arbiter.ComparePolicy())
     took = time.perf_counter() - start
     comp = sel.comparison
+    if comp is not None:
+        DISCARDED.append(getattr(comp, "discarded", 0))  # an older tree has no field
     picked = sel.candidate.name if sel.candidate is not None else "?"
     return [("arbiter", (picked, comp.spent_ns / 1e9 if comp else float("nan"), took)),
             ("arbiter, its CPU time", (picked, timer.cpu_s, took))]
@@ -251,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'<=10ms':>7}  {'pick med':>9}   (ms; targets: >= 99% correct, 95% <= 10 ms)")
     for label, cell in cells.items():
         print(cell.row(label, 0.010))
+    if DISCARDED:
+        print(f"arbiter rounds discarded as preempted, per comparison: mean "
+              f"{statistics.mean(DISCARDED):.2f}, max {max(DISCARDED)}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Latency measurement: warmup, median of N with its spread, and interleaved comparison.
 
 Timers are pluggable: the CPU timer reads a monotonic nanosecond clock; the CUDA lane
-brings a CUDA-event timer. A timer times one call of a zero-argument function.
+brings a CUDA-event timer. A timer times one call of a zero-argument function. Besides
+its timer, a comparison reads :class:`Clocks` (wall and CPU time) to budget its rounds.
 """
 
 from __future__ import annotations
@@ -39,6 +40,29 @@ class CpuTimer:
 
 
 CPU_TIMER = CpuTimer()
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The clocks a comparison reads besides its timer, in nanoseconds: ``wall`` bounds
+    it by the hard cap; ``cpu``, the timing thread's CPU time, counts against the soft
+    budget and finds the preempted rounds (see :class:`ComparePolicy`). ``cpu`` None
+    budgets by wall time and keeps every round: for a timer that does not time this
+    thread's work (CUDA events time the device while the host thread waits).
+    """
+
+    wall: Callable[[], int] = time.perf_counter_ns
+    cpu: Callable[[], int] | None = time.thread_time_ns
+
+
+HOST_CLOCKS = Clocks()
+WALL_CLOCKS = Clocks(cpu=None)
+
+
+def clocks_for(timer: Timer) -> Clocks:
+    """The CPU timer's calls run on this thread, so its CPU time is their cost: budget
+    by it; any other timer (a device's, a script's) by wall time, as it always was."""
+    return HOST_CLOCKS if isinstance(timer, CpuTimer) else WALL_CLOCKS
 
 
 def relative_spread(median: float, q1: float, q3: float) -> float:
@@ -155,6 +179,17 @@ class ComparePolicy:
     * at the cap: before a round that would take it past ``cap_s`` (the most one key's
       comparison may cost: ``--arbiter-tune-budget``), or at ``max_rounds``.
 
+    A shared machine preempts: a round in which another process ran is slower by what
+    that process got, for whichever candidate it hit. With a CPU clock (the CPU timer:
+    :func:`clocks_for`) the soft budget counts the timing thread's CPU time, not wall
+    time, and a round is *preempted* when its wall time is over ``preempt_factor`` times
+    its CPU time plus ``preempt_slack_s`` (well above clock jitter and an interrupt,
+    well below the millisecond slice a CPU-bound neighbour gets): it is discarded and
+    timed again, neither evidence nor a cost to the budget. After ``max_discards`` of
+    them (a loaded machine, or kernels that wait: sleep, I/O, other threads' work), or
+    when a retry would pass the cap, every round is kept and the budget counts wall
+    time again. The cap counts wall time throughout.
+
     There is always one timed round. A pick that the rounds do not support at
     ``tie_alpha`` and that is ahead by less than ``tie_margin`` is a tie: the higher tier
     is preferred. ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
@@ -179,6 +214,9 @@ class ComparePolicy:
     disable_gc: bool = True
     call_timeout_s: float | None = None
     crawl_factor: float = 10.0
+    preempt_factor: float = 2.0
+    preempt_slack_s: float = 50e-6
+    max_discards: int = 10
 
 
 @dataclass
@@ -193,6 +231,8 @@ class Comparison:
     ``dropped`` names the crawlers and why: ranked last, on the samples they have.
     ``declined`` names the candidates that raised one of the ``declines`` exceptions
     (a kernel handing the work on), with the exception's text: out, like ``failed``.
+    ``discarded`` counts the rounds timed again because they were preempted (not in
+    ``rounds``; their calls are in ``timed_ns``).
     """
 
     ranking: list[str]
@@ -207,6 +247,7 @@ class Comparison:
     failed: dict[str, str] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     declined: dict[str, str] = field(default_factory=dict)
+    discarded: int = 0
 
 
 def _sign_test_p(wins: int, trials: int) -> float:
@@ -224,7 +265,8 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
                       policy: ComparePolicy | None = None,
                       timer: Timer | None = None,
                       on_round: Callable[[Mapping[str, float]], bool] | None = None,
-                      declines: tuple[type[BaseException], ...] = ()) -> Comparison:
+                      declines: tuple[type[BaseException], ...] = (),
+                      clocks: Clocks | None = None) -> Comparison:
     """Rank zero-argument functions by latency with interleaved, adaptively stopped rounds.
 
     The ranking follows each candidate's median paired ratio to the leader (its time
@@ -236,11 +278,14 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     rounds by returning True: a caller's own stop rule (an ``alpha`` of 0 turns the
     built-in one off); the budget still bounds the rounds. ``declines``: exception
     types that mean "not for these inputs" rather than a failure (``Comparison.declined``).
+    ``clocks``: the wall and CPU clocks that budget the rounds (:func:`clocks_for` the
+    timer unless given: a test scripts them).
     """
     if not fns:
         raise ValueError("nothing to compare")
     pol = policy or ComparePolicy()
-    contest = _Contest(fns, pol, timer or CPU_TIMER)
+    clock = timer or CPU_TIMER
+    contest = _Contest(fns, pol, clock, clocks or clocks_for(clock))
     contest.on_round = on_round
     contest.declines = declines
     gc_was_enabled = gc.isenabled()
@@ -274,11 +319,15 @@ class _Contest:
     """
 
     def __init__(self, fns: Mapping[str, Callable[[], object]], pol: ComparePolicy,
-                 clock: Timer) -> None:
+                 clock: Timer, clocks: Clocks) -> None:
         self.fns = fns
         self.pol = pol
         self.clock = clock
-        self.started = time.perf_counter_ns()
+        self.wall, self.cpu = clocks.wall, clocks.cpu
+        self.started = self.wall()
+        self.cpu_started = self.cpu() if self.cpu is not None else 0
+        self.discarded = 0
+        self.discarded_cpu = 0
         self.names = list(fns)
         self.alive = list(self.names)
         self.failed: dict[str, str] = {}
@@ -301,7 +350,33 @@ class _Contest:
     def elapsed(self) -> float:
         """Nanoseconds spent: the wall clock, or the timer's total where that is more
         (a scripted timer's calls take no wall time)."""
-        return max(float(time.perf_counter_ns() - self.started), self.warm + self.timed)
+        return max(float(self.wall() - self.started), self.warm + self.timed)
+
+    def judging(self) -> bool:
+        """Whether rounds are still judged for preemption and budgeted by CPU time."""
+        return self.cpu is not None and self.discarded < self.pol.max_discards
+
+    def budget_spent(self) -> float:
+        """Nanoseconds counted against the soft budget: this thread's CPU time less the
+        discarded rounds' while rounds are judged, else :meth:`elapsed`."""
+        if self.cpu is None or not self.judging():
+            return self.elapsed()
+        return float(self.cpu() - self.cpu_started - self.discarded_cpu)
+
+    def discard(self, wall: float, cpu_start: int) -> bool:
+        """Whether the round just timed, of ``wall`` nanoseconds, was preempted and is
+        discarded: judged, over the :class:`ComparePolicy` rule, and a retry as long
+        would still fit under the cap."""
+        if self.cpu is None or not self.judging():
+            return False
+        cpu = self.cpu() - cpu_start
+        pol = self.pol
+        if (wall <= pol.preempt_factor * cpu + pol.preempt_slack_s * 1e9
+                or self.elapsed() + wall > pol.cap_s * 1e9):
+            return False
+        self.discarded += 1
+        self.discarded_cpu += cpu
+        return True
 
     def call(self, name: str) -> float | None:
         """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
@@ -351,7 +426,8 @@ class _Contest:
         while self.alive:
             if self._enough(wins, index, round_times):
                 break
-            round_start = time.perf_counter_ns()
+            round_start = self.wall()
+            cpu_start = self.cpu() if self.cpu is not None else 0
             shuffle.shuffle(order)
             times: dict[str, float] = {}
             whole = True
@@ -368,8 +444,10 @@ class _Contest:
             self.timed += sum(times.values())
             if not whole or not times:
                 continue
-            round_times.append(max(float(time.perf_counter_ns() - round_start),
-                                   sum(times.values())))
+            wall = float(self.wall() - round_start)
+            if self.discard(wall, cpu_start):
+                continue  # preempted: timed again, as if it never ran
+            round_times.append(max(wall, sum(times.values())))
             self.kept.append(times)
             if self.on_round is not None and self.on_round(times):
                 break
@@ -401,7 +479,8 @@ class _Contest:
             return rounds >= max(3, pol.min_rounds // 2)
         if rounds >= max(1, pol.max_rounds):
             return True
-        if rounds < pol.min_rounds or spent + 3.0 * typical <= pol.budget_s * 1e9:
+        if (rounds < pol.min_rounds
+                or self.budget_spent() + 3.0 * typical <= pol.budget_s * 1e9):
             return False
         live = [index[n] for n in self.alive]
         return _leader_p(wins, live, rounds) < pol.confident_p
@@ -414,7 +493,7 @@ class _Contest:
 
     def outcome(self, tier_of: Mapping[str, int]) -> Comparison:
         """Rank the finishers as the rounds say, then the crawlers after them."""
-        spent = float(time.perf_counter_ns() - self.started)
+        spent = float(self.wall() - self.started)
         rounds = len(self.kept)
         finishers = [n for n in self.names if n in self.alive]
         crawlers = [n for n in self.names if n in self.dropped]
@@ -427,7 +506,8 @@ class _Contest:
         elif len(finishers) <= 1:
             if not finishers and not crawlers:
                 return Comparison([], {}, 0.0, False, rounds, self.timed, {}, spent, 1.0,
-                                  dict(self.failed), dict(self.dropped), dict(self.declined))
+                                  dict(self.failed), dict(self.dropped), dict(self.declined),
+                                  self.discarded)
             # one candidate left (a lone crawler only if all else failed): the pick, as
             # when there is one candidate from the start
             ranked = finishers or crawlers
@@ -444,7 +524,7 @@ class _Contest:
         crawlers.sort(key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
         return Comparison(ranked + crawlers, stats, confidence, tie, rounds, self.timed,
                           ratios, spent, p_worst, dict(self.failed), dict(self.dropped),
-                          dict(self.declined))
+                          dict(self.declined), self.discarded)
 
     def _rank(self, names: list[str], tier_of: Mapping[str, int]
               ) -> tuple[list[str], dict[str, float], bool, float]:
