@@ -362,6 +362,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.cli import report
     from pytest_arbiter.gating.junit import read_report
 
+    if args.history:
+        return _report_history(args, out)
     cache = artifacts.read_cache(args.cache)
     histograms = [report.HistogramInput.of(str(path), read_report(path))
                   for path in args.histograms]
@@ -372,6 +374,25 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_USAGE
     artifacts.write_text_atomic(args.output, page)
     _say(out, f"{args.output}: {len(cache)} entries, {len(histograms)} histogram(s)")
+    return EXIT_OK
+
+
+def _report_history(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_arbiter.cli import report_history
+
+    if args.histograms:
+        sys.stderr.write("pytest-arbiter report: --history reads the corpus's git history "
+                         "only: give no REPORT files\n")
+        return EXIT_USAGE
+    try:
+        versions = report_history.read_versions(args.cache, args.max_commits)
+        page = report_history.render_history(str(args.cache), versions)
+    except ReportUnavailable as exc:
+        sys.stderr.write(f"pytest-arbiter report: {exc}\n")
+        return EXIT_USAGE
+    artifacts.write_text_atomic(args.output, page)
+    _say(out, f"{args.output}: {len(versions)} versions of {args.cache}, "
+         f"{report_history.change_count(versions)} winner changes, slowdowns and removals")
     return EXIT_OK
 
 

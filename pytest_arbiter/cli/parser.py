@@ -84,6 +84,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{escape(repr(text))} is not a positive integer")
+    return int(text)
+
+
 # -- the commands ----------------------------------------------------------------------
 
 
@@ -231,6 +237,12 @@ def _add_output_commands(sub: Subparsers, commands: Mapping[str, Command]) -> No
                      "reports (--junitxml: they also name the tests and the stale keys)")
     rep.add_argument("-o", "--output", required=True, metavar="HTML",
                      help="the page to write")
+    rep.add_argument("--history", action="store_true",
+                     help="instead: how each key's winner and median changed across the "
+                     "git commits of CACHE (git log --follow; the working tree's file "
+                     "last when it differs), winner changes and slowdowns marked")
+    rep.add_argument("--max-commits", type=_positive_int, default=50, metavar="N",
+                     help="with --history: the newest N commits (default: 50)")
     rep.set_defaults(run=commands["report"])
 
     exp = sub.add_parser(

@@ -16,6 +16,8 @@ from pytest_arbiter.store.safetext import escape
 GIT_TIMEOUT_S = 60
 _FIELDS = "%H%x00%h%x00%cI%x00%an%x00%s"
 _RECORD = "\x1e"
+_REPOSITORY_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+                                   "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR"})
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,12 @@ class Commit:
 
 def git(folder: Path, *args: str) -> bytes:
     """git's standard output; ``ArtifactError`` with git's message when it fails."""
+    # the repository is the file's: not one a calling git hook points at
+    env = {k: v for k, v in os.environ.items() if k not in _REPOSITORY_VARIABLES}
     try:
         done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True,
                               timeout=GIT_TIMEOUT_S, check=False,
-                              env={**os.environ, "GIT_PAGER": "cat", "LC_ALL": "C"})
+                              env={**env, "GIT_PAGER": "cat", "LC_ALL": "C"})
     except (OSError, subprocess.SubprocessError) as exc:
         raise ArtifactError(f"cannot run git: {escape(exc)}") from None
     if done.returncode != 0:

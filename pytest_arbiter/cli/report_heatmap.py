@@ -55,7 +55,7 @@ def matplotlib() -> Any:
     return matplotlib
 
 
-def _svg(fig: Any) -> str:
+def svg_of(fig: Any) -> str:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight", pad_inches=0.05,
                 metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
@@ -110,12 +110,12 @@ def heatmap_svg(entries: Sequence[CacheEntry], prefix: str,
                 _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
                            lines[(bucket, dtype)] if annotate else [], stale)
         _axes(ax, buckets, dtypes)
-        svg = _svg(fig)
+        svg = svg_of(fig)
         mpl.pyplot.close(fig)
     for gid, title in titles.items():
         shown = "\n".join(map(text, title.split("\n")))  # one line a ranking row
         svg = svg.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{shown}</title>', 1)
-    return _prefixed_ids(svg, prefix)
+    return prefixed_ids(svg, prefix)
 
 
 def _draw_cell(ax: Any, entry: CacheEntry, at: tuple[int, int], gid: str,
@@ -156,7 +156,7 @@ def _axes(ax: Any, buckets: Sequence[str], dtypes: Sequence[str]) -> None:
         side.set_visible(False)
 
 
-def _prefixed_ids(svg: str, prefix: str) -> str:
+def prefixed_ids(svg: str, prefix: str) -> str:
     """Every id of one figure (matplotlib numbers them from 1 in each) and every
     reference to one, prefixed: several figures on one page keep their ids apart."""
     ids = set(re.findall(r'\bid="([^"]+)"', svg))

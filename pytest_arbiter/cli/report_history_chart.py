@@ -1,0 +1,67 @@
+"""The chart of ``pytest-arbiter report --history``: each key's median over the corpus's
+versions, one line a key, a diamond where its winner changed; drawn by matplotlib as
+inline SVG at a fixed size (a phone scrolls it in its box, its labels keep 12 px)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pytest_arbiter.cli.report_cells import cut
+from pytest_arbiter.cli.report_heatmap import FONT_PT, matplotlib, prefixed_ids, svg_of
+from pytest_arbiter.store.safetext import escape
+
+MAX_LINES = 12
+"""Keys drawn per chart: those whose median moved most; the table lists them all."""
+
+Series = Sequence[tuple[float, bool] | None]
+"""Per version: the median in nanoseconds and whether the winner changed there."""
+
+
+def _moved(points: Series) -> float:
+    values = [p[0] for p in points if p is not None]
+    changed = sum(1 for p in points if p is not None and p[1])
+    return changed + (max(values) / min(values) if values and min(values) > 0 else 0.0)
+
+
+def chart_svg(lines: Mapping[str, Series], labels: Sequence[str], prefix: str) -> str:
+    """The chart of ``lines`` (a key's label to its series) over the versions
+    ``labels``, as inline SVG whose ids start with ``prefix``."""
+    mpl = matplotlib()
+    plt = mpl.pyplot
+    shown = sorted(lines, key=lambda k: -_moved(lines[k]))[:MAX_LINES]
+    with mpl.rc_context({"svg.fonttype": "none", "text.parse_math": False,
+                         "svg.hashsalt": "pytest-arbiter", "font.size": FONT_PT}):
+        fig, ax = plt.subplots(figsize=(max(4.2, 0.55 * len(labels) + 2.2), 3.0))
+        for name in sorted(shown):
+            xs = [i for i, p in enumerate(lines[name]) if p is not None]
+            ys = [p[0] / 1e3 for p in lines[name] if p is not None]
+            (line,) = ax.plot(xs, ys, marker="o", markersize=4,
+                              label=cut(escape(name), 28))
+            flips = [(i, p[0] / 1e3) for i, p in enumerate(lines[name])
+                     if p is not None and p[1]]
+            if flips:
+                ax.plot(*zip(*flips, strict=True), linestyle="none", marker="D",
+                        markersize=9, markerfacecolor="none", markeredgewidth=1.5,
+                        color=line.get_color())
+        ax.set_xticks(range(len(labels)), [cut(escape(v), 12) for v in labels],
+                      rotation=45, ha="right")
+        ax.set_ylabel("median (\u00b5s)")
+        _log_axis(ax)
+        ax.grid(True, which="both", alpha=0.3)
+        if shown:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                      title="bucket dtype (diamond: new winner)")
+        svg = svg_of(fig)
+        plt.close(fig)
+    return prefixed_ids(svg, prefix)
+
+
+def _log_axis(ax: object) -> None:
+    """A log scale labelled in plain numbers (1, 2, 5, 10, ...), not math text."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")  # type: ignore[attr-defined]
+    axis = ax.yaxis  # type: ignore[attr-defined]
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
