@@ -8,32 +8,27 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.dtypes import dtype_name, precision, round_to, spacing
-from pytest_arbiter.core.ops import (
-    ERROR_LAMBDA,
-    ErrorModel,
-    ErrorScales,
-    Op,
-    compares_exactly,
-    error_model,
-    result_dtype,
-    to_host,
-)
+from pytest_arbiter.core.dtypes import precision, round_to, spacing
+from pytest_arbiter.core.ops import ERROR_LAMBDA, ErrorModel, Op, compares_exactly, to_host
 from pytest_arbiter.core.regions import Region
-from pytest_arbiter.core.user_inputs import is_scalar, same_layout_copy, sensitivity, user_trials
+from pytest_arbiter.core.trials import (
+    SENSITIVE,
+    GateTrials,
+    PreparedTrial,
+    float_name,
+    gate_trials,
+    host,
+)
+from pytest_arbiter.core.user_inputs import same_layout_copy
 from pytest_arbiter.errors import CallTimeout, Decline
-from pytest_arbiter.timing.watchdog import watchdog
+from pytest_arbiter.timing.watchdog import watch_session, watchdog
 
 GATE_SEED = 20240611
-
-
-def _shape_text(inputs: Sequence[Any]) -> str:
-    return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
 
 
 @dataclass(frozen=True)
@@ -128,22 +123,13 @@ def _budget_text(op: Op, dtype: str) -> str:
     return f"op {op.name!r} budget for {dtype} (docs/accuracy.md)"
 
 
-def _expected(op: Op, inputs: Sequence[np.ndarray]
-              ) -> tuple[np.ndarray, np.dtype, str | None]:
-    """The float64 ground truth, the dtype the candidate's output must have, and the
-    floating dtype the reference computed it in (``None``: not floating point)."""
-    if op.builtin:
-        return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
-    ref = np.asarray(to_host(op.reference(*[_host_copy(x) for x in inputs])))
-    return ref.astype(np.float64), result_dtype(op, inputs, ref), _float_name(ref.dtype)
-
-
 Guard = Callable[[], AbstractContextManager[Any]]
 
 
 def _call_guard(call_timeout_s: float | None) -> Guard:
     """A context manager factory for each candidate call: the watchdog when one is asked
-    for, else nothing."""
+    for (in the gate's :func:`watch_session` it only arms and stops the timer), else
+    nothing."""
     if call_timeout_s is None:
         return contextlib.nullcontext
     seconds = call_timeout_s
@@ -178,17 +164,37 @@ class _Units:
     group: np.ndarray  # the group (softmax row); each unit its own when nothing is shared
 
 
-def _units(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
-           seed: int) -> _Units:
+@dataclass(frozen=True)
+class _Frame:
+    """What the statistical checks compute before they read an output: the sampled
+    outputs (positions sorted and grouped, exact values, their spacing and correctly
+    rounded values), the units' terms (:class:`_Units` but ``d`` and ``z``) and both
+    checks' weights and thresholds (``None`` under _MIN_UNITS units)."""
+
+    index: np.ndarray
+    e: np.ndarray
+    ulp: np.ndarray
+    ideal: np.ndarray
+    starts: np.ndarray | None  # where each unit of equal outputs starts; None: one each
+    counts: np.ndarray | None
+    units: _Units
+    bias: tuple[np.ndarray, np.ndarray, float, float, float] | None
+    spread: _SpreadTerms | None
+
+
+def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorModel,
+           dtype: str, seed: int) -> _Frame:
     """At most STAT_SAMPLE finite outputs, every k-th one (a choice fixed before the errors
-    are seen, so the checks' false-alarm bound holds for the sample). Outputs equal in the exact
-    result and in one group are one unit: a deterministic kernel computes them alike,
-    so their errors are one observation, not several."""
-    flat_exact, flat_got = exact.reshape(-1), got.reshape(-1)
+    are seen, so the checks' false-alarm bound holds for the sample), and those where
+    ``flat_got`` (if given) is finite. Outputs equal in the exact result and in one group
+    are one unit: a deterministic kernel computes them alike, so their errors are one
+    observation, not several."""
     stride = -(-flat_exact.size // STAT_SAMPLE)
     index = np.arange(seed % stride, flat_exact.size, stride)
     sampled = flat_exact[index]
-    keep = np.isfinite(sampled) & np.isfinite(flat_got[index])
+    keep = np.isfinite(sampled)
+    if flat_got is not None:
+        keep &= np.isfinite(flat_got[index])
     if model.flush:
         # where flushing float32 subnormals to zero (allowed) could move an output by more
         # than 1/64 of its spacing, its error says nothing about rounding
@@ -204,26 +210,40 @@ def _units(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
         order = np.argsort(e)
         same = np.diff(e[order]) == 0
     index, e = index[order], e[order]
-    g = flat_got[index]
     if not model.group_size:
         groups = np.arange(e.size)
     ulp = spacing(e, dtype)
     ideal = round_to(e, dtype)
     scales = model.scales(index)
-    columns = [(g - ideal) / ulp, (g - e) / ulp, (ideal - e) / ulp]
+    z_ideal = (ideal - e) / ulp
     maxima = [scales.sd / ulp, scales.common / ulp, scales.systematic / ulp,
               model.allowed.reshape(-1)[index] / ulp]
     sign = np.sign(e)
+    starts = counts = None
     if same.any():
         starts = np.flatnonzero(np.concatenate([[True], ~same]))
         counts = np.diff(np.append(starts, e.size))
-        columns = [np.add.reduceat(c, starts) / counts for c in columns]
+        z_ideal = np.add.reduceat(z_ideal, starts) / counts
         maxima = [np.maximum.reduceat(m, starts) for m in maxima]
         sign, groups = sign[starts], groups[starts]
-    d, z, z_ideal = columns
     sd, common, systematic, bound = maxima
-    return _Units(d, z, z_ideal, sign, sd, common, systematic, bound,
-                  np.asarray(groups, dtype=np.int64))
+    units = _Units(sign, sign, z_ideal, sign, sd, common, systematic, bound,
+                   np.asarray(groups, dtype=np.int64))
+    enough = sign.size >= _MIN_UNITS
+    return _Frame(index, e, ulp, ideal, starts, counts, units,
+                  _bias_terms(units) if enough else None,
+                  _spread_terms(units) if enough else None)
+
+
+def _units(frame: _Frame, flat_got: np.ndarray) -> _Units:
+    """The frame's units with the output's errors, in ulp: ``d`` beyond the correctly
+    rounded value, ``z`` from the exact one (averaged over each unit's outputs)."""
+    g = flat_got[frame.index]
+    d, z = (g - frame.ideal) / frame.ulp, (g - frame.e) / frame.ulp
+    if frame.starts is not None:
+        d = np.add.reduceat(d, frame.starts) / frame.counts
+        z = np.add.reduceat(z, frame.starts) / frame.counts
+    return replace(frame.units, d=d, z=z)
 
 
 def _bernstein(variance: float, largest: float) -> float:
@@ -237,7 +257,19 @@ def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bias_check(u: _Units) -> tuple[float, str]:
+def _bias_terms(u: _Units) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+    """The bias check's weights (and times the signs), threshold, allowance and total
+    weight: see :func:`_bias_check`."""
+    v = u.sd + u.sd ** 2 + u.common + u.systematic
+    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
+    independent = float(np.sum(w * w * v))
+    shared = float(np.sum(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
+    threshold = _bernstein(independent + shared, float(np.max(2.0 * w * (u.bound + 0.5))))
+    return w, w * u.sign, threshold, float(np.sum(w * u.systematic)), float(np.sum(w))
+
+
+def _bias_check(u: _Units, terms: tuple[np.ndarray, np.ndarray, float, float, float]
+                ) -> tuple[float, str]:
     """Bias: the weighted mean of ``d`` (signed, and relative to each output's sign) is
     zero for round to nearest, up to the model's systematic allowance and its noise.
 
@@ -246,15 +278,9 @@ def _bias_check(u: _Units) -> tuple[float, str]:
     E[d^2] <= E|c| + E[c^2] for a shift c: so with c of scale sd (independent), common
     (shared by a group) and systematic, Var(d) <= sd + sd^2 + common + systematic.
     """
-    v = u.sd + u.sd ** 2 + u.common + u.systematic
-    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
-    independent = float(np.sum(w * w * v))
-    shared = float(np.sum(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
-    threshold = _bernstein(independent + shared, float(np.max(2.0 * w * (u.bound + 0.5))))
-    allowance = float(np.sum(w * u.systematic))
-    total = float(np.sum(w))
+    w, w_sign, threshold, allowance, total = terms
     worst_ratio, worst_text = 0.0, ""
-    for stat, lean in ((float(np.sum(w * u.sign * u.d)), ("away from zero", "toward zero")),
+    for stat, lean in ((float(np.sum(w_sign * u.d)), ("away from zero", "toward zero")),
                        (float(np.sum(w * u.d)), ("upward", "downward"))):
         ratio = (abs(stat) - allowance) / threshold
         if ratio > worst_ratio:
@@ -267,33 +293,48 @@ def _bias_check(u: _Units) -> tuple[float, str]:
     return worst_ratio, worst_text
 
 
-def _spread_check(u: _Units) -> tuple[float, str]:
+class _SpreadTerms(NamedTuple):
+    w: np.ndarray
+    fit: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # w h, the groups' fit weight, h
+    mean: float
+    threshold: float
+    total: float
+
+
+def _spread_terms(u: _Units) -> _SpreadTerms:
+    """The spread check's weights, the shared error's fit, the expected statistic, its
+    threshold and the total weight: see :func:`_spread_check`."""
+    expected = u.sd ** 2 + u.systematic ** 2
+    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
+    reach = u.bound + 0.5
+    fit = None
+    if u.common.any():
+        h = u.common * u.sign
+        fit_w = w * u.common ** 2
+        fit = (w * h, np.maximum(_group_sums(fit_w, u.group), 1e-300), h)
+        noise = _group_sums(w * w * u.common ** 2 * (expected + 0.25), u.group) / np.maximum(
+            _group_sums(fit_w, u.group), 1e-300) ** 2
+        expected = expected + u.common ** 2 * noise[u.group]
+        reach = reach + ERROR_LAMBDA * u.common
+    flips = u.sd + u.sd ** 2 + u.systematic + u.common + expected
+    variance = float(np.sum(w * w * flips * reach ** 2))
+    threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
+    return _SpreadTerms(w, fit, float(np.sum(w * expected)), threshold, float(np.sum(w)))
+
+
+def _spread_check(u: _Units, terms: _SpreadTerms) -> tuple[float, str]:
     """Spread: the squared error beyond the correctly rounded result's, z^2 - z_ideal^2,
     has mean E[c^2] <= sd^2 + systematic^2 for a shift c before the last rounding. A
     group's shared relative error is first estimated (least squares, clipped to the
     budget's ERROR_LAMBDA scales) and taken out, its estimation error allowed for."""
     z = u.z
-    expected = u.sd ** 2 + u.systematic ** 2
-    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
-    reach = u.bound + 0.5
-    if u.common.any():
-        h = u.common * u.sign
-        fit_w = w * u.common ** 2
-        slope = _group_sums(w * h * z, u.group) / np.maximum(_group_sums(fit_w, u.group), 1e-300)
-        slope = np.clip(slope, -ERROR_LAMBDA, ERROR_LAMBDA)
+    if terms.fit is not None:
+        w_h, fit_w, h = terms.fit
+        slope = np.clip(_group_sums(w_h * z, u.group) / fit_w, -ERROR_LAMBDA, ERROR_LAMBDA)
         z = z - slope[u.group] * h
-        noise = _group_sums(w * w * u.common ** 2 * (expected + 0.25), u.group) / np.maximum(
-            _group_sums(fit_w, u.group), 1e-300) ** 2
-        expected = expected + u.common ** 2 * noise[u.group]
-        reach = reach + ERROR_LAMBDA * u.common
-    excess = z ** 2 - u.z_ideal ** 2
-    stat = float(np.sum(w * excess))
-    mean = float(np.sum(w * expected))
-    flips = u.sd + u.sd ** 2 + u.systematic + u.common + expected
-    variance = float(np.sum(w * w * flips * reach ** 2))
-    threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
+    stat = float(np.sum(terms.w * (z ** 2 - u.z_ideal ** 2)))
+    mean, threshold, total = terms.mean, terms.threshold, terms.total
     ratio = (stat - mean) / threshold
-    total = float(np.sum(w))
     text = (f"spread check: the errors are {math.sqrt(max(stat, 0.0) / total):.3g} ulp RMS "
             f"beyond correct rounding over {z.size} distinct outputs, where the rounding "
             f"model allows {math.sqrt((mean + threshold) / total):.3g} ({ratio:.3g}x the bound)")
@@ -301,14 +342,24 @@ def _spread_check(u: _Units) -> tuple[float, str]:
 
 
 def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
-                seed: int) -> tuple[float, float, str]:
+                seed: int, prep: PreparedTrial | None = None) -> tuple[float, float, str]:
     """``(bias ratio, spread ratio, reason)`` of one trial; a ratio over 1 fails, and the
-    reason says which check failed and by how much ("" when both pass)."""
-    units = _units(got, exact, model, dtype, seed)
-    if units.d.size < _MIN_UNITS:
+    reason says which check failed and by how much ("" when both pass). The frame is made
+    once for ``prep``'s trial, for outputs finite wherever it samples (an output that is
+    not gets a frame of its own)."""
+    flat_got = got.reshape(-1)
+    frame = prep.checks if prep is not None else None
+    if frame is None:
+        frame = _frame(exact.reshape(-1), None, model, dtype, seed)
+        if prep is not None:
+            prep.checks = frame
+    if not bool(np.isfinite(flat_got[frame.index]).all()):
+        frame = _frame(exact.reshape(-1), flat_got, model, dtype, seed)
+    if frame.bias is None or frame.spread is None:
         return 0.0, 0.0, ""
-    bias, bias_text = _bias_check(units)
-    spread, spread_text = _spread_check(units)
+    units = _units(frame, flat_got)
+    bias, bias_text = _bias_check(units, frame.bias)
+    spread, spread_text = _spread_check(units, frame.spread)
     if bias > 1.0:
         return bias, spread, bias_text
     if spread > 1.0:
@@ -316,40 +367,17 @@ def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: st
     return bias, spread, ""
 
 
-TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "user"]
-"""Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
-(``builtin``), or a user op's extra trials (:data:`~pytest_arbiter.core.user_inputs.TrialKind`)."""
-_DERIVED = ("generated", "conditioned", "special")
-_SENSITIVE = ("conditioned", "special", "user")
-"""Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
 _STAT_SOURCES = ("builtin", "generated", "user")
 
 
-@dataclass(frozen=True)
-class _Trial:
-    seed: int | None
-    inputs: tuple[Any, ...]
-    name: str
-    source: TrialSource = "own"
-
-
-def _host(x: Any) -> Any:
-    """A trial's input on the host; a plain number stays one."""
-    return x if is_scalar(x) else to_host(x)
-
-
-def _host_copy(x: Any) -> Any:
-    return x if is_scalar(x) else np.array(x, copy=True)
-
-
-def _check_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
-                 guard: Guard = contextlib.nullcontext) -> TrialResult:
+def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
+                 guard: Guard) -> TrialResult:
     """Run ``cand`` on one gate input and judge its output. NumPy's floating-point warnings
     are off meanwhile: the gate feeds NaN, inf and subnormals on purpose, and a kernel's
     ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
     a warning would be raised as one)."""
     with np.errstate(all="ignore"):
-        return _judge_trial(cand, op, index, trial, guard)
+        return _judge_trial(cand, op, index, prep, guard)
 
 
 def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
@@ -364,65 +392,55 @@ def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
     return None
 
 
-def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
-    """Why a derived trial checks nothing (``""``: it does): its exact result overflows
-    the output dtype, or is not finite although its inputs are (the reference's own
-    overflow). Special values' NaN and inf are what a kernel must match."""
-    if source not in _DERIVED:
-        return ""
-    finite = np.isfinite(exact)
-    if source != "special" and not bool(finite.all()):
-        return "skipped: the reference is not finite on these finite inputs"
-    float_name = _float_name(out_dtype)
-    if float_name is not None and exact.size and float(np.max(
-            np.abs(np.where(finite, exact, 0.0)))) > precision(float_name).largest:
-        return f"skipped: the exact result overflows {float_name}"
-    return ""
+def _outputs(cand: Candidate, prepared: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """The candidate's output and its inputs after the run, on the host (the copies back
+    wait for a device candidate's work: under the watchdog, so a fault or a hang there is
+    this candidate's, never escapes nor blames the next)."""
+    out = np.asarray(to_host(cand.run(*prepared)))
+    return out, [host(x) for x in prepared]
 
 
-def _judge_trial(cand: Candidate, op: Op, index: int, trial: _Trial,
+def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
+    """Whether the kernel's inputs are after its run as they were copied: compared with
+    the trial's own copies directly, no copy of the kernel's taken before the run."""
+    pairs = zip(prep.originals(), afterwards, strict=True)
+    return all(prep.unchanged(i, after) for i, (_, after) in enumerate(pairs))
+
+
+def _judge_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
                  guard: Guard) -> TrialResult:
-    inputs, shapes = trial.inputs, _shape_text(trial.inputs)
+    trial = prep.trial
 
     def result(status: str, reason: str = "") -> TrialResult:
-        return TrialResult(index, trial.seed, shapes, status, reason, input=trial.name)
+        return TrialResult(index, trial.seed, prep.shapes, status, reason, input=trial.name)
 
-    refused = _declined(cand, inputs)
+    refused = _declined(cand, trial.inputs)
     if refused is not None:
         return result(*refused)
-    originals = [_host_copy(x) for x in inputs]
-    try:
-        exact, out_dtype, reference_dtype = _expected(op, originals)
-    except Exception as exc:
-        if trial.source not in _DERIVED:
-            raise
-        return result("skipped", f"skipped: the reference raised {type(exc).__name__}")
-    skip = _unrepresentable(trial.source, exact, out_dtype)
+    skip = prep.skip_reason(op)
     if skip:
         return result("skipped", skip)
     try:
         # the kernel sees the inputs' own memory layout (strides and all): a kernel
         # wrong on a strided view must fail here, not pass on a contiguous copy
-        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in inputs])
+        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in trial.inputs])
         with guard():
-            # the copies back wait for a device candidate's work: under the guard, so a
-            # fault or a hang there is this candidate's, never escapes nor blames the next
-            out = np.asarray(to_host(cand.run(*prepared)))
-            afterwards = [_host(x) for x in prepared]
+            out, afterwards = _outputs(cand, prepared)
     except Decline as dec:
         return result("declined", f"Decline: {dec.reason}")
     except (Exception, CallTimeout) as exc:
         return result("error", f"raised {type(exc).__name__}: {exc}")
-    for original, after in zip(originals, afterwards, strict=True):
-        if not np.array_equal(original, after, equal_nan=True):
-            return result("fail", "the kernel modified its inputs")
+    if not _inputs_kept(prep, afterwards):
+        return result("fail", "the kernel modified its inputs")
+    assert prep.expected is not None
+    exact, out_dtype, _ = prep.expected
     if out.shape != exact.shape:
         return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:
         return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
     if compares_exactly(op, out_dtype):
         return result(*_exact_verdict(out, exact))
-    return _judge_values(op, index, trial, originals, exact, reference_dtype, out)
+    return _judge_values(op, index, prep, out)
 
 
 def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
@@ -436,26 +454,27 @@ def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
                     f"{exact[where]:g} (integer and boolean outputs are compared exactly)")
 
 
-def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
-                  exact: np.ndarray, reference_dtype: str | None,
-                  out: np.ndarray) -> TrialResult:
+def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> TrialResult:
     """A floating-point output against the reference: non-finite values, the elementwise
     budget, and on the gate's own random inputs the bias and spread checks."""
-    seed, shapes, name = trial.seed, _shape_text(trial.inputs), trial.name
+    trial = prep.trial
+    seed, shapes, name = trial.seed, prep.shapes, trial.name
+    assert prep.expected is not None
+    exact = prep.expected[0]
     got = out.astype(np.float64)
-    float_name = _float_name(out.dtype)
-    wrong, checked = _non_finite(got, exact, float_name)
+    out_float = float_name(out.dtype)
+    wrong, checked = _non_finite(got, exact, out_float)
     if wrong:
         return TrialResult(index, seed, shapes, "fail", wrong, input=name)
     if exact.size and not got.any() and exact.any():
         return TrialResult(index, seed, shapes, "fail",
                            "output is all zeros where the reference is not", input=name)
-    model, allowed = _budget(op, trial, originals, exact, float_name, reference_dtype)
+    model, allowed = prep.budget_for(op, out_float)
     err = np.abs(got - exact)
     if checked is not None:
         err = np.where(checked, err, 0.0)
     ratio = err / allowed  # (floating-point warnings are off in the trial)
-    if model is None or trial.source in _SENSITIVE:
+    if model is None or trial.source in SENSITIVE:
         ratio = np.where(err > 0, ratio, 0.0)  # a user budget may allow 0 somewhere
     rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
     if checked is not None:
@@ -471,13 +490,13 @@ def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
             f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
             worst_abs, worst_rel, worst_ratio, input=name)
     bias = spread = 0.0
-    if (model is not None and seed is not None and float_name in _STAT_DTYPES
+    if (model is not None and seed is not None and out_float in _STAT_DTYPES
             and trial.source in _STAT_SOURCES):
         # the checks' null model holds for random inputs only; the dispatch's inputs may
         # be structured (equal rows, sorted values) and make a correct kernel's rounding
         # errors look biased, and offsets and specials add errors of their own
         sample = got if checked is None else np.where(checked, got, np.nan)
-        bias, spread, why = _statistics(sample, exact, model, float_name, seed)
+        bias, spread, why = _statistics(sample, exact, model, out_float, seed, prep)
         if why:
             return TrialResult(index, seed, shapes, "fail", why, worst_abs, worst_rel,
                                worst_ratio, input=name, bias=bias, spread=spread)
@@ -485,51 +504,8 @@ def _judge_values(op: Op, index: int, trial: _Trial, originals: list[Any],
                        input=name, bias=bias, spread=spread)
 
 
-def _budget(op: Op, trial: _Trial, originals: list[Any], exact: np.ndarray,
-            float_name: str | None, reference_dtype: str | None
-            ) -> tuple[ErrorModel | None, np.ndarray]:
-    """The error model (``None``: a user op's own ``budget=``) and the elementwise budget
-    of one trial. A trial whose inputs the gate or the op's ``gate_inputs`` chose beyond
-    fresh draws (large magnitudes, offsets, special values, the user's own) may be
-    ill-conditioned: its budget adds the reference's measured sensitivity, and so does the
-    statistical checks' scale of a correct kernel's error (docs/accuracy.md)."""
-    model = error_model(op, originals, exact, generated=trial.seed is not None,
-                        out_dtype=float_name, reference_dtype=reference_dtype)
-    if trial.source not in _SENSITIVE:
-        allowed = model.allowed if model is not None else np.asarray(
-            op.budget(originals, exact), dtype=np.float64)
-        return model, allowed
-    extra = sensitivity(op.reference, tuple(originals), exact, trial.seed or 0)
-    if model is not None:
-        model = _widened(model, extra)
-        return model, model.allowed
-    return None, np.asarray(op.budget(originals, exact), dtype=np.float64) + extra
-
-
-def _widened(model: ErrorModel, extra: np.ndarray) -> ErrorModel:
-    """``model`` with ``extra`` (absolute, per output) added to its budget and to the scale
-    of the independent random part of a correct kernel's error."""
-    flat = extra.reshape(-1)
-    base = model.scales
-
-    def scales(index: np.ndarray) -> ErrorScales:
-        terms = base(index)
-        return terms._replace(sd=terms.sd + flat[index])
-
-    return replace(model, allowed=model.allowed + extra, scales=scales)
-
-
-def _float_name(dtype: np.dtype) -> str | None:
-    """The arbiter's name for a floating output dtype; ``None`` for any other (an int64
-    argmax, say), which has no rounding to check."""
-    try:
-        return dtype_name(dtype)
-    except (TypeError, ValueError):
-        return None
-
-
 def _non_finite(got: np.ndarray, exact: np.ndarray,
-                float_name: str | None) -> tuple[str, np.ndarray | None]:
+                out_float: str | None) -> tuple[str, np.ndarray | None]:
     """Where the reference defines a NaN, the output must be NaN; where it defines an
     infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
     into NaN); where it is finite, a finite value, unless rounding the exact value to the
@@ -541,10 +517,10 @@ def _non_finite(got: np.ndarray, exact: np.ndarray,
     if all_finite and bool(np.isfinite(got).all()):
         return "", None
     overflowed = np.zeros(exact.shape, dtype=bool)
-    if float_name is not None:
-        big = finite & (np.abs(np.where(finite, exact, 0.0)) > precision(float_name).largest)
+    if out_float is not None:
+        big = finite & (np.abs(np.where(finite, exact, 0.0)) > precision(out_float).largest)
         if big.any():
-            rounded = round_to(np.where(big, exact, 0.0), float_name)
+            rounded = round_to(np.where(big, exact, 0.0), out_float)
             overflowed = big & np.isinf(rounded) & (got == rounded)
     checks = (
         (finite & ~np.isfinite(got) & ~overflowed,
@@ -563,33 +539,8 @@ def _non_finite(got: np.ndarray, exact: np.ndarray,
     return "", finite & ~overflowed
 
 
-def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
-            seed: int) -> tuple[Region, list[_Trial]]:
-    """The region and the gate's inputs: the dispatch's own, then a built-in op's
-    generated ones, or a user op's extra trials (its ``gate_inputs``', then the derived)."""
-    trials: list[_Trial] = []
-    if inputs is not None:
-        op.validate(*inputs)
-        own = tuple(_host(x) for x in inputs)
-        trials.append(_Trial(None, own, "the dispatch's own inputs"))
-        if region is None:
-            region = op.region_of(*inputs)
-        if op.gate_inputs is None and not op.builtin:
-            extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
-            trials.extend(_Trial(seed + i, t.inputs, t.name, t.kind)
-                          for i, t in enumerate(extra))
-    if region is None:
-        raise ValueError("f4_gate needs inputs or a region")
-    if op.gate_inputs is not None:
-        generated = op.gate_inputs(region, seed)
-        names = getattr(generated, "names", None) or []
-        trials.extend(_Trial(seed + i, t, names[i] if i < len(names)
-                             else f"generated input {i}", "builtin")
-                      for i, t in enumerate(generated))
-    return region, trials
-
-
-def _nothing_checked(op: Op, trials: Sequence[_Trial], results: Sequence[TrialResult]) -> str:
+def _nothing_checked(op: Op, trials: Sequence[PreparedTrial],
+                     results: Sequence[TrialResult]) -> str:
     """Why a gate with no failure still does not pass: no trial at all (a user op gated on
     a region, with no inputs to start from), or every trial declined or skipped."""
     if not trials:
@@ -603,7 +554,8 @@ def _nothing_checked(op: Op, trials: Sequence[_Trial], results: Sequence[TrialRe
 
 def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
              region: Region | None = None, seed: int = GATE_SEED,
-             call_timeout_s: float | None = None) -> GateReport:
+             call_timeout_s: float | None = None,
+             trials: GateTrials | None = None) -> GateReport:
     """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
 
     Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
@@ -615,19 +567,28 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     the statistical checks run on the random ones (docs/accuracy.md, "User ops").
     A candidate that declines every input does not pass; one that raises does not either
     (its trial's status is ``"error"``).
-    ``call_timeout_s``: run each candidate call under the watchdog; a call it stops is an
-    error. Tells no hook: the public ``f4_gate`` (``decision.gating``) does.
+    ``call_timeout_s``: run each candidate call under the watchdog (its handler installed
+    once for the gate, its timer armed for each call); a call it stops is an error. ``trials``:
+    :func:`gate_trials` of these inputs, region and seed, shared with the other
+    candidates gated on them (the inputs, the reference's results and the budgets are
+    then made once). Tells no hook: the public ``f4_gate`` (``decision.gating``) does.
     """
+    if trials is None:
+        trials = gate_trials(op, inputs=inputs, region=region, seed=seed)
+    elif trials.op is not op or trials.seed != seed:
+        raise ValueError(f"gate trials prepared for op {trials.op.name!r}, seed "
+                         f"{trials.seed}: not for op {op.name!r}, seed {seed}")
+    region = trials.region
     guard = _call_guard(call_timeout_s)
-    region, trials = _trials(op, inputs, region, seed)
-    results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(trials)]
+    with watch_session(call_timeout_s):  # the handler installed once, not per call
+        results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(trials.trials)]
     checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)
     if failing is not None:
         reason = failing.reason
     elif not checked:
-        reason = _nothing_checked(op, trials, results)
+        reason = _nothing_checked(op, trials.trials, results)
     else:
         reason = ""
     report = GateReport(

@@ -17,19 +17,21 @@ from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.gate import GATE_SEED, GateReport, evaluate
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
+from pytest_arbiter.core.trials import GateTrials, gate_trials
 from pytest_arbiter.decision.states import DispatchKey, GateKind
 from pytest_arbiter.extend.hooks import call as call_hook
 
 
 def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
             region: Region | None = None, seed: int = GATE_SEED,
-            call_timeout_s: float | None = None) -> GateReport:
+            call_timeout_s: float | None = None,
+            trials: GateTrials | None = None) -> GateReport:
     """The F4 gate (:func:`pytest_arbiter.core.gate.evaluate`: ``cand`` on ``inputs`` and
-    on the op's generated inputs for ``region``), telling the hooks of a candidate that
-    was wrong or raised (``pytest_arbiter_gate_failed``); declining every input is not a
-    failure."""
+    on the op's generated inputs for ``region``; ``trials``: those, prepared once for
+    the candidates gated on them), telling the hooks of a candidate that was wrong or
+    raised (``pytest_arbiter_gate_failed``); declining every input is not a failure."""
     report = evaluate(cand, op, inputs=inputs, region=region, seed=seed,
-                      call_timeout_s=call_timeout_s)
+                      call_timeout_s=call_timeout_s, trials=trials)
     if report.failing is not None:
         call_hook("pytest_arbiter_gate_failed", report=report)
     return report
@@ -74,6 +76,26 @@ def _gate_line(report: GateReport) -> str:
     return f"{report.reason}{where}"
 
 
+class SharedTrials:
+    """The gate trials last prepared, for the next candidate gated on the same op, inputs,
+    region and seed: the trials, their reference results and budgets are the same for
+    every candidate, so a key's candidates share them (one slot: a key's candidates are
+    gated one after the other; it holds the last inputs' trials until other inputs are
+    gated)."""
+
+    def __init__(self) -> None:
+        self._last: GateTrials | None = None
+
+    def get(self, op: Op, inputs: Sequence[Any], region: Region, seed: int) -> GateTrials:
+        """The trials of ``op`` on ``inputs`` and ``region``: the last ones if they hold
+        for these (:meth:`~pytest_arbiter.core.trials.GateTrials.holds_for`), else new."""
+        last = self._last
+        if last is not None and last.holds_for(op, inputs, region, seed):
+            return last
+        self._last = made = gate_trials(op, inputs=inputs, region=region, seed=seed)
+        return made
+
+
 MemoKey = tuple[DispatchKey, str, tuple[str, ...]]
 
 
@@ -96,6 +118,7 @@ class GateMemo:
         self._held: dict[MemoKey, _Held] = {}
         self._on_block = on_block
         self._lock = threading.Lock()
+        self._trials = SharedTrials()
         self.passed: set[tuple[str, str, str]] = set()
         """(target, op, candidate) that passed the gate for some key in this process."""
         self.failed: set[tuple[str, str, str]] = set()
@@ -116,8 +139,10 @@ class GateMemo:
         found = self.known(key, cand, inputs)
         if found is not None:
             return found
-        report = f4_gate(cand, op, inputs=inputs, region=op.region_of(*inputs),
-                         seed=self.seed, call_timeout_s=self.call_timeout_s)
+        region = op.region_of(*inputs)
+        report = f4_gate(cand, op, inputs=inputs, region=region, seed=self.seed,
+                         call_timeout_s=self.call_timeout_s,
+                         trials=self._trials.get(op, inputs, region, self.seed))
         found = verdict_of(report)
         self._remember(op, key, cand, inputs, found)
         return found

@@ -24,7 +24,7 @@ from pytest_arbiter.core.ops import OPS, Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.entry import considered_rows, provenance, ranked_rows
 from pytest_arbiter.decision.freshness import Freshness, freshness
-from pytest_arbiter.decision.gating import Verdict, f4_gate, verdict_of
+from pytest_arbiter.decision.gating import SharedTrials, Verdict, f4_gate, verdict_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen
 from pytest_arbiter.decision.selection import Selection
 from pytest_arbiter.decision.states import exc_text
@@ -180,8 +180,11 @@ def _partial(m: Measurement) -> bool:
 
 
 def _plain_gate(m: Measurement, seed: int) -> VerdictFn:
+    shared = SharedTrials()  # the key's trials, prepared once for its candidates
+
     def gate(cand: Candidate) -> Verdict:
-        report = f4_gate(cand, m.op, inputs=m.inputs, region=m.region, seed=seed)
+        report = f4_gate(cand, m.op, inputs=m.inputs, region=m.region, seed=seed,
+                         trials=shared.get(m.op, m.inputs, m.region, seed))
         m.reports[cand.name] = report
         return verdict_of(report)
     return gate

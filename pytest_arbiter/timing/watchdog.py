@@ -39,6 +39,8 @@ class _Watch:
 
     limit: float | None = None
     deadline = 0.0
+    session = False
+    """A :func:`watch_session` holds the handler: a :func:`watchdog` in it only arms."""
     previous: Any = None
     theirs_at: float | None = None
 
@@ -69,6 +71,15 @@ def _arm(limit: float) -> None:
 
 def _disarm() -> None:
     signal.setitimer(signal.ITIMER_REAL, 0)
+    _watch.limit = None
+
+
+def _rest() -> None:
+    """Between the calls of a session (:func:`watched_calls`, :func:`watch_session`): the
+    watched call's timer stopped, their alarm (if one is pending) armed for its time."""
+    theirs = _watch.theirs_at
+    signal.setitimer(signal.ITIMER_REAL,
+                     0 if theirs is None else max(theirs - time.monotonic(), 1e-6))
     _watch.limit = None
 
 
@@ -104,14 +115,44 @@ def watchdog(seconds: float | None) -> Iterator[None]:
     A no-op for ``None`` or a non-positive limit, and where the signal method cannot
     be used (see :func:`watchdog_available`). On exit the timer is disarmed and the
     previous SIGALRM handler restored; a timer that was already running is paused
-    meanwhile and resumes with what it had left (at once if that ran out).
+    meanwhile and resumes with what it had left (at once if that ran out). In a
+    :func:`watch_session`, between its calls, only the timer is armed and stopped.
     """
-    if seconds is None or seconds <= 0 or not watchdog_available():
+    if seconds is None or seconds <= 0:
+        yield
+        return
+    if _watch.session and _watch.limit is None \
+            and threading.current_thread() is threading.main_thread():
+        _arm(seconds)
+        try:
+            yield
+        finally:
+            _rest()
+        return
+    if not watchdog_available():
         yield
         return
     with _installed():
         _arm(seconds)
         yield
+
+
+@contextlib.contextmanager
+def watch_session(seconds: float | None) -> Iterator[None]:
+    """Our handler installed once for the body, so that each :func:`watchdog` in it only
+    arms and stops the timer (about a microsecond, where installing the handler costs
+    tens): the F4 gate's trials, one session per gate. A no-op where no watchdog is
+    asked for or it cannot be used; a timer that was running (pytest-timeout's) keeps
+    its time, between the calls too."""
+    if seconds is None or seconds <= 0 or not watchdog_available():
+        yield
+        return
+    with _installed():
+        _watch.session = True
+        try:
+            yield
+        finally:
+            _watch.session = False
 
 
 def _unwatched(fn: Callable[[], T]) -> T:
@@ -124,7 +165,8 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
 
     For many short calls (the timed rounds): the handler is installed once for the
     body, and each call only arms and disarms the timer (about a microsecond, where
-    installing the handler costs tens). Where the watchdog cannot be used, the runner
+    installing the handler costs tens); a timer that was running (pytest-timeout's)
+    keeps its time between the calls. Where the watchdog cannot be used, the runner
     just calls.
     """
     if seconds is None or seconds <= 0 or not watchdog_available():
@@ -137,7 +179,7 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
         try:
             return fn()
         finally:
-            _disarm()
+            _rest()
 
     with _installed():
         yield watched

@@ -1,0 +1,271 @@
+"""The F4 gate's trials: each gate input and what no candidate changes in it (the
+reference's result, the budget, the inputs' copies and checksums), made once and shared
+by every candidate gated on the same op, inputs, region and seed."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from pytest_arbiter.core.dtypes import dtype_name, precision
+from pytest_arbiter.core.ops import ErrorModel, ErrorScales, Op, error_model, result_dtype, to_host
+from pytest_arbiter.core.regions import Region
+from pytest_arbiter.core.user_inputs import is_scalar, sensitivity, user_trials
+
+TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "user"]
+"""Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
+(``builtin``), or a user op's extra trials (:data:`~pytest_arbiter.core.user_inputs.TrialKind`)."""
+DERIVED = ("generated", "conditioned", "special")
+SENSITIVE = ("conditioned", "special", "user")
+"""Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
+CHECKSUM_BYTES = 64 * 1024
+"""An input larger than this is compared by a checksum of its bytes, not element by element."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    seed: int | None
+    inputs: tuple[Any, ...]
+    name: str
+    source: TrialSource = "own"
+
+
+def host(x: Any) -> Any:
+    """A trial's input on the host; a plain number stays one."""
+    return x if is_scalar(x) else to_host(x)
+
+
+def host_copy(x: Any) -> Any:
+    return x if is_scalar(x) else np.array(x, copy=True)
+
+
+def float_name(dtype: np.dtype) -> str | None:
+    """The arbiter's name for a floating output dtype; ``None`` for any other (an int64
+    argmax, say), which has no rounding to check."""
+    try:
+        return dtype_name(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def checksum(x: np.ndarray) -> int:
+    """CRC-32 of ``x``'s element bytes in C order, whatever its memory layout: a change
+    within 4 consecutive bytes (one float32 element, or less) is always found, any other
+    with probability 1 - 2^-32."""
+    return zlib.crc32(np.ascontiguousarray(x).view(np.uint8).data)
+
+
+def _as_bits(before: Any, after: Any) -> bool:
+    """Whether two inputs compare as bits (a NaN's payload and a zero's sign count): arrays
+    of one plain dtype and shape; anything else compares as values."""
+    return (isinstance(before, np.ndarray) and isinstance(after, np.ndarray)
+            and before.dtype == after.dtype and before.shape == after.shape
+            and not before.dtype.hasobject and before.dtype.fields is None)
+
+
+@dataclass(eq=False)
+class PreparedTrial:
+    """One trial and what no candidate changes in it, each part made at the first
+    candidate that needs it and kept for the others: the inputs' host copies (what the
+    reference and the budget read, and what a kernel's inputs must still be after its
+    run), the reference's result, why the trial is skipped (``""``: it is not), the
+    budget, large inputs' checksums and the statistical checks' weights."""
+
+    trial: Trial
+    shapes: str
+    copies: tuple[Any, ...] | None = None
+    expected: tuple[np.ndarray, np.dtype, str | None] | None = None
+    skip: str | None = None
+    budget: tuple[ErrorModel | None, np.ndarray] | None = None
+    sums: dict[int, int] = field(default_factory=dict)
+    checks: Any = None
+    """The statistical checks' part that reads no output (:mod:`pytest_arbiter.core.gate`'s)."""
+
+    def originals(self) -> tuple[Any, ...]:
+        if self.copies is None:
+            self.copies = tuple(host_copy(x) for x in self.trial.inputs)
+        return self.copies
+
+    def unchanged(self, i: int, now: Any) -> bool:
+        """Whether ``now`` is still input ``i`` as it was copied, bit for bit: the
+        elements' bytes in C order, or their :func:`checksum` past CHECKSUM_BYTES; an input
+        whose dtype or shape differs, or that has no bits to compare, as values (NaN equal
+        to NaN)."""
+        before = self.originals()[i]
+        if not _as_bits(before, now):
+            return bool(np.array_equal(before, now, equal_nan=True))
+        if before.nbytes <= CHECKSUM_BYTES:  # both in C order, whatever their layouts
+            return before.tobytes() == now.tobytes()
+        if i not in self.sums:
+            self.sums[i] = checksum(before)
+        return self.sums[i] == checksum(now)
+
+    def skip_reason(self, op: Op) -> str:
+        """Why the trial checks nothing (``""``: it checks), the reference run at the first
+        call: a derived trial on which it raises is skipped; on another trial its error is
+        the caller's, raised at each call."""
+        if self.skip is None:
+            try:
+                self.expected = _expected(op, self.originals())
+            except Exception as exc:
+                if self.trial.source not in DERIVED:
+                    raise
+                self.skip = f"skipped: the reference raised {type(exc).__name__}"
+                return self.skip
+            self.skip = _unrepresentable(self.trial.source, *self.expected[:2])
+        return self.skip
+
+    def budget_for(self, op: Op, out_float: str | None) -> tuple[ErrorModel | None, np.ndarray]:
+        """:func:`_budget`, made once: every candidate judged on values has the output
+        dtype the reference gives (``out_float``), or failed before."""
+        if self.budget is None:
+            self.budget = _budget(op, self, out_float)
+        return self.budget
+
+
+def _layout_of(inputs: Sequence[Any]) -> tuple[tuple[Any, Any, Any], ...]:
+    return tuple((getattr(x, "shape", None), getattr(x, "strides", None),
+                  getattr(x, "dtype", None)) for x in inputs)
+
+
+@dataclass(eq=False)
+class GateTrials:
+    """The gate's inputs for one op, region and seed (and the dispatch's own inputs when
+    gated on them), prepared once for every candidate gated on them (:func:`gate_trials`)."""
+
+    op: Op
+    region: Region
+    seed: int
+    given: tuple[Any, ...] | None
+    """The dispatch's inputs as given (the very objects), when gated on them."""
+    layout: tuple[tuple[Any, Any, Any], ...]
+    trials: tuple[PreparedTrial, ...]
+
+    def holds_for(self, op: Op, inputs: Sequence[Any] | None, region: Region | None,
+                  seed: int) -> bool:
+        """Whether these are the trials of ``op`` on ``inputs`` and ``region`` with
+        ``seed``: the same op object and seed, an equal region (or none given), and the
+        very input objects, with the shapes, strides and dtypes they had and, bit for bit,
+        the values (:meth:`PreparedTrial.unchanged`): a user op's trials are made from
+        the inputs' values, and equal values make the same trials."""
+        if op is not self.op or seed != self.seed or (region is not None
+                                                        and region != self.region):
+            return False
+        if inputs is None or self.given is None:
+            return inputs is None and self.given is None
+        if len(inputs) != len(self.given) or _layout_of(inputs) != self.layout \
+                or any(a is not b for a, b in zip(inputs, self.given, strict=True)):
+            return False
+        own = self.trials[0]
+        return all(own.unchanged(i, host(x)) for i, x in enumerate(inputs))
+
+
+def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
+                seed: int) -> GateTrials:
+    """The gate's trials of ``op`` on ``inputs`` (if given) and ``region``, to share among
+    the candidates gated on them. Raises what the gate raises for them: inputs the op
+    refuses, neither inputs nor region, a user op's ``gate_inputs`` the op refuses."""
+    region, trials = _trials(op, inputs, region, seed)
+    prepared = tuple(PreparedTrial(t, _shape_text(t.inputs)) for t in trials)
+    given = None if inputs is None else tuple(inputs)
+    if given is not None:
+        prepared[0].originals()  # the copy holds_for compares the inputs with
+    return GateTrials(op, region, seed, given, _layout_of(given or ()), prepared)
+
+
+def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
+            seed: int) -> tuple[Region, list[Trial]]:
+    """The region and the gate's inputs: the dispatch's own, then a built-in op's
+    generated ones, or a user op's extra trials (its ``gate_inputs``', then the derived)."""
+    trials: list[Trial] = []
+    if inputs is not None:
+        op.validate(*inputs)
+        own = tuple(host(x) for x in inputs)
+        trials.append(Trial(None, own, "the dispatch's own inputs"))
+        if region is None:
+            region = op.region_of(*inputs)
+        if op.gate_inputs is None and not op.builtin:
+            extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
+            trials.extend(Trial(seed + i, t.inputs, t.name, t.kind)
+                          for i, t in enumerate(extra))
+    if region is None:
+        raise ValueError("f4_gate needs inputs or a region")
+    if op.gate_inputs is not None:
+        generated = op.gate_inputs(region, seed)
+        names = getattr(generated, "names", None) or []
+        trials.extend(Trial(seed + i, t, names[i] if i < len(names)
+                            else f"generated input {i}", "builtin")
+                      for i, t in enumerate(generated))
+    return region, trials
+
+
+def _shape_text(inputs: Sequence[Any]) -> str:
+    return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
+
+
+def _expected(op: Op, inputs: Sequence[np.ndarray]
+              ) -> tuple[np.ndarray, np.dtype, str | None]:
+    """The float64 ground truth, the dtype the candidate's output must have, and the
+    floating dtype the reference computed it in (``None``: not floating point)."""
+    if op.builtin:
+        return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
+    ref = np.asarray(to_host(op.reference(*[host_copy(x) for x in inputs])))
+    return ref.astype(np.float64), result_dtype(op, inputs, ref), float_name(ref.dtype)
+
+
+def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
+    """Why a derived trial checks nothing (``""``: it does): its exact result overflows
+    the output dtype, or is not finite although its inputs are (the reference's own
+    overflow). Special values' NaN and inf are what a kernel must match."""
+    if source not in DERIVED:
+        return ""
+    finite = np.isfinite(exact)
+    if source != "special" and not bool(finite.all()):
+        return "skipped: the reference is not finite on these finite inputs"
+    name = float_name(out_dtype)
+    if name is not None and exact.size and float(np.max(
+            np.abs(np.where(finite, exact, 0.0)))) > precision(name).largest:
+        return f"skipped: the exact result overflows {name}"
+    return ""
+
+
+def _budget(op: Op, prep: PreparedTrial, out_float: str | None
+            ) -> tuple[ErrorModel | None, np.ndarray]:
+    """The error model (``None``: a user op's own ``budget=``) and the elementwise budget
+    of one trial. A trial whose inputs the gate or the op's ``gate_inputs`` chose beyond
+    fresh draws (large magnitudes, offsets, special values, the user's own) may be
+    ill-conditioned: its budget adds the reference's measured sensitivity, and so does the
+    statistical checks' scale of a correct kernel's error (docs/accuracy.md). A user op's
+    budget and reference read copies: the trial's own stay as the kernels must leave theirs."""
+    trial = prep.trial
+    assert prep.expected is not None
+    exact, _, reference_dtype = prep.expected
+    originals = [x if op.builtin else host_copy(x) for x in prep.originals()]
+    model = error_model(op, originals, exact, generated=trial.seed is not None,
+                        out_dtype=out_float, reference_dtype=reference_dtype)
+    if trial.source not in SENSITIVE:
+        allowed = model.allowed if model is not None else np.asarray(
+            op.budget(originals, exact), dtype=np.float64)
+        return model, allowed
+    extra = sensitivity(op.reference, tuple(originals), exact, trial.seed or 0)
+    if model is not None:
+        model = _widened(model, extra)
+        return model, model.allowed
+    return None, np.asarray(op.budget(originals, exact), dtype=np.float64) + extra
+
+
+def _widened(model: ErrorModel, extra: np.ndarray) -> ErrorModel:
+    """``model`` with ``extra`` (absolute, per output) added to its budget and to the scale
+    of the independent random part of a correct kernel's error."""
+    flat = extra.reshape(-1)
+    base = model.scales
+
+    def scales(index: np.ndarray) -> ErrorScales:
+        terms = base(index)
+        return terms._replace(sd=terms.sd + flat[index])
+
+    return replace(model, allowed=model.allowed + extra, scales=scales)
