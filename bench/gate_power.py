@@ -2049,9 +2049,9 @@ def _gate_call(package: Any, op: str, name: str, shape: tuple[int, ...],
                dtype: str) -> Callable[[], Any]:
     """One gate call of a bundled CPU kernel through ``package`` (this tree's
     ``pytest_arbiter`` or an older one's), using only APIs every version of the gate has."""
-    registry = package.candidates.CandidateRegistry()
+    registry = package.CandidateRegistry()
     package.runtime.register_bundled(registry)
-    cand, the_op = registry.get(name), package.ops.OPS.get(op)
+    cand, the_op = registry.get(name), package.OPS.get(op)
     region = (package.MatmulRegion.of(*shape, dtype) if op == "matmul"
               else package.SoftmaxRegion.of(shape, dtype))
     return lambda: package.f4_gate(cand, the_op, region=region)
@@ -2074,8 +2074,7 @@ def _import_tree(path: str) -> Any:
         source.write_text(re.sub(r"\bpytest_arbiter\b", "pytest_arbiter_before", text))
     sys.path.insert(0, str(root))
     package = importlib.import_module("pytest_arbiter_before")
-    for sub in ("candidates", "ops", "runtime"):
-        importlib.import_module(f"pytest_arbiter_before.{sub}")
+    importlib.import_module("pytest_arbiter_before.runtime")
     return package
 
 
@@ -2087,8 +2086,7 @@ def gate_timing(rounds: int = 5, before: str | None = None
     import importlib
 
     now = importlib.import_module("pytest_arbiter")
-    for sub in ("candidates", "ops", "runtime"):
-        importlib.import_module(f"pytest_arbiter.{sub}")
+    importlib.import_module("pytest_arbiter.runtime")
     old = _import_tree(before) if before else None
     rows: list[tuple[str, float, float | None]] = []
     for op, name, shape, dtype in _timing_cases():
