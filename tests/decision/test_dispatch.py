@@ -34,7 +34,7 @@ def scribbler(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("mode", ["static", "tune"])
 def test_a_wrong_top_tier_kernel_never_runs_on_the_callers_data(mode: str) -> None:
     reg = registry_of(fn(zeros, "zeros", tier=5), fn(scribbler, "scribbler", tier=4),
-                   fn(library, "library", tier=0))
+                      fn(library, "library", tier=0))
     arb = Arbiter(registry=reg, mode=mode, policy=FAST)
     for _ in range(12):
         a, b = mats(16, 16, 16)
@@ -65,7 +65,7 @@ def test_a_kernel_changed_after_tuning_is_gated_on_the_cache_hit() -> None:
     other = "two" if winner == "one" else "one"
     # its code changed: the entry is not used, the tier order runs and reaches it first
     changed = registry_of(fn(zeros, winner, tier=1),
-                       fn(library if other == "one" else np.dot, other))
+                          fn(library if other == "one" else np.dot, other))
     arb = Arbiter(registry=changed, cache=cache, mode="static")
     a, b = mats(32, 32, 32)
     np.testing.assert_allclose(arb.dispatch("matmul", a, b), a @ b, rtol=1e-5)
@@ -172,8 +172,8 @@ def test_raising_accepts_and_available_never_reach_the_caller(mode: str) -> None
         raise OSError("driver gone")
 
     reg = registry_of(fn(library, "picky", tier=3, accepts=bad_accepts),
-                   FunctionCandidate(library, "gone", "matmul", "cpu", 2, None, bad_available),
-                   fn(np.dot, "dot"))
+                      FunctionCandidate(library, "gone", "matmul", "cpu", 2, None, bad_available),
+                      fn(np.dot, "dot"))
     arb = Arbiter(registry=reg, mode=mode, policy=FAST)
     for _ in range(2):
         a, b = mats(8, 8, 8)
@@ -214,7 +214,7 @@ def test_softmax_tuned_on_a_vector_is_not_served_to_a_row() -> None:
         return (e / e.sum()).ravel()  # right for 1-D, wrong shape for (1, n)
 
     reg = registry_of(fn(flat_only, "flat_only", "softmax", tier=2),
-                   fn(lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
+                      fn(lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
                        x - x.max(-1, keepdims=True)).sum(-1, keepdims=True), "rowwise",
                       "softmax"))
     arb = Arbiter(registry=reg, mode="tune", policy=FAST)
@@ -280,8 +280,8 @@ def test_the_same_kernels_and_shapes_give_the_same_outcomes_in_any_order(
     GEMM: each input gets the same candidate and outcome whatever came before it."""
     def outcomes(sequence: list[int], mode: str) -> dict[tuple[int, bool], str]:
         reg = registry_of(fn(rowmajor, "rowmajor", tier=1),
-                       fn(odd_kernel, "odd_only", tier=2, accepts=odd_rows),
-                       fn(slow_library, "slow_library"))
+                          fn(odd_kernel, "odd_only", tier=2, accepts=odd_rows),
+                          fn(slow_library, "slow_library"))
         # a roomy budget: on a loaded machine the 5 ms one can stop after a round
         arb = Arbiter(registry=reg, mode=mode, policy=ComparePolicy(
             min_rounds=5, max_rounds=15, budget_s=0.1))
@@ -417,7 +417,7 @@ def test_a_rejected_candidate_is_counted_only_when_a_dispatch_reaches_it() -> No
 
     def outcomes(order: str) -> dict[tuple[str, ...], int]:
         reg = registry_of(fn(library, "good_c_only", tier=3, accepts=c_only),
-                       fn(zeros, "wrong", tier=2), fn(np.dot, "lib"))
+                          fn(zeros, "wrong", tier=2), fn(np.dot, "lib"))
         arb = Arbiter(registry=reg, mode="static")
         a, b = mats(8, 8, 8)
         for layout in order:
@@ -526,7 +526,7 @@ def test_a_kernel_wrong_on_a_strided_view_never_runs_for_it(view: str) -> None:
     """The gate runs the kernel on the dispatch's own layout (not a contiguous copy), and
     each strided layout is gated on its own: one that passed does not vouch for another."""
     reg = registry_of(fn(contiguous_only, "contiguous_only", "softmax", tier=1),
-                   fn(softmax_ref, "plain", "softmax"))
+                      fn(softmax_ref, "plain", "softmax"))
     base = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
     arb = Arbiter(registry=reg, mode="static")
     np.testing.assert_allclose(arb.dispatch("softmax", base), softmax_ref(base), rtol=1e-5)
@@ -583,7 +583,7 @@ def wrong_on_reversed(x: np.ndarray) -> np.ndarray:
 
 def test_a_broadcast_view_is_gated_apart_from_a_gapped_one() -> None:
     reg = registry_of(fn(wrong_on_broadcast, "fast", "softmax", tier=1),
-                   fn(softmax_ref, "plain", "softmax"))
+                      fn(softmax_ref, "plain", "softmax"))
     arb = Arbiter(registry=reg, mode="static")
     base = np.random.default_rng(5).standard_normal((32, 16)).astype(np.float32)
     gapped = base[::2]
@@ -603,6 +603,7 @@ def slow_softmax(x: np.ndarray) -> np.ndarray:
     return out
 
 
+@pytest.mark.timing  # the setup needs the tune to pick the 8x faster kernel
 def test_gate_off_vouches_only_for_the_row_major_inputs_it_was_gated_on() -> None:
     cands = (fn(wrong_on_reversed, "fast", "softmax", tier=1),
              fn(slow_softmax, "plain", "softmax"))

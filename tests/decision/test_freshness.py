@@ -346,12 +346,12 @@ def test_a_row_not_timed_in_the_latest_comparison_is_carried_after_every_timed_r
     timed with the leader and the runner-up on a larger one: the third row's old
     (smaller-shape) median places it nowhere: it is carried, after the slower newcomer."""
     first = Arbiter(registry=registry_of(fn(library, "fast"), fn(twofold, "twofold"),
-                                      fn(threefold, "threefold")), mode="tune", policy=FAST)
+                                         fn(threefold, "threefold")), mode="tune", policy=FAST)
     first.dispatch("matmul", *mats(96))
     old = only_entry(first.cache)
     assert [r.name for r in old.ranking] == ["fast", "twofold", "threefold"]
     now = registry_of(fn(library, "fast"), fn(twofold, "twofold"), fn(threefold, "threefold"),
-                   fn(tenfold, "tenfold"))
+                      fn(tenfold, "tenfold"))
     selection = measured_arbitrate(OPS.get("matmul"), mats(128), now.for_op("matmul", "cpu"),
                                    first.cache, policy=FAST)
     assert selection.comparison is not None

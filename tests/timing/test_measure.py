@@ -135,6 +135,7 @@ def test_a_real_crawler_costs_about_one_call() -> None:
     assert comp.ranking == ["fast", "crawler"]
 
 
+@pytest.mark.timing
 def test_real_slow_candidates_stop_after_one_round() -> None:
     """Two 50 ms kernels and a 0.1 s cap: warmup and one round, not 7 rounds."""
     calls = {"a": 0, "b": 0}
