@@ -326,16 +326,18 @@ def _gate(kernel, op: str, region, **kwargs):  # type: ignore[no-untyped-def]
                                     split_k_matmul, float64_matmul, kahan_matmul],
                          ids=lambda k: k.__name__)
 @pytest.mark.parametrize("shape", [(40, 24, 4096), (33, 17, 130)], ids=str)
+# the second seed doubles the cost for the same kernels: the full run only
+@pytest.mark.parametrize("seed", [GATE_SEED,
+                                  pytest.param(GATE_SEED + 1000, marks=pytest.mark.slow)])
 def test_correct_matmul_in_any_order_passes_every_check(kernel, shape: tuple[int, int, int],  # type: ignore[no-untyped-def]
-                                                        dtype: str) -> None:
+                                                        dtype: str, seed: int) -> None:
     if kernel is kahan_matmul and shape[2] > 1000:
         pytest.skip("a Python loop over K")
-    for seed in (GATE_SEED, GATE_SEED + 1000):
-        report = _gate(kernel, "matmul", MatmulRegion.of(*shape, dtype), seed=seed)
-        assert report.passed, report.summary()
-        checked = [t for t in report.trials if t.bias or t.spread]
-        assert len(checked) >= 5  # the statistical checks ran on the generated inputs
-        assert all(t.bias < 1 and t.spread < 1 for t in report.trials)
+    report = _gate(kernel, "matmul", MatmulRegion.of(*shape, dtype), seed=seed)
+    assert report.passed, report.summary()
+    checked = [t for t in report.trials if t.bias or t.spread]
+    assert len(checked) >= 5  # the statistical checks ran on the generated inputs
+    assert all(t.bias < 1 and t.spread < 1 for t in report.trials)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

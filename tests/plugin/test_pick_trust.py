@@ -300,6 +300,7 @@ def test_aligned_and_ragged():
 '''
 
 
+@slow  # in process, cheaper: plugin/test_plugin.py's ragged tune, decision/test_fallback.py
 def test_a_shape_decline_the_entry_measured_is_not_a_fallback(
         pytester: pytest.Pytester) -> None:
     """The aligned-only kernel declines the ragged shape; the cache, tuned on both,
