@@ -43,20 +43,51 @@ class _Watch:
     """A :func:`watch_session` holds the handler: a :func:`watchdog` in it only arms."""
     previous: Any = None
     theirs_at: float | None = None
+    ticking = False
+    """The timer is set to fire at or before the running call's deadline (and their
+    alarm): a call of a session then sets its deadline without a system call."""
 
 
 _watch = _Watch()
 
 
 def _expire(signum: int, frame: FrameType | None) -> None:
-    if _watch.limit is not None and time.monotonic() >= _watch.deadline - 1e-4:
+    _watch.ticking = False
+    now = time.monotonic()
+    if _watch.limit is not None and now >= _watch.deadline - 1e-4:
         raise CallTimeout(_watch.limit)
     previous = _watch.previous
-    if _watch.theirs_at is not None and time.monotonic() >= _watch.theirs_at - 1e-4:
+    if _watch.theirs_at is not None and now >= _watch.theirs_at - 1e-4:
         _watch.theirs_at = None
         if callable(previous):
             previous(signum, frame)  # their alarm, at their time (pytest-timeout's)
-    # else: a signal already on its way when the call finished: nothing to do
+    # early for the running call (the timer was set for an earlier call's deadline), or
+    # between calls: set it again for what is still to come
+    _tick(time.monotonic())
+
+
+def _tick(now: float) -> None:
+    """Set the timer for the running call's deadline or their alarm, whichever is first
+    (nothing to wait for: leave it stopped)."""
+    waits = [t - now for t in ((_watch.deadline if _watch.limit is not None else None),
+                               _watch.theirs_at) if t is not None]
+    if waits:
+        signal.setitimer(signal.ITIMER_REAL, max(min(waits), 1e-6))
+        _watch.ticking = True
+
+
+def _start_call(limit: float) -> None:
+    """A call of a session starts: its deadline, and the timer only if none is set (one
+    set for an earlier call fires first, and :func:`_expire` sets it again)."""
+    now = time.monotonic()
+    _watch.limit, _watch.deadline = limit, now + limit
+    if not _watch.ticking:
+        _tick(now)
+
+
+def _end_call() -> None:
+    """A call of a session ended: no deadline; the timer is left to run out."""
+    _watch.limit = None
 
 
 def _arm(limit: float) -> None:
@@ -67,20 +98,13 @@ def _arm(limit: float) -> None:
     if _watch.theirs_at is not None:
         wait = min(wait, max(_watch.theirs_at - now, 1e-6))
     signal.setitimer(signal.ITIMER_REAL, wait)
+    _watch.ticking = True
 
 
 def _disarm() -> None:
     signal.setitimer(signal.ITIMER_REAL, 0)
     _watch.limit = None
-
-
-def _rest() -> None:
-    """Between the calls of a session (:func:`watched_calls`, :func:`watch_session`): the
-    watched call's timer stopped, their alarm (if one is pending) armed for its time."""
-    theirs = _watch.theirs_at
-    signal.setitimer(signal.ITIMER_REAL,
-                     0 if theirs is None else max(theirs - time.monotonic(), 1e-6))
-    _watch.limit = None
+    _watch.ticking = False
 
 
 @contextlib.contextmanager
@@ -123,11 +147,11 @@ def watchdog(seconds: float | None) -> Iterator[None]:
         return
     if _watch.session and _watch.limit is None \
             and threading.current_thread() is threading.main_thread():
-        _arm(seconds)
+        _start_call(seconds)
         try:
             yield
         finally:
-            _rest()
+            _end_call()
         return
     if not watchdog_available():
         yield
@@ -140,8 +164,9 @@ def watchdog(seconds: float | None) -> Iterator[None]:
 @contextlib.contextmanager
 def watch_session(seconds: float | None) -> Iterator[None]:
     """Our handler installed once for the body, so that each :func:`watchdog` in it only
-    arms and stops the timer (about a microsecond, where installing the handler costs
-    tens): the F4 gate's trials, one session per gate. A no-op where no watchdog is
+    sets its deadline (no system call while the timer set for an earlier call is still
+    to fire; the handler sets it again when it fires early): the F4 gate's trials, one
+    session per gate. A no-op where no watchdog is
     asked for or it cannot be used; a timer that was running (pytest-timeout's) keeps
     its time, between the calls too."""
     if seconds is None or seconds <= 0 or not watchdog_available():
@@ -164,10 +189,11 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
     """A runner that calls each function it is given under a ``seconds`` watchdog.
 
     For many short calls (the timed rounds): the handler is installed once for the
-    body, and each call only arms and disarms the timer (about a microsecond, where
-    installing the handler costs tens); a timer that was running (pytest-timeout's)
-    keeps its time between the calls. Where the watchdog cannot be used, the runner
-    just calls.
+    body, and each call only sets its deadline; the timer is set once, and again only
+    when it fires before the running call's deadline (so a comparison of short calls
+    makes a system call or two, not two per call). A timer that was running
+    (pytest-timeout's) keeps its time between the calls. Where the watchdog cannot be
+    used, the runner just calls.
     """
     if seconds is None or seconds <= 0 or not watchdog_available():
         yield _unwatched
@@ -175,11 +201,11 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
     limit = seconds
 
     def watched(fn: Callable[[], T]) -> T:
-        _arm(limit)
+        _start_call(limit)
         try:
             return fn()
         finally:
-            _rest()
+            _end_call()
 
     with _installed():
         yield watched
