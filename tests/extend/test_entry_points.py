@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -103,6 +105,25 @@ def test_the_added_cpu_candidate(arbiter):
 '''
 
 
+def environment_beside_this_one(venv: Path) -> str:
+    """A virtual environment that sees this interpreter's packages (pytest, numpy, the
+    plugins), whether this interpreter is a system one or itself a virtual environment's:
+    ``--system-site-packages`` alone reaches the base interpreter's only. Its Python."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([python, "-c", where], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    ours = [p for p in {*site.getsitepackages(), sysconfig.get_path("purelib")}
+            if os.path.isdir(p)]
+    # a .pth line that imports runs at start-up: addsitedir also reads those folders'
+    # own .pth files (an editable install's finder)
+    Path(purelib, "outer_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in sorted(ours)))
+    return python
+
+
 def test_an_installed_package_adds_a_backend_and_a_candidate(tmp_path: Path) -> None:
     pkg = tmp_path / "acme"
     (pkg / "acme_npu_kernels").mkdir(parents=True)
@@ -114,10 +135,7 @@ def test_an_installed_package_adds_a_backend_and_a_candidate(tmp_path: Path) -> 
         build-backend = "tiny_backend"
         backend-path = ["."]
     '''))
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
-    python = str(venv / "bin" / "python")
+    python = environment_beside_this_one(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "PIP_")) and k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)  # the pytest_arbiter of this checkout

@@ -13,7 +13,9 @@ The convention (for users too: docs/contract.md, "The commands in these docs are
   what the ones before it wrote. ``SETUPS`` prepares the folder of a doc whose commands
   need a project (a sample kernel library and its tests, a corpus from a tune run).
 * ``pip install -e ...`` lines become no-ops (``:``): this checkout is already on
-  ``PYTHONPATH`` for every command. Other installs need the network: they are marked skip.
+  ``PYTHONPATH`` for every command, and the folder of the Python running the tests is
+  first on ``PATH`` (``python`` is that Python, in a virtual environment or not). Other
+  installs need the network: they are marked skip.
 * Commands belong in fenced blocks: a line of an indented code block that starts with a
   command (``pip``, ``python``, ``pytest``, ``pytest-arbiter``, ``bash``) fails the test.
 """
@@ -174,11 +176,14 @@ SETUPS: dict[str, Callable[[Path], None]] = {
 
 def environment(folder: Path) -> dict[str, str]:
     """The caller's environment less pytest's and the arbiter's variables; this checkout
-    on the path; temp files inside the doc's folder."""
+    on the path; the running interpreter's folder first on ``PATH`` (its ``python`` and
+    the ``pytest-arbiter`` script, as if its virtual environment were activated); temp
+    files inside the doc's folder."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "COV_")) and k != "PYTHONPATH"}
+    path = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])
     env.update({"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
-                "TMPDIR": str(folder)})
+                "TMPDIR": str(folder), "PATH": path})
     return env
 
 
