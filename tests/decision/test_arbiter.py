@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -15,7 +14,6 @@ from pytest_arbiter import (
     CacheMiss,
     ComparePolicy,
     Decline,
-    DispatchHistogram,
     MatmulRegion,
     MeasureCache,
     arbitrate,
@@ -26,7 +24,6 @@ from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate,
 from pytest_arbiter.core.ops import OPS
 from pytest_arbiter.core.regions import bucket_dims
 from pytest_arbiter.extend.device import cpu_device
-from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
 from pytest_arbiter.timing.measure import CPU_TIMER, LatencyStats
 from tests.factories import FAST, ScriptedTimer, fn, library, mats, registry_of
@@ -239,30 +236,6 @@ def test_strict_mode_makes_a_miss_an_error() -> None:
     arb = Arbiter(registry=make_registry(), mode="strict")
     with pytest.raises(CacheMiss, match="strict mode"):
         arb.dispatch("matmul", *mats(8, 8, 8))
-
-
-def test_histogram_is_thread_safe_and_round_trips() -> None:
-    hist = DispatchHistogram()
-    key = ("cpu", "matmul", "k", "won")
-
-    def hammer() -> None:
-        for _ in range(5000):
-            hist.add(key)
-
-    threads = [threading.Thread(target=hammer) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert hist.counts() == {key: 40000}
-    assert len(hist) == 1
-    hist.record("cpu", "softmax", "s", "degraded", 2)
-    data = histogram_file.payload(hist.counts())
-    assert data["schema"] == "pytest-arbiter/histogram" and data["version"] == 1
-    assert [e["op"] for e in data["entries"]] == ["matmul", "softmax"]
-    assert histogram_file.counts_of(data)[0] == hist.counts()
-    with pytest.raises(ValueError, match="outcome"):
-        hist.record("cpu", "matmul", "k", "exploded")
 
 
 def test_measure_latency_keeps_the_spread() -> None:

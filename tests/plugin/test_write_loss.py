@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter.gating import histogram_file
-from pytest_arbiter.gating.completeness import RunScope, baseline_to_write, unwritable
 from pytest_arbiter.store import artifacts
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
@@ -152,18 +151,3 @@ def test_mm():
     result.stdout.fnmatch_lines([f"*fold them in with: pytest-arbiter merge -o {cache} "
                                  f"{shards[0]}*"])
 
-
-def test_baseline_to_write_never_drops_what_a_partial_run_could_not_check() -> None:
-    a, b = ("cpu", "op", "k", "degraded"), ("cpu", "op", "j", "error")
-    gpu = ("nvidia", "op", "k", "degraded")
-    run = {("cpu", "op", "k", "won"): 3, a: 1}
-    full, kept = baseline_to_write(run, {a: 5, b: 1, gpu: 2}, RunScope())
-    assert full == {("cpu", "op", "k", "won"): 3, a: 1, gpu: 2} and kept == [gpu]
-    part, kept = baseline_to_write(run, {a: 5, b: 1, gpu: 2}, RunScope(partial=("-k",)))
-    assert part == {("cpu", "op", "k", "won"): 3, a: 5, b: 1, gpu: 2} and kept == [b, gpu]
-
-
-def test_unwritable_names_the_reason(tmp_path: Path) -> None:
-    assert unwritable(tmp_path / "x.json") is None
-    assert "does not exist" in str(unwritable(tmp_path / "no" / "x.json"))
-    assert "is a folder" in str(unwritable(tmp_path))

@@ -8,8 +8,8 @@ from typing import Any
 
 from pytest_arbiter.decision.selection import DispatchEvent
 from pytest_arbiter.gating import histogram_file
-from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet
-from pytest_arbiter.gating.completeness import RunScope, baseline_to_write
+from pytest_arbiter.gating.baseline import failing_outcomes
+from pytest_arbiter.gating.completeness import RunScope
 from pytest_arbiter.gating.histogram import DispatchHistogram
 from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
@@ -59,21 +59,6 @@ def test_a_crashed_or_garbled_worker_is_never_silently_lost() -> None:
     assert ledger.crashed == ["gw0"]
     assert len(ledger.errors) == 1 and "worker gw1 sent unreadable arbiter data" in \
         ledger.errors[0]
-
-
-def test_a_stale_baseline_entry_is_never_taken_for_fixed() -> None:
-    """Its absence may only mean no recheck reached the key (no --arbiter-recheck, the
-    budget spent): the gate's --update and --arbiter-write-baseline keep it."""
-    stale = ("cpu", "matmul", "a", "stale")
-    degraded = ("cpu", "matmul", "a", "degraded")
-    baseline = {stale: 1, degraded: 2}
-    run = {("cpu", "matmul", "a", "won"): 5}
-    fleet = gate_fleet(run, baseline, failing=("degraded", "rejected", "error", "stale"))
-    assert fleet.fixed == [degraded]
-    assert fleet.unchecked == [stale]
-    written, kept = baseline_to_write(run, baseline, RunScope())
-    assert stale in written and degraded not in written
-    assert kept == [stale]
 
 
 def test_the_controller_writes_the_histogram_and_fails_on_a_new_stale_with_fail(
