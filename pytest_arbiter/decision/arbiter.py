@@ -212,7 +212,7 @@ class Arbiter:
     # -- the slow path --------------------------------------------------------------------
 
     def run_steps(self, kp: KeyPlan, inputs: Sequence[Any], start: int,
-                   first: BaseException | bool | None) -> Any:
+                  first: BaseException | bool | None) -> Any:
         """Every dispatch but the fast step's success: declines, errors, candidates that
         are blocked (recorded when the dispatch reaches them), the gate of a candidate
         not yet gated for these inputs' layout, and the reference when nothing could run.
@@ -220,6 +220,13 @@ class Arbiter:
         ``first``: what the fast step ``start`` already did (raised, or ``False``:
         declined through ``accepts``); ``None``: nothing ran yet.
         """
+        try:
+            return self._steps(kp, inputs, start, first)
+        finally:
+            self.gates.release_trials()  # they hold the inputs, many times their size
+
+    def _steps(self, kp: KeyPlan, inputs: Sequence[Any], start: int,
+               first: BaseException | bool | None) -> Any:
         target, op_name = kp.key.target, kp.key.op
         declined: tuple[str, str] | None = None
         reached = False
@@ -344,9 +351,13 @@ class Arbiter:
             found = self.plans.older(mode, sig)
             if found is not None:
                 return found
-        plan = self._plan(mode, op_name, inputs, target)
+        resets = self.plans.resets
+        try:
+            plan = self._plan(mode, op_name, inputs, target)
+        finally:
+            self.gates.release_trials()
         if sig is not None:
-            self.plans.remember(mode, sig, plan)
+            self.plans.remember(mode, sig, plan, resets)
         return plan
 
     def _plan(self, mode: Mode, op_name: str, inputs: Sequence[Any], target: str | None

@@ -80,8 +80,8 @@ class SharedTrials:
     """The gate trials last prepared, for the next candidate gated on the same op, inputs,
     region and seed: the trials, their reference results and budgets are the same for
     every candidate, so a key's candidates share them (one slot: a key's candidates are
-    gated one after the other; it holds the last inputs' trials until other inputs are
-    gated)."""
+    gated one after the other). The trials hold the caller's inputs, copies of them and
+    the reference's results: :meth:`release` them once the candidates are gated."""
 
     def __init__(self) -> None:
         self._last: GateTrials | None = None
@@ -94,6 +94,10 @@ class SharedTrials:
             return last
         self._last = made = gate_trials(op, inputs=inputs, region=region, seed=seed)
         return made
+
+    def release(self) -> None:
+        """Drop the trials held (the inputs, their copies, the reference's results)."""
+        self._last = None
 
 
 MemoKey = tuple[DispatchKey, str, tuple[str, ...]]
@@ -123,6 +127,11 @@ class GateMemo:
         """(target, op, candidate) that passed the gate for some key in this process."""
         self.failed: set[tuple[str, str, str]] = set()
         """(target, op, candidate) that failed it (``reject`` or ``error``) for some key."""
+
+    def release_trials(self) -> None:
+        """Drop the trials the last gate calls shared (a plan, or a dispatch's slow path,
+        has gated what it needed): they hold the inputs and many times their size."""
+        self._trials.release()
 
     def known(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> Verdict | None:
         """The verdict already held for ``cand`` on these inputs' layout, if any."""

@@ -147,11 +147,15 @@ class PlanTables:
         self._old: dict[Mode, dict[Any, Plan]] = {}
         self._shared: dict[Plan, Plan] = {}
         self._lock = threading.RLock()
+        self.resets = 0
+        """How many times the tables were thrown away: a plan built across a reset (the
+        registry or the cache changed meanwhile) is not remembered."""
 
     def reset(self) -> None:
         """Forget every signature's plan (not the key plans: they carry their stamp)."""
         with self._lock:
             self._young, self._old, self._shared = {}, {}, {}
+            self.resets += 1
 
     def shared(self, plan: Plan) -> Plan:
         """The one :class:`Plan` equal to ``plan`` (signatures of a key share it)."""
@@ -176,8 +180,12 @@ class PlanTables:
             self.remember(mode, sig, found)
         return found
 
-    def remember(self, mode: Mode, sig: Any, plan: Plan) -> None:
+    def remember(self, mode: Mode, sig: Any, plan: Plan, resets: int | None = None) -> None:
+        """Keep ``plan`` for ``sig``, unless the tables were reset since ``resets`` (the
+        count when planning began): it may be built from what changed."""
         with self._lock:
+            if resets is not None and resets != self.resets:
+                return
             young = self.young(mode)
             if len(young) >= MAX_PLANS:
                 old = self._old[mode]

@@ -55,7 +55,9 @@ def _expire(signum: int, frame: FrameType | None) -> None:
     _watch.ticking = False
     now = time.monotonic()
     if _watch.limit is not None and now >= _watch.deadline - 1e-4:
-        raise CallTimeout(_watch.limit)
+        limit, _watch.limit = _watch.limit, None
+        _tick(now)  # their alarm, if one is pending, keeps its time
+        raise CallTimeout(limit)
     previous = _watch.previous
     if _watch.theirs_at is not None and now >= _watch.theirs_at - 1e-4:
         _watch.theirs_at = None
@@ -115,6 +117,7 @@ def _installed() -> Iterator[None]:
     _watch.theirs_at = time.monotonic() + left if left > 0 else None
     _watch.previous = signal.signal(signal.SIGALRM, _expire)
     previous = _watch.previous
+    _tick(time.monotonic())  # their alarm, at its time, before any call of ours too
     try:
         yield
     finally:

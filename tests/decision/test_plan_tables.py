@@ -144,3 +144,42 @@ def test_the_public_dispatch_and_the_arbiters_share_one_plan(
     arb.dispatch("matmul", a, b.T.copy().T)
     assert len(planned) == 2
     assert arb.histogram.counts() == {("cpu", "matmul", "lib", "won"): 4}
+
+
+def test_a_plan_built_across_a_registration_is_not_kept() -> None:
+    """A registration while a signature is being planned (here by the candidate's own
+    ``accepts``) resets the tables: the plan built from before it is not remembered,
+    so the next dispatch plans again and sees the new candidate."""
+    reg = CandidateRegistry()
+
+    def accepts_and_register(a: np.ndarray, b: np.ndarray) -> bool:
+        if "late_high" not in {c.name for c in reg.registered()}:
+            reg.add(cand(other, "late_high", tier=9))
+        return True
+
+    reg.extend([FunctionCandidate(library, "low", "matmul", "cpu", 0, accepts_and_register,
+                                  None)])
+    arb = Arbiter(registry=reg, mode="static")
+    a, b = mats(4)
+    arb.dispatch("matmul", a, b)
+    arb.dispatch("matmul", a, b)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "matmul", "low", "won")] == 1
+    assert counts[("cpu", "matmul", "late_high", "won")] == 1
+
+
+def test_the_gate_keeps_no_inputs_alive_after_a_dispatch() -> None:
+    """The gate's trials (the inputs, copies, the reference's results) are shared by a
+    key's candidates, then dropped: the caller's arrays are not kept by the arbiter."""
+    import gc
+    import weakref
+
+    reg = CandidateRegistry()
+    reg.extend([cand(library, "lib"), cand(other, "dot", tier=1)])
+    arb = Arbiter(registry=reg, mode="static", gate=True)
+    a, b = mats(64)
+    arb.dispatch("matmul", a, b)
+    held = weakref.ref(a)
+    del a
+    gc.collect()
+    assert held() is None

@@ -66,3 +66,47 @@ def test_a_call_after_a_long_quiet_one_is_still_cut_at_its_own_limit() -> None:
         took = time.monotonic() - start
     assert 0.25 <= took < 2.0, took
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@needs_signal
+@pytest.mark.timing
+def test_their_alarm_fires_at_its_time_before_the_first_watched_call() -> None:
+    """pytest-timeout's alarm keeps its time while a gate's session is open: before the
+    session's first call (the gate runs accepts() and the reference there)."""
+    from pytest_arbiter.timing.watchdog import watch_session
+
+    fired: list[float] = []
+    previous = signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with watch_session(5.0):
+            while time.monotonic() - start < 1.0 and not fired:
+                time.sleep(0.01)
+            in_session = list(fired)
+        assert in_session and in_session[0] - start >= 0.19
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@needs_signal
+@pytest.mark.timing
+def test_their_alarm_keeps_its_time_after_a_call_is_cut() -> None:
+    from pytest_arbiter.timing.watchdog import watch_session, watchdog
+
+    fired: list[float] = []
+    previous = signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
+    try:
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with watch_session(5.0):
+            with pytest.raises(CallTimeout), watchdog(0.1):
+                time.sleep(2)
+            while time.monotonic() - start < 1.5 and not fired:
+                time.sleep(0.01)
+            in_session = list(fired)
+        assert in_session and in_session[0] - start >= 0.45
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
