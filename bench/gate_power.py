@@ -38,7 +38,7 @@ exact.
 
 Run: ``python bench/gate_power.py`` (full, a few minutes), ``--quick`` (the CI form:
 small shapes, 3 seeds), ``--user`` (the user-op study alone, about a minute), ``--timing``.
-``tests/test_gate_power.py`` runs the quick form.
+``tests/core/test_gate_power.py`` runs the quick form.
 """
 
 from __future__ import annotations
