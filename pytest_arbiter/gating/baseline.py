@@ -115,7 +115,8 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
     fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE
              and (evidence is None or evidence.proves_fixed(k))]
-    unchecked = [k for k in verdict.fixed if k not in fixed]
+    proven = set(fixed)  # a list's `in` would make this quadratic
+    unchecked = [k for k in verdict.fixed if k not in proven]
     return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
 
 
