@@ -19,6 +19,7 @@ nothing to walk. bench/bench_store.py compares this with the version 2 format.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import random
 import sys
@@ -60,7 +61,8 @@ def environment(target: str, device_name: str) -> dict[str, str]:
 
 def considered(op: str, host: str) -> dict[str, Considered]:
     """Every candidate of ``op`` with a fingerprint (one code version per host)."""
-    return {name: Considered(f"{abs(hash((name, host))) % 16**16:016x}", "timed")
+    return {name: Considered(hashlib.blake2b(f"{name}/{host}".encode(), digest_size=8)
+                             .hexdigest(), "timed")
             for name in CANDIDATES[op]}
 
 

@@ -3,6 +3,20 @@ hand-built format), in one run on the same entries.
 
 Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M [--data DIR]]
                                  [--shards] [--tune N] [--skip-small]
+     python bench/bench_store.py --make-corpus PATH [--entries N] [--seed S]
+     python bench/bench_store.py --make-corpus N PATH [--seed S]
+     python bench/bench_store.py --commands A B [--repeat R]
+
+``--make-corpus`` writes a realistic corpus of N entries (default 1,000,000) in the
+current format: one to four ranked candidates each, with the tuner's provenance; the
+keys of seed S start at (S - 1) * 3N/4, so seeds 1 and 2 share a quarter of their keys.
+``--commands A B`` (two corpora, e.g. seeds 1 and 2) times each ``pytest-arbiter``
+command (``show``, ``show --json``, ``diff A B``, ``merge -o OUT A B``, ``forget --op
+softmax --dry-run``, ``gate`` of a histogram of as many entries against a baseline of as
+many, ``report``) in a fresh process, as the console script runs it (``main(argv)``,
+output to /dev/null), side by side with a raw scan of each file it reads
+(``msgspec.json.decode(data, type=msgspec.Raw)`` after reading the file, in this
+process): CPU seconds, the ratio to the scans, peak RSS (``VmHWM``), load average.
 
 The version 2 code is taken from git (``--v2 COMMIT``, the last commit before the
 msgspec schema) into a temporary package, ``arbiter_v2``, so both run in one process.
@@ -131,7 +145,10 @@ def load_peak(package: str, path: Path, v2_root: Path) -> tuple[float, float, fl
 
 CLI = (HWM + "import atexit, os, sys; sys.path[:0] = sys.argv[1:3]\n"
        "atexit.register(lambda: sys.stderr.write('PEAK %d\\n' % hwm()))\n"
-       "from {package}.cli import main\n"
+       "try:\n"
+       "    from {package}.cli.main import main\n"
+       "except ImportError:  # version 2's cli was one module\n"
+       "    from {package}.cli import main\n"
        "sys.exit(main(sys.argv[3:], out=open(os.devnull, 'w')))\n")
 
 
@@ -158,7 +175,8 @@ def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float, f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--entries", type=int,
+                        help="entries (100,000; with --make-corpus, 1,000,000)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--v2", default=V2_COMMIT, help="the commit of the version 2 code")
     parser.add_argument("--scale", type=int, default=0,
@@ -174,7 +192,29 @@ def main() -> int:
                         help="only the --scale and --shards parts")
     parser.add_argument("--scale-formats", default="v2,v3",
                         help="which formats --scale runs (v2 takes minutes at 1M)")
+    parser.add_argument("--make-corpus", nargs="+", metavar="PATH",
+                        help="write a corpus of --entries entries (default 1,000,000) at "
+                        "PATH (or: N PATH) and exit")
+    parser.add_argument("--seed", type=int, default=1, help="the --make-corpus seed")
+    parser.add_argument("--commands", nargs=2, metavar=("A", "B"),
+                        help="time the pytest-arbiter commands on corpora A and B and exit")
+    parser.add_argument("--code", metavar="DIR", type=Path, default=REPO,
+                        help="--commands runs the package in DIR (a git worktree of another "
+                        "commit, to compare); default this checkout")
+    parser.add_argument("--skip", default="", metavar="NAMES",
+                        help="--commands leaves these out (comma-separated, e.g. gate,report)")
     args = parser.parse_args()
+    if args.make_corpus:
+        path, n = corpus_args(parser, args)
+        t = time.perf_counter()
+        make_corpus(path, n, args.seed)
+        print(f"{path}: {n:,} entries, seed {args.seed}, {path.stat().st_size / 1e6:.0f} MB "
+              f"in {time.perf_counter() - t:.0f} s")
+        return 0
+    if args.commands:
+        commands(*map(Path, args.commands), args.repeat, args.code,
+                 set(filter(None, args.skip.split(","))))
+        return 0
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} on "
           f"{os.cpu_count()} CPUs; Python {sys.version.split()[0]}", flush=True)
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -201,9 +241,120 @@ def main() -> int:
     return 0
 
 
+def corpus_args(parser: argparse.ArgumentParser, args: argparse.Namespace
+                ) -> tuple[Path, int]:
+    """``--make-corpus PATH`` (with ``--entries``, here 1,000,000 by default) or
+    ``--make-corpus N PATH``."""
+    given = args.make_corpus
+    if len(given) == 1:
+        return Path(given[0]), args.entries or 1_000_000
+    if len(given) == 2 and given[0].replace("_", "").isdigit():
+        return Path(given[1]), int(given[0])
+    parser.error("--make-corpus takes PATH, or N PATH")
+
+
+CORPUS_CHUNK = 100_000
+"""Entries built at a time by :func:`make_corpus` (their builtins are large)."""
+
+
+def make_corpus(path: Path, n: int, seed: int) -> None:
+    """A realistic ``n``-entry corpus at ``path``, keys from ``(seed - 1) * 3n/4``."""
+    from pytest_arbiter.store import artifacts
+    from pytest_arbiter.store.cache import MeasureCache
+
+    start, host = (seed - 1) * (n * 3 // 4), f"runner-{seed}"
+    entries = []
+    for at in range(0, n, CORPUS_CHUNK):
+        entries += make_entries(min(CORPUS_CHUNK, n - at), seed=seed * 1_000_003 + at,
+                                host=host, start=start + at)
+    artifacts.write_cache(path, MeasureCache(entries))
+
+
+def histogram_pair(n: int, tmp: Path) -> tuple[Path, Path]:
+    """A run's histogram of ``n`` entries (half of them degraded, rejected or error) and
+    a baseline that knows every one of those and ``n // 10`` keys the run no longer
+    shows: what ``gate`` reads at scale, and passes."""
+    from pytest_arbiter.gating import histogram_file
+    from pytest_arbiter.gating.histogram import GATED_OUTCOMES, HistogramKey
+
+    outcomes = ("won", "degraded", "no_candidate", "rejected", "won", "error")
+
+    def key(i: int) -> HistogramKey:
+        return HistogramKey(f"target{i % 4}", f"op{i // 6 % 5000}", f"cand{i // 30000}",
+                            outcomes[i % 6])
+
+    run = {key(i): 1 + i % 97 for i in range(n)}
+    base = {k: 1 for k in run if k.outcome in GATED_OUTCOMES}
+    base.update((key(i), 1) for i in range(n, n + n // 10) if outcomes[i % 6] in GATED_OUTCOMES)
+    paths = tmp / "run-histogram.json", tmp / "baseline.json"
+    histogram_file.write_histogram(paths[0], run)
+    histogram_file.write_histogram(paths[1], base)
+    return paths
+
+
+def scan_cpu(path: Path) -> float:
+    """CPU seconds of reading ``path`` and scanning it once as JSON, in this process."""
+    import msgspec
+
+    start = time.process_time()
+    with open(path, "rb") as file:
+        data = file.read()
+    msgspec.json.decode(data, type=msgspec.Raw)
+    del data
+    return time.process_time() - start
+
+
+def commands(a: Path, b: Path, repeat: int, code: Path, skip: set[str]) -> None:
+    """Each ``pytest-arbiter`` command in a fresh process beside raw scans of its files,
+    the package taken from ``code``."""
+    from pytest_arbiter.store.artifacts import read_cache
+
+    n = len(read_cache(a))
+    with tempfile.TemporaryDirectory(dir=a.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        run_hist, baseline = histogram_pair(n, tmp)
+        html = tmp / "report.html"
+        runs = (("show", ["show", a], [a]),
+                ("show --json", ["show", "--json", a], [a]),
+                ("diff", ["diff", a, b], [a, b]),
+                ("merge", ["merge", "-o", tmp / "merged.json", a, b], [a, b]),
+                ("forget", ["forget", "--op", "softmax", "--dry-run", a], [a]),
+                ("gate", ["gate", "--baseline", baseline, run_hist], [run_hist, baseline]),
+                ("report", ["report", a, "-o", html], [a]))
+        start_cpu = statistics.median(cli_start(code) for _ in range(3))
+        print(f"{code}: {n:,} entries ({a.stat().st_size / 1e6:.0f} MB, "
+              f"{b.stat().st_size / 1e6:.0f} MB); each command a fresh process running "
+              f"main(argv) (its CPU includes {start_cpu:.2f} s of start-up and imports); "
+              f"the scans in this process, median of {repeat}", flush=True)
+        print(f"{'command':14}{'CPU s':>8}{'scan s':>8}{'ratio':>7}{'peak RSS':>10}"
+              f"{'wall s':>8}  load average", flush=True)
+        for name, argv, files in runs:
+            if name in skip:
+                continue
+            scans = sum(statistics.median(scan_cpu(f) for _ in range(repeat)) for f in files)
+            load = open("/proc/loadavg").read().split()[:3]
+            try:
+                wall, cpu, peak = cli("pytest_arbiter", code, *argv)
+            except RuntimeError as exc:
+                print(f"{name:14}failed: {exc}", flush=True)
+                continue
+            finally:
+                (tmp / "merged.json").unlink(missing_ok=True)
+            print(f"{name:14}{cpu:8.2f}{scans:8.2f}{cpu / scans:6.1f}x{peak:7.0f} MB"
+                  f"{wall:8.2f}  {' '.join(load)}", flush=True)
+
+
+def cli_start(code: Path) -> float:
+    """CPU seconds of a fresh process that imports the CLI of ``code`` and exits."""
+    cpu = children_cpu()
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path[:0] = [{str(code)!r}]; "
+                    "import pytest_arbiter.cli.main"], check=True)
+    return children_cpu() - cpu
+
+
 def small(args: argparse.Namespace, tmp: Path, v2_root: Path, v2: dict[str, ModuleType],
           artifacts: Any, corpus: Any, measure_cache: Any) -> None:
-    n, repeat = args.entries, args.repeat
+    n, repeat = args.entries or 100_000, args.repeat
     paths = {(fmt, shard): tmp / f"{fmt}-{shard}.json" for fmt in ("v2", "v3")
              for shard in "ab"}
     for shard, seed, host, start in (("a", 1, "runner-a", 0), ("b", 2, "runner-b", n * 3 // 4)):

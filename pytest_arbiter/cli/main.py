@@ -27,8 +27,9 @@ from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet, tightened
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache
-from pytest_arbiter.store.corpus import diff
+from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.store.corpus import KeyChange, WinnerChange
+from pytest_arbiter.store.corpus_files import diff_files, merge_files
 from pytest_arbiter.store.safetext import escape, line as safe_line
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -151,8 +152,7 @@ def _paired_only(e: CacheEntry) -> bool:
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    cache = artifacts.read_cache(args.cache)
-    entries = [e for e in cache.entries()
+    entries = [e for e in artifacts.read_entries(args.cache)
                if (args.device is None or e.device == args.device)
                and (args.op is None or e.op == args.op)]
     if args.json:
@@ -188,15 +188,12 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
     out_path = Path(args.output)
-    shards: list[MeasureCache] = []
-    for shard in args.shards:
-        if Path(shard).resolve() == out_path.resolve():
-            continue  # OUT is read under its lock by update_cache
-        shards.append(artifacts.read_cache(shard))
-    result = artifacts.update_cache(out_path, *shards)
+    # OUT is read under its lock by merge_files
+    shards = [s for s in args.shards if Path(s).resolve() != out_path.resolve()]
+    result = merge_files(out_path, shards)
     for conflict in result.conflicts:
         _say(out, conflict.describe())
-    _say(out, f"{out_path}: {len(result.entries)} entries after merging "
+    _say(out, f"{out_path}: {result.entries} entries after merging "
          f"{len(args.shards)} shard(s); {len(result.conflicts)} conflict(s)")
     if result.conflicts and args.fail_on_conflict:
         return EXIT_FAILED
@@ -207,24 +204,28 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
-    old = artifacts.read_cache(args.old)
-    new = artifacts.read_cache(args.new)
-    d = diff(old, new)
-    for change in d.changed:
-        margin = change.margin
-        beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
-                else f"; {change.old.winner} not timed in NEW")
-        _say(out, f"changed {_key_text(change.key)}: {change.old.winner} "
-             f"({format_ns(change.old_ns)}) -> {change.new.winner} "
-             f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
-    for entry in d.added:
-        _say(out, f"added {_key_text(entry.key)}: {entry.winner} "
-             f"({format_ns(entry.ranking[0].stats.median_ns)})")
-    for entry in d.removed:
-        _say(out, f"removed {_key_text(entry.key)}: {entry.winner}")
+    d = diff_files(args.old, args.new, _diff_line)
+    for text in itertools.chain(d.changed, d.added, d.removed):
+        _say(out, text)
     _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
          f"{len(d.removed)} removed, {d.same} unchanged")
     return EXIT_OK
+
+
+def _diff_line(change: WinnerChange | KeyChange) -> str:
+    """``diff``'s line of a changed winner, or of a key added or removed."""
+    if isinstance(change, WinnerChange):
+        margin = change.margin
+        beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
+                else f"; {change.old.winner} not timed in NEW")
+        return (f"changed {_key_text(change.key)}: {change.old.winner} "
+                f"({format_ns(change.old_ns)}) -> {change.new.winner} "
+                f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
+    entry = change.entry
+    if change.old is None:
+        return (f"added {_key_text(entry.key)}: {entry.winner} "
+                f"({format_ns(entry.ranking[0].stats.median_ns)})")
+    return f"removed {_key_text(entry.key)}: {entry.winner}"
 
 
 # -- forget ----------------------------------------------------------------------------

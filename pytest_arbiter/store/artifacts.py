@@ -23,7 +23,13 @@ import filelock
 
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, plain_key
-from pytest_arbiter.store.cache_file import encode_chunks, encode_document, read_document
+from pytest_arbiter.store.cache_file import (
+    Unstreamable,
+    encode_chunks,
+    encode_document,
+    key_blocks,
+    read_document,
+)
 from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
 from pytest_arbiter.store.safetext import escape
 
@@ -213,6 +219,21 @@ def read_cache(path: str | os.PathLike[str]) -> MeasureCache:
         raise ArtifactError(str(exc)) from None
 
 
+def read_entries(path: str | os.PathLike[str]) -> list[CacheEntry]:
+    """``read_cache(path).entries()``: the entries sorted by key, one per key, and the
+    same errors, without a table by key: a file in the writer's layout whose keys are
+    in order (any file this package wrote) is taken as it lies, block by block."""
+    entries: list[CacheEntry] = []
+    try:
+        with open(path, "rb") as file:
+            for block in key_blocks(file):
+                entries += block
+        return entries
+    except (OSError, Unstreamable):
+        del entries[:]  # read again whole, which names what is wrong
+    return read_cache(path).entries()
+
+
 Stamp = tuple[int, int, int, int, int]
 """What tells one version of a file from another: device, inode, size, modification and
 change times (an atomic replace makes a new inode)."""
@@ -307,7 +328,7 @@ def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], b
     """
 
     def work() -> tuple[list[CacheEntry], int]:
-        entries = read_cache(path).entries()
+        entries = read_entries(path)
         gone = [e for e in entries if picks(e)]
         if gone and not dry_run:
             chosen = set(map(id, gone))

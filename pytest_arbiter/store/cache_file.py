@@ -23,7 +23,7 @@ import msgspec
 from msgspec import Struct
 
 from pytest_arbiter.store.cache import CACHE_SCHEMA, CACHE_VERSION
-from pytest_arbiter.store.entry import CacheEntry, plain_key
+from pytest_arbiter.store.entry import CacheEntry, KeyTuple, plain_key
 from pytest_arbiter.store.tables import (
     _CANONICAL,
     NO_CONSIDERED,
@@ -218,30 +218,48 @@ def read_document(path: str | os.PathLike[str], *, source: str | None = None
     return decode_document(data, source=name)
 
 
+class Unstreamable(Exception):
+    """A file read block by block is not in the writer's layout, or something in it is
+    wrong: read it whole instead, which names what and where."""
+
+
 def _stream(file: Any) -> list[CacheEntry] | None:
     """The entries of a file in the writer's layout, block by block; ``None`` if it is
     not in that layout or anything in it is wrong."""
+    entries: list[CacheEntry] = []
+    try:
+        for block in entry_blocks(file):
+            entries += block
+    except Unstreamable:
+        return None
+    return entries
+
+
+def entry_blocks(file: Any, tables: _Tables | None = None) -> Iterator[list[CacheEntry]]:
+    """The entries of a binary ``file`` in the writer's layout, a block of lines at a
+    time, in the file's order; :class:`Unstreamable` (maybe after some blocks) if it is
+    not in that layout or anything in it is wrong. ``tables``, if given, receives the
+    file's tables before the first block."""
     buffer = bytearray(BLOCK)
     size = file.readinto(buffer)
     head = buffer.find(_ENTRIES, 0, size)
     if not buffer.startswith(_HEAD) or head < 0:
-        return None
-    tables = _Tables()
+        raise Unstreamable
+    tables = _Tables() if tables is None else tables
     try:
         msgspec.json.decode(bytes(buffer[:head]) + b'\n  "entries": []}', type=_Document,
                             dec_hook=_table_hook(tables))
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        return None
+        raise Unstreamable from None
     _preset(tables)
     decoder = msgspec.json.Decoder(list[CacheEntry])
-    entries: list[CacheEntry] = []
     start = head + len(b'\n  "entries": [\n   ')  # the space before the first entry
     done = False
     while True:
         end = buffer.rfind(_SEPARATOR, start, size)
         if done:
             if not buffer.endswith(_TAIL, start, size):
-                return None
+                raise Unstreamable
             end = size - len(_TAIL)
         if end >= 0:
             # the space before the block's first entry and the comma after its last
@@ -249,11 +267,12 @@ def _stream(file: Any) -> list[CacheEntry] | None:
             buffer[start], buffer[end] = 0x5B, 0x5D
             with memoryview(buffer) as view, view[start:end + 1] as block:
                 try:
-                    entries += _read_tables(functools.partial(decoder.decode, block), tables)
+                    entries = _read_tables(functools.partial(decoder.decode, block), tables)
                 except (msgspec.DecodeError, _TablesLater, RecursionError, UnicodeDecodeError):
-                    return None
+                    raise Unstreamable from None
+            yield entries
             if done:
-                return entries
+                return
             start = end + len(_SEPARATOR) - len(b' {"device":')
         rest = size - start
         buffer[:rest] = buffer[start:size]
@@ -262,6 +281,27 @@ def _stream(file: Any) -> list[CacheEntry] | None:
         with memoryview(buffer) as view:
             read = file.readinto(view[rest:rest + BLOCK])
         size, start, done = rest + read, 0, read == 0
+
+
+def key_blocks(file: Any, tables: _Tables | None = None) -> Iterator[list[CacheEntry]]:
+    """:func:`entry_blocks`, each entry's key after the one before (the writer's order,
+    one entry a key); :class:`Unstreamable` where one is not."""
+    for block, _ in keyed_blocks(file, tables):
+        yield block
+
+
+def keyed_blocks(file: Any, tables: _Tables | None = None
+                 ) -> Iterator[tuple[list[CacheEntry], list[KeyTuple]]]:
+    """:func:`key_blocks`, each block with its entries' keys."""
+    last: tuple[str, ...] = ()
+    for block in entry_blocks(file, tables):
+        keys = list(map(plain_key, block))
+        if not keys:
+            continue
+        if not (last < keys[0] and all(map(operator.lt, keys, keys[1:]))):
+            raise Unstreamable
+        last = keys[-1]
+        yield block, keys
 
 
 def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
@@ -302,7 +342,7 @@ def _escape(text: object) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-class _Rows:
+class Rows:
     """The distinct shared objects of the entries to write, as table rows in the order
     of their canonical JSON, and each object's row (by identity: equal ones are
     interned, so they are one object)."""
@@ -333,15 +373,15 @@ def _sorted(entries: Iterable[CacheEntry]) -> list[CacheEntry]:
         return sorted(listed, key=plain_key)
 
 
-def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], _Rows, _Rows, _Rows]:
+def _plan(entries: Iterable[CacheEntry]) -> tuple[list[CacheEntry], Rows, Rows, Rows]:
     ordered = _sorted(entries)
-    runs = _Rows(list(map(attrgetter("provenance.run"), ordered)), NO_RUN)
-    environments = _Rows(list(map(attrgetter("environment"), ordered)), NO_ENVIRONMENT)
-    considered = _Rows(list(map(attrgetter("considered"), ordered)), NO_CONSIDERED)
+    runs = Rows(list(map(attrgetter("provenance.run"), ordered)), NO_RUN)
+    environments = Rows(list(map(attrgetter("environment"), ordered)), NO_ENVIRONMENT)
+    considered = Rows(list(map(attrgetter("considered"), ordered)), NO_CONSIDERED)
     return ordered, runs, environments, considered
 
 
-def _encode_hook(*tables: _Rows) -> Any:
+def _encode_hook(*tables: Rows) -> Any:
     rows = {i: row for table in tables for i, row in table.by_id.items()}
 
     def hook(value: Any) -> Any:
@@ -378,8 +418,18 @@ def encode_chunks(entries: Iterable[CacheEntry]) -> Iterator[bytes]:
     second time as text.
     """
     ordered, runs, environments, considered = _plan(entries)
-    encode_lines = msgspec.json.Encoder(enc_hook=_encode_hook(runs, environments, considered),
-                                        order="deterministic").encode_lines
+    if not ordered:
+        yield head_bytes(runs, environments, considered, entries=False) + b"]\n}\n"
+        return
+    yield head_bytes(runs, environments, considered)
+    yield from entry_lines((ordered[at:at + LINES_PER_CHUNK]
+                            for at in range(0, len(ordered), LINES_PER_CHUNK)),
+                           runs, environments, considered)
+
+
+def head_bytes(runs: Rows, environments: Rows, considered: Rows, *,
+               entries: bool = True) -> bytes:
+    """The file up to its first entry: the header and the tables."""
     head = [b'{\n  "schema": "', CACHE_SCHEMA.encode(), b'",\n  "version": ',
             str(CACHE_VERSION).encode(), b",\n"]
     for name, rows in (("runs", runs.rows), ("environments", environments.rows),
@@ -389,15 +439,26 @@ def encode_chunks(entries: Iterable[CacheEntry]) -> Iterator[bytes]:
             head.append(b"\n    " + b",\n    ".join(map(_LINE.encode, rows)) + b"\n  ")
         head.append(b"],\n")
     head.append(b'  "entries": [')
-    if ordered:
+    if entries:
         head.append(b"\n    ")
-    yield b"".join(head)
-    for at in range(0, len(ordered), LINES_PER_CHUNK):
-        # one line per entry, each ended by a line break (a JSON string never holds a
-        # raw one) that becomes the separator; the last entry's is left out
-        chunk = encode_lines(ordered[at:at + LINES_PER_CHUNK]).replace(b"\n", _NEXT)
-        yield chunk if at + LINES_PER_CHUNK < len(ordered) else chunk[:-len(_NEXT)]
-    yield b"\n  ]\n}\n" if ordered else b"]\n}\n"
+    return b"".join(head)
+
+
+def entry_lines(chunks: Iterable[list[CacheEntry]], *tables: Rows) -> Iterator[bytes]:
+    """The file after :func:`head_bytes`: the entries of ``chunks`` (sorted by key, at
+    least one in all), each pointing into ``tables``, and the end of the document."""
+    encode_lines = msgspec.json.Encoder(enc_hook=_encode_hook(*tables),
+                                        order="deterministic").encode_lines
+    held = b""
+    for chunk in chunks:
+        if chunk:
+            # one line per entry, each ended by a line break (a JSON string never holds
+            # a raw one) that becomes the separator; the last entry's is left out
+            if held:
+                yield held
+            held = encode_lines(chunk).replace(b"\n", _NEXT)
+    yield held[:-len(_NEXT)]
+    yield b"\n  ]\n}\n"
 
 
 def encode_document(entries: Iterable[CacheEntry]) -> bytes:

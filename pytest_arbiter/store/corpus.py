@@ -15,8 +15,10 @@ and environment with the same ``since``, are reported as a :class:`Conflict`.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, KeyTuple, MeasureCache, plain_key
 
@@ -127,21 +129,43 @@ def merge(*parts: Part) -> MergeResult:
                 meet(key, held, entry)
     conflicts: list[Conflict] = []
     for key, seen in contested.items():
-        kept = merged[key]
-        if not seen or not kept.confident:
-            continue
-        others: dict[str, CacheEntry] = {}
-        for entry in seen:
-            # another winner measured against other code or another environment is
-            # what a change does, not a disagreement; so is one a later measurement of
-            # the same code replaced (a recheck found the old winner slower: since moved)
-            if (entry.winner != kept.winner and entry.same_basis(kept)
-                    and entry.since == kept.since):
-                best = others.get(entry.winner)
-                others[entry.winner] = entry if best is None else prefer(best, entry)
-        conflicts.extend(Conflict(CacheKey._make(key), kept, others[w]) for w in others)
+        conflicts += _conflicts(key, merged[key], seen)
     conflicts.sort(key=lambda c: (c.key, c.other.winner))  # by key, then other winner
     return MergeResult(merged, conflicts)
+
+
+def merge_key(key: KeyTuple, entries: Sequence[CacheEntry]
+              ) -> tuple[CacheEntry, list[Conflict]]:
+    """:func:`merge` of the entries of one key (in the parts' order): the entry kept,
+    and the key's conflicts."""
+    held = entries[0]
+    seen: list[CacheEntry] | None = None
+    for entry in entries[1:]:
+        if held is entry or held == entry:
+            continue
+        if seen is None:
+            seen = [held] if held.confident else []
+        if entry.confident:
+            seen.append(entry)
+        held = _pick(held, entry, rank(held), rank(entry))
+    return held, [] if seen is None else _conflicts(key, held, seen)
+
+
+def _conflicts(key: KeyTuple, kept: CacheEntry, seen: list[CacheEntry]) -> list[Conflict]:
+    """The conflicts of ``kept`` with the clear picks met for its key (sorted by the
+    other winner)."""
+    if not seen or not kept.confident:
+        return []
+    others: dict[str, CacheEntry] = {}
+    for entry in seen:
+        # another winner measured against other code or another environment is
+        # what a change does, not a disagreement; so is one a later measurement of
+        # the same code replaced (a recheck found the old winner slower: since moved)
+        if (entry.winner != kept.winner and entry.same_basis(kept)
+                and entry.since == kept.since):
+            best = others.get(entry.winner)
+            others[entry.winner] = entry if best is None else prefer(best, entry)
+    return [Conflict(CacheKey._make(key), kept, others[w]) for w in sorted(others)]
 
 
 @dataclass(frozen=True)
@@ -200,18 +224,67 @@ def _keyed(part: Part) -> Mapping[KeyTuple, CacheEntry]:
 def diff(old: Part, new: Part) -> CacheDiff:
     """Winners that changed between ``old`` and ``new``, plus keys only one of them has."""
     before, after = _keyed(old), _keyed(new)
-    changed, added, same = [], [], 0
-    for key in sorted(after):
-        entry = after[key]
-        prev = before.get(key)
-        if prev is None:
-            added.append(entry)
-        elif prev.winner != entry.winner:
-            changed.append(WinnerChange(CacheKey._make(key), prev, entry))
-        else:
+    changed: list[WinnerChange] = []
+    added: list[CacheEntry] = []
+    removed: list[CacheEntry] = []
+    same = 0
+    for change in diff_sorted(map(before.__getitem__, sorted(before)),
+                              map(after.__getitem__, sorted(after))):
+        if change is None:
             same += 1
-    removed = [before[k] for k in sorted(before) if k not in after]
+        elif isinstance(change, WinnerChange):
+            changed.append(change)
+        else:
+            (added if change.old is None else removed).append(change.entry)
     return CacheDiff(changed, added, removed, same)
+
+
+class KeyChange(NamedTuple):
+    """A key only one of two caches has: ``old`` or ``new`` is ``None``."""
+
+    old: CacheEntry | None
+    new: CacheEntry | None
+
+    @property
+    def entry(self) -> CacheEntry:
+        """The entry of the cache that has the key."""
+        found = self.new if self.old is None else self.old
+        assert found is not None
+        return found
+
+
+_NO_KEY: KeyTuple = ("", "", "", "", "")
+
+
+def _key_of(entry: CacheEntry | None) -> KeyTuple:
+    return _NO_KEY if entry is None else plain_key(entry)
+
+
+def diff_sorted(old: Iterable[CacheEntry], new: Iterable[CacheEntry]
+                ) -> Iterator[WinnerChange | KeyChange | None]:
+    """What :func:`diff` finds, key by key in key order, of two caches' entries each
+    sorted by key, one per key: a :class:`WinnerChange`, a :class:`KeyChange` (added or
+    removed), or ``None`` (the same winner)."""
+    olds, news = iter(old), iter(new)
+    a, b = next(olds, None), next(news, None)
+    ka, kb = _key_of(a), _key_of(b)
+    while a is not None and b is not None:
+        if ka == kb:
+            yield None if a.winner == b.winner else WinnerChange(CacheKey._make(kb), a, b)
+            a, b = next(olds, None), next(news, None)
+            ka, kb = _key_of(a), _key_of(b)
+        elif ka < kb:
+            yield KeyChange(a, None)
+            a = next(olds, None)
+            ka = _key_of(a)
+        else:
+            yield KeyChange(None, b)
+            b = next(news, None)
+            kb = _key_of(b)
+    for rest in () if a is None else itertools.chain([a], olds):
+        yield KeyChange(rest, None)
+    for rest in () if b is None else itertools.chain([b], news):
+        yield KeyChange(None, rest)
 
 
 @dataclass(frozen=True)

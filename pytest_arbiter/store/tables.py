@@ -14,7 +14,7 @@ import datetime
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -80,6 +80,16 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
 
     def get(self, key: K, default: Any = None) -> Any:
         return self._items.get(key, default)
+
+    # the dict's own views (read-only, and C loops, where Mapping's are Python ones)
+    def keys(self) -> KeysView[K]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[V]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[K, V]:
+        return self._items.items()
 
     def __eq__(self, other: object) -> bool:
         if self is other:

@@ -1,0 +1,95 @@
+"""The store's commands on a realistic 10,000-entry corpus print, and write, byte for byte
+what they did before the streamed reads, diff and merge (the digests were taken from
+that code): ``show`` (narrow, wide, JSON, filtered), ``diff`` both ways, ``merge`` (with
+and without conflicts, and the merged files), ``forget`` (dry runs and one that
+writes)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.store import artifacts
+from pytest_arbiter.store.cache import MeasureCache
+from tests.factories import ROOT
+
+DIGESTS = {
+    "file a": (0, "22dfe135be8ea17b3e4b505d958c8462eea14df6a9b7f25f3c0ce8520573006e"),
+    "show": (0, "220fec87bf81df4803d06604bfeeeefb96a4ae1fd59538419d9478040ca0ea76"),
+    "show --wide": (0, "22cb24db79441977ad995f31f5d803dfda6aad1d863e0a2902592c57d345450d"),
+    "show --json": (0, "be35d42a602ec47a6e49d9542c37ae1f80f8cf46bd3e4d309617c43520568bde"),
+    "show --device --op": (
+        0, "2806080841455cf500bab76670c3d59449ba81be2a6dc02934deb6a4a3793cd9"),
+    "diff a b": (0, "4762d2ee318153996621b31e7a04a44d5ea7ef8bf7d90d658c1673031ae0799e"),
+    "diff b a": (0, "5be392a40912b891a6d60fd8a888e731af9817c689a345a09e1a1e3569612fce"),
+    "merge": (0, "79bbdb148b7328449b00bf959796120ee5f518f5a5a3aafe337283bc5b669ad7"),
+    "merged file": (0, "54cd2c922405a140997e0b91acc559b0cfb4173c95457a9eebffc4ad6386944f"),
+    "forget dry": (0, "87f499f627e92575101f8f12ea58ab345085e5447162a2db1650f6cdc515fdbb"),
+    "forget": (0, "391c8bedce6317036cfa24b95ef8dde2cfe2affcbca51c367029885a1e33bcc5"),
+    "forgotten file": (0, "45eedea09790d0d18c1a6d412ef1e59842175c740ff65a3b063fce49ba4f1c63"),
+    "merge conflicts": (1, "926bdbebd1f787c0814b8b29a4826c0994165254f3192621a180b86ae55f69bf"),
+    "merged conflicts file": (
+        0, "c86a849280ee3f647fff139b8f42db781310dac2707a4e313f5e25d9cd126521"),
+    "forget before": (0, "66c2024b23eb0ecc7b48718efad7164870836526fd5d3e51f316b9e2611c8b4f"),
+}
+
+
+def bench_merge() -> ModuleType:
+    """bench/bench_merge.py, whose ``make_entries`` builds the realistic entries."""
+    spec = importlib.util.spec_from_file_location("bench_merge_entries",
+                                                  ROOT / "bench" / "bench_merge.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def outputs(tmp: Path) -> dict[str, tuple[int, str]]:
+    """Each command's exit status and output (the folder written as ``TMP``), and the
+    files written."""
+    make = bench_merge().make_entries
+    a, b, c = tmp / "a.json", tmp / "b.json", tmp / "c.json"
+    artifacts.write_cache(a, MeasureCache(make(10_000, seed=1, host="runner-a")))
+    artifacts.write_cache(b, MeasureCache(make(10_000, seed=2, host="runner-b", start=7_500)))
+    # the same runner's code: some keys' clear picks disagree
+    artifacts.write_cache(c, MeasureCache(make(10_000, seed=3, host="runner-a", start=5_000)))
+
+    def run(*argv: object) -> tuple[int, str]:
+        out = io.StringIO()
+        code = main([str(x) for x in argv], out=out)
+        return code, out.getvalue().replace(str(tmp), "TMP")
+
+    def text(path: Path) -> tuple[int, str]:
+        return 0, path.read_text()
+
+    merged, conflicted, forgotten = tmp / "m.json", tmp / "m2.json", tmp / "f.json"
+    shutil.copy(a, forgotten)
+    return {
+        "file a": text(a),
+        "show": run("show", a), "show --wide": run("show", "--wide", a),
+        "show --json": run("show", "--json", a),
+        "show --device --op": run("show", "--device", "sm_90", "--op", "softmax", a),
+        "diff a b": run("diff", a, b), "diff b a": run("diff", b, a),
+        "merge": run("merge", "-o", merged, a, b), "merged file": text(merged),
+        "merge conflicts": run("merge", "--fail-on-conflict", "-o", conflicted, a, c),
+        "merged conflicts file": text(conflicted),
+        "forget dry": run("forget", "--candidate", "wmma_gemm", "--dry-run", forgotten),
+        "forget": run("forget", "--op", "softmax", "--device", "sm_90", forgotten),
+        "forgotten file": text(forgotten),
+        "forget before": run("forget", "--before", "2026-12-03T02:00:00Z", "--dry-run",
+                             forgotten),
+    }
+
+
+@pytest.mark.slow
+def test_the_commands_print_and_write_what_they_did(tmp_path: Path) -> None:
+    got = {name: (code, hashlib.sha256(text.encode()).hexdigest())
+           for name, (code, text) in outputs(tmp_path).items()}
+    assert got == DIGESTS
