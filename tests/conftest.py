@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from pytest_arbiter.core.candidates import CandidateRegistry
 from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.runtime import register_bundled
 from pytest_arbiter.runtime.cuda import device as cuda_device, lane
+from pytest_arbiter.timing.watchdog import watchdog_available
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -93,3 +95,22 @@ def cupy_as(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any], None]]:
     yield install
     monkeypatch.undo()
     _forget_all()
+
+
+@pytest.fixture
+def sigalrm_restored() -> Iterator[None]:
+    """SIGALRM's handler and real-time timer put back as they were, whatever the test did;
+    skipped where the watchdog cannot be used (no setitimer, not the main thread, or
+    another handler such as pytest-timeout's already installed)."""
+    if not watchdog_available():
+        pytest.skip("the SIGALRM watchdog cannot be used here (no setitimer, not the main "
+                    "thread, or another SIGALRM handler such as pytest-timeout's)")
+    handler = signal.getsignal(signal.SIGALRM)
+    left, interval = signal.getitimer(signal.ITIMER_REAL)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left, interval)

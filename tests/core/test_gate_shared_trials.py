@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,6 @@ from pytest_arbiter.decision.gating import GateMemo
 from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.decision.tuning import measured_arbitrate
 from pytest_arbiter.store.cache import MeasureCache
-from pytest_arbiter.timing.watchdog import watchdog_available
 
 
 def cand(fn: Callable[..., Any], op: str, name: str | None = None) -> FunctionCandidate:
@@ -203,17 +202,6 @@ def test_a_kernel_rewriting_the_same_bits_or_staging_another_dtype_passes(size: 
         assert report.passed, report.summary()
 
 
-@pytest.fixture
-def sigalrm_restored() -> Iterator[None]:
-    if not watchdog_available():
-        pytest.skip("the SIGALRM watchdog cannot be used here (no setitimer, not the main "
-                    "thread, or another SIGALRM handler such as pytest-timeout's)")
-    handler = signal.getsignal(signal.SIGALRM)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
 
 
 def test_a_kernel_sleeping_past_the_call_timeout_fails_with_the_watchdogs_error(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import FrameType
 
 import pytest
@@ -22,20 +22,6 @@ needs_signal = pytest.mark.skipif(not watchdog_available(),
                                          "SIGALRM handler such as pytest-timeout's)")
 
 
-@pytest.fixture
-def sigalrm_restored() -> Iterator[None]:
-    """Put SIGALRM's handler and real-time timer back as they were, whatever the test did."""
-    if not hasattr(signal, "setitimer"):
-        pytest.skip("no signal.setitimer on this platform")
-    handler = signal.getsignal(signal.SIGALRM)
-    left, interval = signal.getitimer(signal.ITIMER_REAL)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
-        if left > 0:
-            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 @needs_signal

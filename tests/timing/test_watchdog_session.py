@@ -5,25 +5,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from types import FrameType
 
-import pytest
-
-from pytest_arbiter.timing.watchdog import watchdog_available, watched_calls
-
-
-@pytest.fixture
-def sigalrm_restored() -> Iterator[None]:
-    if not watchdog_available():
-        pytest.skip("the SIGALRM watchdog cannot be used here (no setitimer, not the main "
-                    "thread, or another SIGALRM handler such as pytest-timeout's)")
-    handler = signal.getsignal(signal.SIGALRM)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
+from pytest_arbiter.timing.watchdog import watched_calls
 
 
 def test_their_alarm_fires_at_its_time_between_the_calls_of_a_session(

@@ -68,45 +68,36 @@ def test_a_call_after_a_long_quiet_one_is_still_cut_at_its_own_limit() -> None:
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
-@needs_signal
-@pytest.mark.timing
-def test_their_alarm_fires_at_its_time_before_the_first_watched_call() -> None:
-    """pytest-timeout's alarm keeps its time while a gate's session is open: before the
-    session's first call (the gate runs accepts() and the reference there)."""
-    from pytest_arbiter.timing.watchdog import watch_session
-
-    fired: list[float] = []
-    previous = signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
-    try:
-        start = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with watch_session(5.0):
-            while time.monotonic() - start < 1.0 and not fired:
-                time.sleep(0.01)
-            in_session = list(fired)
-        assert in_session and in_session[0] - start >= 0.19
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@needs_signal
-@pytest.mark.timing
-def test_their_alarm_keeps_its_time_after_a_call_is_cut() -> None:
+def their_alarm_in_a_session(after_s: float, cut: bool) -> list[float]:
+    """Their handler and alarm (``after_s`` from now), then a gate's session that cuts one
+    call first if ``cut``; the times their alarm fired while the session was open."""
     from pytest_arbiter.timing.watchdog import watch_session, watchdog
 
     fired: list[float] = []
-    previous = signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic()))
-    try:
-        start = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
-        with watch_session(5.0):
+    signal.signal(signal.SIGALRM, lambda s, f: fired.append(time.monotonic() - start))
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, after_s)
+    with watch_session(5.0):
+        if cut:
             with pytest.raises(CallTimeout), watchdog(0.1):
                 time.sleep(2)
-            while time.monotonic() - start < 1.5 and not fired:
-                time.sleep(0.01)
-            in_session = list(fired)
-        assert in_session and in_session[0] - start >= 0.45
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        while time.monotonic() - start < after_s + 1.0 and not fired:
+            time.sleep(0.01)
+        return list(fired)
+
+
+@needs_signal
+@pytest.mark.timing
+def test_their_alarm_fires_at_its_time_before_the_first_watched_call(
+        sigalrm_restored: None) -> None:
+    """pytest-timeout's alarm keeps its time while a gate's session is open: before the
+    session's first call (the gate runs accepts() and the reference there)."""
+    fired = their_alarm_in_a_session(0.2, cut=False)
+    assert fired and fired[0] >= 0.19
+
+
+@needs_signal
+@pytest.mark.timing
+def test_their_alarm_keeps_its_time_after_a_call_is_cut(sigalrm_restored: None) -> None:
+    fired = their_alarm_in_a_session(0.5, cut=True)
+    assert fired and fired[0] >= 0.45
