@@ -33,7 +33,6 @@ from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.extend import hooks
 from pytest_arbiter.extend.backends import BACKENDS
 from pytest_arbiter.extend.device import device_tag, forget, worker_device_environment
-from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.histogram import DispatchHistogram, HistogramKey
 from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
@@ -184,6 +183,7 @@ def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
                     "is new")
     if not path.exists():
         return {}, f"baseline {path} does not exist yet: it counts as empty"
+    from pytest_arbiter.gating import histogram_file  # msgspec: only when there is one
 
     try:
         return histogram_file.read_histogram(path), f"baseline {path}"

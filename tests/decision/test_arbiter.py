@@ -285,8 +285,10 @@ def test_import_and_dispatch_leave_pytest_and_cupy_out() -> None:
 
 
 def test_loading_the_plugin_imports_neither_numpy_nor_the_kernels() -> None:
+    """Nor the artifacts' codecs (msgspec) and locks (filelock): a run that reads no
+    baseline and writes nothing pays for none of them."""
     code = ("import sys, pytest_arbiter.plugin; "
-            "print(sorted(m for m in ('numpy', 'pytest_arbiter.runtime', "
+            "print(sorted(m for m in ('numpy', 'msgspec', 'filelock', 'pytest_arbiter.runtime', "
             "'pytest_arbiter.decision.arbiter') if m in sys.modules))")
     assert _fresh_python(code) == "[]"
 
