@@ -22,7 +22,9 @@ only if it changes the output, bit for bit, on some input the gate ran; the othe
 equivalent. ``--seeds N`` then gates every correct variant on N gate seeds (the
 false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; with
 ``--before DIR`` (an older tree: ``git archive <rev> | tar -x -C DIR``) it times that
-tree's gate beside this one, interleaved, through APIs every version of the gate has.
+tree's gate beside this one, interleaved, through APIs every version of the gate has;
+then a user-op gate call at the sizes of docs/accuracy.md's examples, with the derived
+trials and one re-gated pattern (issue 27, point 7), beside the older tree's without it.
 
 The user-op study (issue 27) adds seven ops of a user's own, registered through the public
 ``pytest_arbiter.op`` (layer norm, row-wise logsumexp, cumsum, 1-D convolution, attention,
@@ -2107,6 +2109,71 @@ def gate_timing(rounds: int = 5, before: str | None = None
     return rows
 
 
+def _longer_rows(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
+    """docs/accuracy.md's second example: the rows at lengths 1000 and 4097."""
+    (x,) = inputs
+    return [(rng.standard_normal((x.shape[0], n)).astype(x.dtype),) for n in (1000, 4097)]
+
+
+def _user_gate_call(package: Any, name: str, reference: Kernel, kernel: Kernel,
+                    x: np.ndarray, gate_inputs: Any, regated: bool) -> Callable[[], Any]:
+    """One gate call of a correct kernel of a user op (made with ``make_op``, not
+    registered) on ``x``: the derived trials, ``gate_inputs``' if given and, with
+    ``regated``, a large-magnitudes pattern of another key (a 33x1000 one) made for x's
+    shapes, as a candidate rejected for overflow there gets (issue 27, point 7)."""
+    from importlib import import_module
+
+    make_op = import_module(f"{package.__name__}.core.ops").make_op
+    the_op = make_op(name, reference, gate_inputs=gate_inputs)
+    cand = import_module(f"{package.__name__}.core.candidates").FunctionCandidate(
+        kernel, f"bench-{name}", name, "cpu", 0, None, None)
+    if not regated:
+        return lambda: package.f4_gate(cand, the_op, inputs=(x,))
+    derived = import_module(f"{package.__name__}.core.user_inputs").derived_trials
+    other = np.random.default_rng(1).standard_normal((33, 1000)).astype(x.dtype)
+    pattern = derived((other,), 7)[1].recipe
+    return lambda: package.f4_gate(cand, the_op, inputs=(x,), regate=(pattern,))
+
+
+def user_gate_timing(rounds: int = 9, before: Any = None
+                     ) -> list[tuple[str, float, float | None]]:
+    """CPU seconds (median of ``rounds``) of a user-op gate call at the sizes of
+    docs/accuracy.md's examples (8x300 float32 logsumexp; an 8x300 cumsum with its
+    ``gate_inputs`` of rows of 1000 and 4097), with the derived trials and one re-gated
+    pattern; beside it the older tree's call (``before``, a package), which has no
+    re-gated trial."""
+    import importlib
+
+    now = importlib.import_module("pytest_arbiter")
+    x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+    cases = (("logsumexp 8x300 float32", lse_reference, lse_two_pass, None),
+             ("cumsum 8x300 float32 +gate_inputs", cs_reference, cs_sequential,
+              _longer_rows))
+    rows: list[tuple[str, float, float | None]] = []
+    for label, reference, kernel, gate_inputs in cases:
+        name = f"bench_timing_{label.split()[0]}"
+        calls = [_user_gate_call(now, name, reference, kernel, x, gate_inputs, True)]
+        if before is not None:
+            calls.append(_user_gate_call(before, name, reference, kernel, x, gate_inputs,
+                                         False))
+        times = _timed(calls, rounds)
+        rows.append((f"user op {label}", times[0], times[1] if before is not None else None))
+    return rows
+
+
+def _timed(calls: Sequence[Callable[[], Any]], rounds: int) -> list[float]:
+    """Each call's median CPU seconds over ``rounds``, the calls interleaved."""
+    spent: list[list[float]] = [[] for _ in calls]
+    for call in calls:
+        call()
+    for _ in range(rounds):
+        for call, times in zip(calls, spent, strict=True):
+            start = time.process_time()
+            call()
+            times.append(time.process_time() - start)
+    return [statistics.median(t) for t in spent]
+
+
 # -- printing -----------------------------------------------------------------------------
 
 def _fraction(n: int, d: int) -> str:
@@ -2188,6 +2255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             median_old = statistics.median(r[2] or 0.0 for r in rows)
             print(f"before: {median_old * 1e3:.2f} ms; ratio of the medians "
                   f"{median / median_old:.2f}")
+        old_tree = sys.modules.get("pytest_arbiter_before") if args.before else None
+        print("user-op gate calls (derived trials, one re-gated pattern; before: without it):")
+        for label, seconds, old in user_gate_timing(before=old_tree):
+            versus = f"   before {old * 1e3:8.2f} ms" if old else ""
+            print(f"  {label:40s} {seconds * 1e3:8.2f} ms{versus}")
         return 0
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 20)

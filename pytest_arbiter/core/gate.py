@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -24,16 +24,25 @@ from pytest_arbiter.core.trials import (
     gate_trials,
     host,
 )
-from pytest_arbiter.core.user_inputs import same_layout_copy
+from pytest_arbiter.core.user_inputs import Pattern, same_layout_copy
 from pytest_arbiter.errors import CallTimeout, Decline
 from pytest_arbiter.timing.watchdog import watch_session, watchdog
 
 GATE_SEED = 20240611
 
+NumericFailure = Literal["nonfinite", "overflow", "far_over_budget"]
+"""Why a trial failed, when the reason is numerical: NaN where the reference is finite (or
+a non-finite value not the reference's), an infinity where it is finite, or an error more
+than FAR_OVER_BUDGET times its allowance. A candidate failed so on one key of an op is
+gated on the other keys with that trial's pattern (docs/accuracy.md, "Re-gated patterns")."""
+FAR_OVER_BUDGET = 100.0
+
 
 @dataclass(frozen=True)
 class TrialResult:
-    """One gate input: what ran, and how far from the reference it landed."""
+    """One gate input: what ran, and how far from the reference it landed. ``pattern``,
+    ``recipe`` and ``regated``: the trial's (:class:`~pytest_arbiter.core.trials.Trial`);
+    ``numeric``: why a failed trial failed, when the reason is numerical."""
 
     index: int
     seed: int | None
@@ -47,6 +56,10 @@ class TrialResult:
     input: str = ""  # what the input probes: "the dispatch's own inputs", "ragged tails ..."
     bias: float = 0.0  # the bias check's statistic over its bound; > 1 fails (0: not run)
     spread: float = 0.0  # the spread check's statistic over its bound; > 1 fails
+    numeric: NumericFailure | None = None
+    pattern: str = ""
+    recipe: Pattern | None = None
+    regated: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,12 @@ class GateReport:
         spread out, wrong shape or dtype, NaN/Inf where the reference is finite (or the
         reverse), all zeros, or modified inputs (an exception is :attr:`error`)."""
         return any(t.status == "fail" for t in self.trials)
+
+    @property
+    def passed_patterns(self) -> tuple[str, ...]:
+        """The patterns of the trials the candidate passed, in order (a skipped or declined
+        trial checked nothing: it is not one)."""
+        return tuple(dict.fromkeys(t.pattern for t in self.trials if t.status == "pass"))
 
     @property
     def declined_inputs(self) -> bool:
@@ -377,7 +396,9 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
     a warning would be raised as one)."""
     with np.errstate(all="ignore"):
-        return _judge_trial(cand, op, index, prep, guard)
+        judged = _judge_trial(cand, op, index, prep, guard)
+    trial = prep.trial
+    return replace(judged, pattern=trial.pattern, recipe=trial.recipe, regated=trial.regated)
 
 
 def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
@@ -463,9 +484,9 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> T
     exact = prep.expected[0]
     got = out.astype(np.float64)
     out_float = float_name(out.dtype)
-    wrong, checked = _non_finite(got, exact, out_float)
+    wrong, numeric, checked = _non_finite(got, exact, out_float)
     if wrong:
-        return TrialResult(index, seed, shapes, "fail", wrong, input=name)
+        return TrialResult(index, seed, shapes, "fail", wrong, input=name, numeric=numeric)
     if exact.size and not got.any() and exact.any():
         return TrialResult(index, seed, shapes, "fail",
                            "output is all zeros where the reference is not", input=name)
@@ -488,7 +509,8 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> T
             index, seed, shapes, "fail",
             f"error {float(err[where]):.3e} at {where} exceeds the allowed "
             f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
-            worst_abs, worst_rel, worst_ratio, input=name)
+            worst_abs, worst_rel, worst_ratio, input=name,
+            numeric="far_over_budget" if worst_ratio > FAR_OVER_BUDGET else None)
     bias = spread = 0.0
     if (model is not None and seed is not None and out_float in _STAT_DTYPES
             and trial.source in _STAT_SOURCES):
@@ -504,18 +526,18 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> T
                        input=name, bias=bias, spread=spread)
 
 
-def _non_finite(got: np.ndarray, exact: np.ndarray,
-                out_float: str | None) -> tuple[str, np.ndarray | None]:
+def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None
+                ) -> tuple[str, NumericFailure | None, np.ndarray | None]:
     """Where the reference defines a NaN, the output must be NaN; where it defines an
     infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
     into NaN); where it is finite, a finite value, unless rounding the exact value to the
     output dtype overflows (then that infinity is right). A non-finite value must never
-    come back finite. ``(what is wrong or "", the outputs to hold to the budget)``, the
-    mask ``None`` when that is all of them."""
+    come back finite. ``(what is wrong or "", its category, the outputs to hold to the
+    budget)``, the mask ``None`` when that is all of them."""
     finite = np.isfinite(exact)
     all_finite = bool(finite.all())
     if all_finite and bool(np.isfinite(got).all()):
-        return "", None
+        return "", None, None
     overflowed = np.zeros(exact.shape, dtype=bool)
     if out_float is not None:
         big = finite & (np.abs(np.where(finite, exact, 0.0)) > precision(out_float).largest)
@@ -531,12 +553,14 @@ def _non_finite(got: np.ndarray, exact: np.ndarray,
         (np.isinf(exact) & (got != exact) & ~np.isnan(got),
          "output(s) neither NaN nor the reference's infinity where it is infinite"),
     )
-    for bad, what in checks:
+    for number, (bad, what) in enumerate(checks):
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
+            overflow = number == 0 and bool(np.isinf(got[bad]).any())
             return (f"{int(bad.sum())} {what}, first at {where}: got {float(got[where]):g}, "
-                    f"reference {float(exact[where]):g}"), None
-    return "", finite & ~overflowed
+                    f"reference {float(exact[where]):g}"), (
+                        "overflow" if overflow else "nonfinite"), None
+    return "", None, finite & ~overflowed
 
 
 def _nothing_checked(op: Op, trials: Sequence[PreparedTrial],
@@ -555,7 +579,8 @@ def _nothing_checked(op: Op, trials: Sequence[PreparedTrial],
 def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
              region: Region | None = None, seed: int = GATE_SEED,
              call_timeout_s: float | None = None,
-             trials: GateTrials | None = None) -> GateReport:
+             trials: GateTrials | None = None,
+             regate: Sequence[Pattern] = ()) -> GateReport:
     """Gate ``cand`` on ``inputs`` (if given) and on the op's generated inputs for ``region``.
 
     Built-in ops generate seeded inputs for the region (its own shape, ragged neighbours
@@ -571,7 +596,10 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     once for the gate, its timer armed for each call); a call it stops is an error. ``trials``:
     :func:`gate_trials` of these inputs, region and seed, shared with the other
     candidates gated on them (the inputs, the reference's results and the budgets are
-    then made once). Tells no hook: the public ``f4_gate`` (``decision.gating``) does.
+    then made once). ``regate``: derived trials' patterns that failed this candidate on
+    another key of the op, made again for these inputs' shapes and run after the rest
+    (:meth:`~pytest_arbiter.core.trials.GateTrials.regated`).
+    Tells no hook: the public ``f4_gate`` (``decision.gating``) does.
     """
     if trials is None:
         trials = gate_trials(op, inputs=inputs, region=region, seed=seed)
@@ -580,15 +608,16 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
                          f"{trials.seed}: not for op {op.name!r}, seed {seed}")
     region = trials.region
     guard = _call_guard(call_timeout_s)
+    prepared = (*trials.trials, *trials.regated(regate)) if regate else trials.trials
     with watch_session(call_timeout_s):  # the handler installed once, not per call
-        results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(trials.trials)]
+        results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(prepared)]
     checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)
     if failing is not None:
         reason = failing.reason
     elif not checked:
-        reason = _nothing_checked(op, trials.trials, results)
+        reason = _nothing_checked(op, prepared, results)
     else:
         reason = ""
     report = GateReport(

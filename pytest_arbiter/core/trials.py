@@ -14,7 +14,14 @@ import numpy as np
 from pytest_arbiter.core.dtypes import dtype_name, precision
 from pytest_arbiter.core.ops import ErrorModel, ErrorScales, Op, error_model, result_dtype, to_host
 from pytest_arbiter.core.regions import Region
-from pytest_arbiter.core.user_inputs import is_scalar, sensitivity, user_trials
+from pytest_arbiter.core.user_inputs import (
+    PATTERN_KINDS,
+    Pattern,
+    is_scalar,
+    pattern_trial,
+    sensitivity,
+    user_trials,
+)
 
 TrialSource = Literal["own", "builtin", "generated", "conditioned", "special", "user"]
 """Where a trial's inputs come from: the dispatch (``own``), a built-in op's generator
@@ -28,10 +35,24 @@ CHECKSUM_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class Trial:
+    """One gate input: its seed (``None``: the dispatch's own), the inputs, what it probes
+    (for people), where it comes from, and its pattern's short name (``own``,
+    ``gate_inputs #i``, ``generated #i``, a derived :data:`PatternKind`, ``regated KIND``),
+    recorded for the trials a candidate passed. A derived trial keeps how it was made
+    (``recipe``), to be made again for another key; ``regated``: made so, for a
+    candidate that failed it on another key of the op."""
+
     seed: int | None
     inputs: tuple[Any, ...]
     name: str
     source: TrialSource = "own"
+    pattern: str = "own"
+    recipe: Pattern | None = None
+    regated: bool = False
+
+
+REGATE_SEED = 1000
+"""A re-gated pattern's trial is seeded ``seed + REGATE_SEED + its kind's index``."""
 
 
 def host(x: Any) -> Any:
@@ -144,6 +165,36 @@ class GateTrials:
     """The dispatch's inputs as given (the very objects), when gated on them."""
     layout: tuple[tuple[Any, Any, Any], ...]
     trials: tuple[PreparedTrial, ...]
+    made: dict[Pattern, PreparedTrial | None] = field(default_factory=dict)
+    """:meth:`regated`'s trials, made once for the candidates that need them."""
+
+    def regated(self, patterns: Sequence[Pattern]) -> list[PreparedTrial]:
+        """Each of ``patterns`` (derived trials that failed a candidate on another key of
+        the op) made for these inputs' shapes (:func:`pattern_trial`), when the op's
+        ``validate`` takes it; none without the dispatch's inputs."""
+        out = []
+        for pattern in patterns:
+            if pattern not in self.made:
+                self.made[pattern] = self._regate(pattern)
+            made = self.made[pattern]
+            if made is not None:
+                out.append(made)
+        return out
+
+    def _regate(self, pattern: Pattern) -> PreparedTrial | None:
+        if self.given is None:
+            return None
+        seed = self.seed + REGATE_SEED + PATTERN_KINDS.index(pattern.kind)
+        made = pattern_trial(pattern, self.trials[0].trial.inputs, seed)
+        if made is None:
+            return None
+        try:
+            self.op.validate(*made.inputs)
+        except Exception:  # values the op does not take: not a trial
+            return None
+        trial = Trial(seed, made.inputs, f"{made.name}, as on another key", made.kind,
+                      f"regated {pattern.kind}", made.recipe, regated=True)
+        return PreparedTrial(trial, _shape_text(made.inputs))
 
     def holds_for(self, op: Op, inputs: Sequence[Any] | None, region: Region | None,
                   seed: int) -> bool:
@@ -190,7 +241,8 @@ def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
             region = op.region_of(*inputs)
         if op.gate_inputs is None and not op.builtin:
             extra = user_trials(op.validate, op.user_gate_inputs, op.name, own, seed)
-            trials.extend(Trial(seed + i, t.inputs, t.name, t.kind)
+            trials.extend(Trial(seed + i, t.inputs, t.name, t.kind,
+                                t.recipe.kind if t.recipe else t.name, t.recipe)
                           for i, t in enumerate(extra))
     if region is None:
         raise ValueError("f4_gate needs inputs or a region")
@@ -198,7 +250,7 @@ def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
         generated = op.gate_inputs(region, seed)
         names = getattr(generated, "names", None) or []
         trials.extend(Trial(seed + i, t, names[i] if i < len(names)
-                            else f"generated input {i}", "builtin")
+                            else f"generated input {i}", "builtin", f"generated #{i}")
                       for i, t in enumerate(generated))
     return region, trials
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -21,6 +21,10 @@ sensitivity), special values (``special``), or the op's own ``gate_inputs`` (``u
 
 UserGateInputs = Callable[[tuple[Any, ...], np.random.Generator], Sequence[Any]]
 
+PatternKind = Literal["fresh", "large_magnitude", "large_offset", "special"]
+"""The derived trials, in order (docs/accuracy.md, "User ops: the gate's inputs")."""
+PATTERN_KINDS: tuple[PatternKind, ...] = ("fresh", "large_magnitude", "large_offset", "special")
+
 _MIN_DISTINCT = 8
 """An input with fewer distinct values than this (a mask, a constant weight) is kept."""
 _OFFSET_STEP = 64.0
@@ -31,12 +35,26 @@ any input dtype's."""
 
 
 @dataclass(frozen=True)
+class Pattern:
+    """How a derived trial was made, to make it again for other inputs of the op (another
+    key's shapes and dtypes, :func:`pattern_trial`): its kind, the input it changed, the
+    RMS of that input's fresh values and, for large magnitudes, the largest ``|x|``."""
+
+    kind: PatternKind
+    input: int
+    scale: float
+    top: float = 0.0
+
+
+@dataclass(frozen=True)
 class UserTrial:
-    """One extra gate input of a user op: what it probes, the input tuple, its kind."""
+    """One extra gate input of a user op: what it probes, the input tuple, its kind and,
+    for a derived trial, how it was made."""
 
     name: str
     inputs: tuple[Any, ...]
     kind: TrialKind
+    recipe: Pattern | None = None
 
 
 def is_scalar(x: Any) -> bool:
@@ -123,12 +141,23 @@ def _varied(inputs: tuple[Any, ...]) -> list[int]:
     return out
 
 
-def _redraw(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """I.i.d. values of ``x``'s scale (its RMS) and sign class (non-negative stays so)."""
+def _finite(x: np.ndarray) -> np.ndarray:
     values = np.asarray(x, dtype=np.float64)
-    finite = values[np.isfinite(values)]
+    return values[np.isfinite(values)]
+
+
+def _rms(x: np.ndarray) -> float:
+    """``x``'s RMS over its finite values (1 when there is none, or it is 0)."""
+    finite = _finite(x)
     scale = float(np.sqrt(np.mean(finite * finite))) if finite.size else 1.0
-    draw = rng.standard_normal(x.shape) * (scale if scale > 0 else 1.0)
+    return scale if scale > 0 else 1.0
+
+
+def _redraw(x: np.ndarray, rng: np.random.Generator, scale: float) -> np.ndarray:
+    """I.i.d. values of RMS ``scale`` in ``x``'s shape and sign class (non-negative stays
+    so)."""
+    draw = rng.standard_normal(x.shape) * scale
+    finite = _finite(x)
     if finite.size and float(finite.min()) >= 0.0:
         draw = np.abs(draw)
     return draw
@@ -216,31 +245,60 @@ def derived_trials(inputs: tuple[Any, ...], seed: int) -> list[UserTrial]:
     varied = _varied(inputs)
     if not varied:
         return []
-    rng = np.random.default_rng(seed)
     main = max(varied, key=lambda i: (inputs[i].size, -i))
-    fresh = {i: _redraw(inputs[i], rng) for i in varied}
+    rng = np.random.default_rng(seed)
+    fresh = {i: _redraw(inputs[i], rng, _rms(inputs[i])) for i in varied}
+    return [_made(kind, inputs, fresh, main, _large_magnitude(inputs[main].dtype,
+                                                               inputs[main].size))
+            for kind in PATTERN_KINDS]
+
+
+def pattern_trial(pattern: Pattern, inputs: tuple[Any, ...], seed: int) -> UserTrial | None:
+    """``pattern`` (a derived trial that failed a candidate on other inputs of the op: another
+    key's) made again for ``inputs``' shapes and dtypes, at its own scale and magnitude
+    where a correct kernel stays finite here (both capped by this size's large magnitude);
+    the input it changed is changed here too, even where the derived trials would keep
+    its values (a test's coarse grid). ``None``: no floating-point input to change."""
+    main = pattern.input
+    if not (main < len(inputs) and is_float_array(inputs[main]) and inputs[main].size):
+        floats = [i for i, x in enumerate(inputs) if is_float_array(x) and x.size]
+        if not floats:
+            return None
+        main = max(floats, key=lambda i: (inputs[i].size, -i))
     x = inputs[main]
-
-    def trial(name: str, kind: TrialKind, main_values: np.ndarray) -> UserTrial:
-        values = {**fresh, main: main_values}
-        args = tuple(_cast(values[i], inputs[i]) if i in values else inputs[i]
-                     for i in range(len(inputs)))
-        return UserTrial(name, args, kind)
-
     top = _large_magnitude(x.dtype, x.size)
-    base = fresh[main]
+    if pattern.top:
+        top = min(top, pattern.top)
+    rng = np.random.default_rng(seed)
+    fresh = {i: _redraw(inputs[i], rng, _rms(inputs[i])) for i in _varied(inputs) if i != main}
+    fresh[main] = _redraw(x, rng, min(pattern.scale, top / 8.0))
+    return _made(pattern.kind, inputs, fresh, main, top)
+
+
+def _made(kind: PatternKind, inputs: tuple[Any, ...], fresh: dict[int, np.ndarray],
+          main: int, top: float) -> UserTrial:
+    """One derived trial: the inputs in ``fresh`` take those values, ``main`` the kind's
+    (made from its fresh values: ``top`` is the large magnitudes' largest ``|x|``)."""
+    x, base = inputs[main], fresh[main]
     peak = float(np.max(np.abs(base), initial=0.0)) or 1.0
-    scaled = base * 2.0 ** math.floor(math.log2(top / peak))
-    shifted, offset, step = _offset_rows(base, peak, narrow=x.dtype.itemsize == 2)
-    special, what = _specials(base)
-    return [
-        trial("fresh values of the dispatch's shapes", "generated", base),
-        trial(f"large magnitudes: input {main} scaled to max |x| near {top:.3g}",
-              "conditioned", scaled),
-        trial(f"large offsets: input {main} centred + {offset:.6g} + {step:.6g} x (row % 16)",
-              "conditioned", shifted),
-        trial(f"{what} (input {main})", "special", special),
-    ]
+    pattern = Pattern(kind, main, float(np.sqrt(np.mean(base * base))) if base.size else 1.0)
+    source: TrialKind = "conditioned"
+    if kind == "fresh":
+        name, source, values = "fresh values of the dispatch's shapes", "generated", base
+    elif kind == "large_magnitude":
+        name = f"large magnitudes: input {main} scaled to max |x| near {top:.3g}"
+        values = base * 2.0 ** math.floor(math.log2(top / peak))
+        pattern = replace(pattern, top=top)
+    elif kind == "large_offset":
+        values, offset, step = _offset_rows(base, peak, narrow=x.dtype.itemsize == 2)
+        name = f"large offsets: input {main} centred + {offset:.6g} + {step:.6g} x (row % 16)"
+    else:
+        values, what = _specials(base)
+        name, source = f"{what} (input {main})", "special"
+    merged = {**fresh, main: values}
+    args = tuple(_cast(merged[i], inputs[i]) if i in merged else inputs[i]
+                 for i in range(len(inputs)))
+    return UserTrial(name, args, source, pattern)
 
 
 def sensitivity(reference: Callable[..., Any], inputs: tuple[Any, ...], exact: np.ndarray,

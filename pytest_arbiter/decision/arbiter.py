@@ -92,7 +92,7 @@ class Arbiter:
         """The plan table of this arbiter's mode: what a dispatch's signature finds."""
         self.registry.changed.add(self._plans_stale)
         self.cache.changed.add(self._plans_stale)
-        self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop)
+        self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop, self.plans.drop_op)
         self.recheck = Rechecker(recheck, recheck_budget)
         self.events: dict[DispatchKey, DispatchEvent] = {}
 
@@ -293,7 +293,7 @@ class Arbiter:
             self.record.add(*step.blocked, kp.key)
             return "passed", "", None
         if not self._ungated(kp, step, inputs):
-            kind, reason = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
+            kind, reason, _ = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
             if kind in ("decline", "decline_inputs"):
                 return "declined", reason, None
             if kind != "pass":
@@ -338,10 +338,12 @@ class Arbiter:
     def _ungated(self, kp: KeyPlan, step: Step, inputs: Sequence[Any]) -> bool:
         """Whether ``step`` runs these inputs without the gate: only with the gate off, a
         candidate the corpus vouches for, on row-major inputs (what it was gated on when
-        measured), and not rejected in this process."""
+        measured), not rejected in this process, for this key or for a numerical reason
+        on another key of the op."""
         return (not self.config.gate and step.vouched
                 and all(c == "C" for c in layout(inputs))
-                and not self.gates.known_bad(kp.key, step.cand, inputs))
+                and not self.gates.known_bad(kp.key, step.cand, inputs)
+                and not self.gates.suspect(kp.key, step.cand))
 
     # -- planning -------------------------------------------------------------------------
 
@@ -420,7 +422,7 @@ class Arbiter:
                 return -1, (), None  # reached by every such dispatch: charged each time
             if self._ungated(kp, step, inputs):
                 return index, tuple(pre), first
-            kind, reason = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
+            kind, reason, _ = self.gates.verdict(kp.op, kp.key, step.cand, inputs)
             if kind == "pass":
                 return index, tuple(pre), first
             if kind in ("decline", "decline_inputs"):

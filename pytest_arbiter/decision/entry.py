@@ -41,9 +41,12 @@ def ranked_rows(comparison: Comparison, old: CacheEntry | None,
 def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set[str],
                     old: CacheEntry | None, partial: bool, timed: set[str],
                     rejected: Mapping[str, str], notes: Notes,
-                    inputs_declined: Mapping[str, str]) -> dict[str, Considered]:
+                    inputs_declined: Mapping[str, str],
+                    trials: Mapping[str, tuple[str, ...]] | None = None
+                    ) -> dict[str, Considered]:
     """What became of every candidate considered for the key, with its code's
-    fingerprint. A row is ``timed`` only for a candidate timed in this comparison, or
+    fingerprint and, timed now, the patterns of the gate trials it passed (``trials``).
+    A row is ``timed`` only for a candidate timed in this comparison, or
     kept from ``old`` with the same fingerprint (a ``partial`` re-measure keeps every
     row of unchanged code); rows of candidates that do not apply here (another runner's)
     are carried as they were, and a candidate unavailable here keeps its old row."""
@@ -63,7 +66,7 @@ def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set
         elif name in notes.errors:
             out[name] = Considered(code, "error", notes.errors[name])
         elif name in timed:
-            out[name] = Considered(code, "timed")
+            out[name] = Considered(code, "timed", trials=(trials or {}).get(name, ()))
         elif kept is not None and kept.fingerprint == code and (partial or kept.outcome == "timed"):
             out[name] = kept  # not re-measured: what it was measured as stands
         elif name not in usable:

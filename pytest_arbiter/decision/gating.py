@@ -3,7 +3,11 @@ layout of the inputs, memoised for the process.
 
 Lead-safety: a candidate runs for a dispatch key only after it passed the gate for that
 key and layout in this process (or, with the gate off, the corpus vouches for its code);
-a ``reject`` or ``error`` holds for the whole key.
+a ``reject`` or ``error`` holds for the whole key. A candidate rejected for a numerical
+reason on one key of an op (:data:`~pytest_arbiter.core.gate.NumericFailure`) is gated
+on every other key of the op before it runs there, gate or no gate, and on those of a
+user op with the failing derived trial's pattern made for that key's shapes; its passes
+held for the other keys are dropped.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.gate import GATE_SEED, GateReport, evaluate
+from pytest_arbiter.core.gate import GATE_SEED, GateReport, NumericFailure, evaluate
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import GateTrials, gate_trials
+from pytest_arbiter.core.user_inputs import Pattern
 from pytest_arbiter.decision.states import DispatchKey, GateKind
 from pytest_arbiter.extend.hooks import call as call_hook
 
@@ -25,23 +30,27 @@ from pytest_arbiter.extend.hooks import call as call_hook
 def f4_gate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
             region: Region | None = None, seed: int = GATE_SEED,
             call_timeout_s: float | None = None,
-            trials: GateTrials | None = None) -> GateReport:
+            trials: GateTrials | None = None, regate: Sequence[Pattern] = ()) -> GateReport:
     """The F4 gate (:func:`pytest_arbiter.core.gate.evaluate`: ``cand`` on ``inputs`` and
     on the op's generated inputs for ``region``; ``trials``: those, prepared once for
-    the candidates gated on them), telling the hooks of a candidate that was wrong or
-    raised (``pytest_arbiter_gate_failed``); declining every input is not a failure."""
+    the candidates gated on them; ``regate``: patterns that failed it on other keys),
+    telling the hooks of a candidate that was wrong or raised
+    (``pytest_arbiter_gate_failed``); declining every input is not a failure."""
     report = evaluate(cand, op, inputs=inputs, region=region, seed=seed,
-                      call_timeout_s=call_timeout_s, trials=trials)
+                      call_timeout_s=call_timeout_s, trials=trials, regate=regate)
     if report.failing is not None:
         call_hook("pytest_arbiter_gate_failed", report=report)
     return report
 
 
 class Verdict(NamedTuple):
-    """The gate's verdict on one candidate, and the reason for people."""
+    """The gate's verdict on one candidate, the reason for people, and the patterns of
+    the trials it passed (:attr:`~pytest_arbiter.core.gate.GateReport.passed_patterns`:
+    what a cache entry records of it)."""
 
     kind: GateKind
     reason: str = ""
+    trials: tuple[str, ...] = ()
 
 
 PASS = Verdict("pass")
@@ -52,13 +61,15 @@ def verdict_of(report: GateReport) -> Verdict:
     if report.error:
         return Verdict("error", f"in the F4 gate: {report.error}")
     if report.rejected:
-        return Verdict("reject", f"failed the F4 gate: {_gate_line(report)}")
+        again = (" on a pattern that failed it on another key of the op"
+                 if report.failing is not None and report.failing.regated else "")
+        return Verdict("reject", f"failed the F4 gate{again}: {_gate_line(report)}")
     if not report.passed:
         return Verdict("decline",
                        _decline_text(report) or report.reason or "declined every gate input")
     if report.declined_inputs:
-        return Verdict("decline_inputs", _decline_text(report))
-    return PASS
+        return Verdict("decline_inputs", _decline_text(report), report.passed_patterns)
+    return Verdict("pass", "", report.passed_patterns)
 
 
 def _decline_text(report: GateReport) -> str:
@@ -101,6 +112,8 @@ class SharedTrials:
 
 
 MemoKey = tuple[DispatchKey, str, tuple[str, ...]]
+Triple = tuple[str, str, str]
+"""(target, op, candidate)."""
 
 
 @dataclass(eq=False)
@@ -109,24 +122,42 @@ class _Held:
     verdict: Verdict
 
 
-class GateMemo:
-    """Per-process verdicts, keyed by (dispatch key, candidate, layout of the inputs).
+class Failure(NamedTuple):
+    """A candidate's numerical rejection on one key: the key, why, and the failing derived
+    trial's pattern (``None``: a trial each key's gate makes of its own, the dispatch's
+    inputs, the op's ``gate_inputs``' or a built-in op's generated ones)."""
 
-    ``on_block`` is called with the key when a candidate is rejected or errors for it
-    (the arbiter drops the key's plans)."""
+    key: DispatchKey
+    numeric: NumericFailure
+    recipe: Pattern | None
+
+
+class GateMemo:
+    """Per-process verdicts, keyed by (dispatch key, candidate, layout of the inputs), and
+    the candidates' numerical rejections per (target, op, candidate) (:class:`Failure`).
+
+    ``on_block`` is called with the key when a candidate is rejected or errors for it,
+    and with each key whose pass a numerical rejection elsewhere dropped (the arbiter
+    drops the key's plans); ``on_suspect`` with (target, op) at a candidate's first
+    numerical rejection, or one with a new pattern (the arbiter drops the plans of
+    every key of the op, where a step the corpus vouches for may run ungated)."""
 
     def __init__(self, seed: int, call_timeout_s: float | None,
-                 on_block: Callable[[DispatchKey], None]) -> None:
+                 on_block: Callable[[DispatchKey], None],
+                 on_suspect: Callable[[str, str], None] | None = None) -> None:
         self.seed = seed
         self.call_timeout_s = call_timeout_s
         self._held: dict[MemoKey, _Held] = {}
         self._on_block = on_block
+        self._on_suspect = on_suspect
         self._lock = threading.Lock()
         self._trials = SharedTrials()
-        self.passed: set[tuple[str, str, str]] = set()
+        self.passed: set[Triple] = set()
         """(target, op, candidate) that passed the gate for some key in this process."""
-        self.failed: set[tuple[str, str, str]] = set()
+        self.failed: set[Triple] = set()
         """(target, op, candidate) that failed it (``reject`` or ``error``) for some key."""
+        self.failures: dict[Triple, list[Failure]] = {}
+        """The numerical rejections of each (target, op, candidate), in order."""
 
     def release_trials(self) -> None:
         """Drop the trials the last gate calls shared (a plan, or a dispatch's slow path,
@@ -142,24 +173,49 @@ class GateMemo:
         found = self.known(key, cand, inputs)
         return found is not None and found.kind in ("reject", "error")
 
+    def suspect(self, key: DispatchKey, cand: Candidate) -> bool:
+        """Whether ``cand`` failed the gate for a numerical reason on another key of
+        ``key``'s op in this process: it is gated for ``key`` before it runs, gate or no."""
+        return any(f.key != key for f in self.failures.get(_triple(key, cand), ()))
+
+    def regate(self, key: DispatchKey, cand: Candidate) -> tuple[Pattern, ...]:
+        """The derived trials' patterns that failed ``cand`` on other keys of the op."""
+        return tuple(dict.fromkeys(f.recipe for f in self.failures.get(_triple(key, cand), ())
+                                   if f.key != key and f.recipe is not None))
+
     def verdict(self, op: Op, key: DispatchKey, cand: Candidate,
                 inputs: Sequence[Any]) -> Verdict:
-        """The verdict on ``cand`` for ``key`` and these inputs, gated now if unknown."""
+        """The verdict on ``cand`` for ``key`` and these inputs, gated now if unknown (with
+        the patterns that failed it on the op's other keys: :meth:`regate`)."""
         found = self.known(key, cand, inputs)
         if found is not None:
             return found
         region = op.region_of(*inputs)
         report = f4_gate(cand, op, inputs=inputs, region=region, seed=self.seed,
                          call_timeout_s=self.call_timeout_s,
-                         trials=self._trials.get(op, inputs, region, self.seed))
+                         trials=self._trials.get(op, inputs, region, self.seed),
+                         regate=self.regate(key, cand))
         found = verdict_of(report)
+        if found.kind == "reject" and report.failing is not None and report.failing.regated:
+            found = found._replace(reason=f"{found.reason}; {self._origin(key, cand, report)}")
         self._remember(op, key, cand, inputs, found)
+        if found.kind == "reject":
+            self._note_failure(key, cand, report)
         return found
+
+    def _origin(self, key: DispatchKey, cand: Candidate, report: GateReport) -> str:
+        """Where the re-gated pattern that failed ``cand`` here first failed it."""
+        recipe = report.failing.recipe if report.failing is not None else None
+        kind = recipe.kind if recipe is not None else ""
+        first = next((f for f in self.failures.get(_triple(key, cand), ())
+                      if f.recipe is not None and f.recipe.kind == kind), None)
+        where = f"bucket {first.key.bucket}, {first.key.dtype}" if first else "another key"
+        return f"the {kind} pattern first failed it on {where}"
 
     def _remember(self, op: Op, key: DispatchKey, cand: Candidate, inputs: Sequence[Any],
                   found: Verdict) -> None:
         memo_key = (key, cand.name, layout(inputs))
-        triple = (key.target, key.op, cand.name)
+        triple = _triple(key, cand)
         if found.kind in ("reject", "error"):
             with self._lock:
                 self._held[memo_key] = _Held(cand, found)
@@ -169,13 +225,40 @@ class GateMemo:
             # right for the key: later inputs of this layout run it (a decline of theirs
             # is the dispatch's to handle)
             with self._lock:
-                self._held[memo_key] = _Held(cand, PASS)
+                self._held[memo_key] = _Held(cand, found._replace(kind="pass", reason=""))
                 self.passed.add(triple)
         elif op.gate_inputs is not None:
             # it declined the key's own generated inputs too: not run for this layout
             with self._lock:
                 self._held[memo_key] = _Held(cand, found)
         # a user op's decline checked nothing: gated again on the next inputs
+
+    def _note_failure(self, key: DispatchKey, cand: Candidate, report: GateReport) -> None:
+        """Keep a numerical rejection; a pattern new for the candidate drops its passes
+        held for the op's other keys (each is gated again, with the pattern, at its next
+        dispatch)."""
+        failing = report.failing
+        if failing is None or failing.numeric is None:
+            return
+        triple = _triple(key, cand)
+        recipe = None if failing.regated else failing.recipe
+        with self._lock:
+            known = self.failures.setdefault(triple, [])
+            first = not known
+            new = recipe is not None and all(f.recipe != recipe for f in known)
+            known.append(Failure(key, failing.numeric, recipe))
+            dropped = [k for k, held in self._held.items() if new and k[1] == cand.name
+                       and k[0] != key and k[0][:2] == key[:2] and held.verdict.kind == "pass"]
+            for memo_key in dropped:
+                del self._held[memo_key]
+        for other in dict.fromkeys(k[0] for k in dropped):
+            self._on_block(other)
+        if (first or new) and self._on_suspect is not None:
+            self._on_suspect(key.target, key.op)
+
+
+def _triple(key: DispatchKey, cand: Candidate) -> Triple:
+    return (key.target, key.op, cand.name)
 
 
 def layout(inputs: Sequence[Any]) -> tuple[str, ...]:

@@ -86,7 +86,7 @@ def build_keyplan(arb: ArbiterParts, mode: Mode, op: Op, region: Region, needs: 
     ckey = CacheKey(found.tag, key.target, op.name, key.bucket, key.dtype)
     p = _Planning(arb, mode, op, region, needs, key, inputs, pool, found, ckey)
     if mode == "tune":
-        p.measure()
+        _tune(p)
     _read_entry(p)
     _maybe_recheck(p)
     _record_findings(p)
@@ -99,6 +99,19 @@ def build_keyplan(arb: ArbiterParts, mode: Mode, op: Op, region: Region, needs: 
     _event(arb, key, p.source, [s.cand.name for s in steps if s.cand.name not in why_not],
            p.notes, p.selection, p.entry, p.stale)
     return kp
+
+
+def _tune(p: _Planning) -> None:
+    """Measure the key; a cached leader that failed the gate for a numerical reason on
+    another key of the op, and fails it here too (with that pattern), is measured out:
+    the key again, every candidate, and the new entry supersedes the old."""
+    p.measure()
+    chosen = p.selection
+    leader = chosen.candidate if chosen is not None and chosen.source == "cached" else None
+    gates = p.arb.gates
+    if leader is not None and gates.suspect(p.key, leader) and gates.verdict(
+            p.op, p.key, leader, p.inputs).kind in ("reject", "error"):
+        p.measure(remeasure=True)
 
 
 def _read_entry(p: _Planning) -> None:

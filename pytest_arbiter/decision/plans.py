@@ -203,6 +203,17 @@ class PlanTables:
                 for sig in [s for s, p in table.items() if p.keyplan.key.target == target]:
                     del table[sig]
 
+    def drop_op(self, target: str, op: str) -> None:
+        """Forget the plans of every key of ``op`` on ``target`` (a candidate of it failed
+        the gate for a numerical reason: it is gated on each key before it runs again)."""
+        for key in {k for _, k in list(self.keyplans) if (k.target, k.op) == (target, op)}:
+            self.drop(key)
+        with self._lock:
+            for table in (*self._young.values(), *self._old.values()):
+                for sig in [s for s, p in table.items()
+                            if (p.keyplan.key.target, p.keyplan.key.op) == (target, op)]:
+                    del table[sig]
+
     def drop(self, key: DispatchKey) -> None:
         """Forget the plans of one dispatch key (a candidate of it was just blocked)."""
         with self._lock:

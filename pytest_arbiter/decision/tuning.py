@@ -68,6 +68,8 @@ class Measurement:
     rejected: dict[str, str] = field(default_factory=dict)
     found: dict[str, tuple[Outcome, str]] = field(default_factory=dict)
     reports: dict[str, GateReport] = field(default_factory=dict)
+    trials: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The patterns of the gate trials each candidate that passed it passed."""
 
     @property
     def cached(self) -> list[Candidate]:
@@ -215,9 +217,11 @@ def _gate_chosen(m: Measurement, partial: bool, gate: VerdictFn) -> None:
 
 
 def _gate_one(m: Measurement, cand: Candidate, gate: VerdictFn) -> None:
-    kind, reason = gate(cand)
+    kind, reason, trials = gate(cand)
     m.gated.append(cand)
     name = cand.name
+    if trials:
+        m.trials[name] = trials
     if kind == "pass":
         m.survivors.append(cand)
     elif kind == "decline_inputs":
@@ -307,7 +311,8 @@ def _entry(m: Measurement, comparison: Comparison, alone: bool, partial: bool,
     inputs_declined = m.gate_declined if m.op.gate_inputs is None else {}
     considered = considered_rows(m.pool, {c.name for c in m.applicable},
                                  {c.name for c in m.usable}, old, partial,
-                                 set(comparison.ranking), m.rejected, m.notes, inputs_declined)
+                                 set(comparison.ranking), m.rejected, m.notes, inputs_declined,
+                                 m.trials)
     return CacheEntry(m.device.tag, m.key.target, m.op.name, m.key.bucket, m.key.dtype,
                       ranking, comparison.confidence, comparison.tie, gone,
                       provenance(m.device, m.inputs, comparison, alone), considered,

@@ -189,12 +189,18 @@ class Considered(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """What became of it (:data:`RowOutcome`)."""
     reason: str = ""
     """Why it was not timed (empty when it was)."""
+    trials: tuple[Name, ...] = ()
+    """The patterns of the F4 gate's trials it passed when timed (``own``, ``fresh``,
+    ``large_magnitude``, ``regated large_magnitude``...: docs/artifacts.md); empty when
+    not recorded."""
 
-    def to_dict(self) -> dict[str, str]:
-        """``fingerprint``, ``outcome`` and, when there is one, ``reason``."""
-        out = {"fingerprint": self.fingerprint, "outcome": self.outcome}
+    def to_dict(self) -> dict[str, Any]:
+        """``fingerprint``, ``outcome`` and, when there are, ``reason`` and ``trials``."""
+        out: dict[str, Any] = {"fingerprint": self.fingerprint, "outcome": self.outcome}
         if self.reason:
             out["reason"] = self.reason
+        if self.trials:
+            out["trials"] = list(self.trials)
         return out
 
 
