@@ -333,13 +333,3 @@ def candidate(op: str, *, target: str, name: str | None = None, tier: int = 0,
         return fn
 
     return decorate
-
-
-def unknown_op_lines() -> list[str]:
-    """The run summary's lines on candidates registered for an op no ``op()`` registers
-    and no built-in has (:meth:`pytest_arbiter.core.ops.OpRegistry.unknown_op_lines`); the op
-    registry (and NumPy) is imported only when a candidate was registered."""
-    if not REGISTRY.registered():
-        return []
-    lines: list[str] = importlib.import_module("pytest_arbiter.core.ops").unknown_op_lines()
-    return lines

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.core.candidates import unknown_op_lines
+from pytest_arbiter.core.candidates import REGISTRY
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.store.safetext import line as safe_line
 
@@ -317,3 +317,14 @@ def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
         for name, why in sorted(event.passed_over.items()):
             lines.append(f"  passed over {name}: {why}")
     return lines
+
+
+def unknown_op_lines() -> list[str]:
+    """The summary's lines on candidates registered for an op no ``op()`` registers and
+    no built-in has; the op registry (and NumPy) is imported only when a candidate was
+    registered."""
+    if not REGISTRY.registered():
+        return []
+    from pytest_arbiter.core.ops import unknown_op_lines as lines_of_the_ops
+
+    return lines_of_the_ops()
