@@ -4,9 +4,10 @@ cache file, in fresh processes (wall and CPU time of the whole run, interleaved)
 
 The project (a temporary folder): one user op with two candidates, one test per key
 (1-D inputs of lengths 2, 4, ..., 2**keys: one bucket each). The corpus is made from a
-real tune's file: the project tuned once into an empty file, then its entries copied,
-as plain JSON, under another op and ``--entries`` distinct buckets (the document
-format of docs/artifacts.md: the entries share the file's tables). Three runs per
+real tune's file: the project tuned once into an empty file, then its entries copied
+under another op and ``--entries`` distinct buckets (the document format of
+docs/artifacts.md: the entries share the file's tables), and the copy written by
+``pytest-arbiter merge``, in the writer's layout, as a shared corpus is. Three runs per
 repeat:
 
 * ``no cache``: ``--arbiter-tune --arbiter-cache=FILE``, FILE absent;
@@ -103,7 +104,12 @@ def make_corpus(seed_file: Path, out: Path, entries: int) -> None:
         entry["bucket"] = f"{i + 1}/a1/r1"
         copies.append(entry)
     document["entries"] = copies
-    out.write_text(json.dumps(document))
+    raw = out.with_name(f"raw-{out.name}")
+    raw.write_text(json.dumps(document))
+    # the corpus as the package writes it (what a fleet's merged corpus looks like)
+    subprocess.run([sys.executable, "-m", "pytest_arbiter", "merge", "-o", str(out),
+                    str(raw)], check=True, capture_output=True, env=os.environ)
+    raw.unlink()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pytest_arbiter.gating.completeness import RunScope
     from pytest_arbiter.session.fixture import ArbiterFixture
     from pytest_arbiter.session.signals import CancelGuard
-    from pytest_arbiter.store.artifacts import Stamp
+    from pytest_arbiter.store.artifacts import AsRead
     from pytest_arbiter.store.cache import CacheEntry, MeasureCache
 
 MARKERS = (
@@ -152,14 +152,14 @@ def _pin_worker_device(config: pytest.Config, devices: tuple[str, ...]) -> None:
         forget()
 
 
-def _read_cache(path: Path | None) -> tuple[MeasureCache | None, Stamp | None]:
-    """The cache at ``path`` (None if there is none), and its file's stamp."""
+def _read_cache(path: Path | None) -> tuple[MeasureCache | None, AsRead | None]:
+    """The cache at ``path`` (None if there is none), and its file as read."""
     if path is None or not path.exists():
         return None, None
     from pytest_arbiter.store import artifacts
 
     try:
-        return artifacts.read_cache_stamped(path)
+        return artifacts.read_cache_as_read(path)
     except ArtifactError as exc:
         raise pytest.UsageError(f"--arbiter-cache: cannot use {escape(path)}: {escape(exc)}"
                                 ) from None
@@ -227,13 +227,13 @@ class ArbiterSession:
         self.is_worker = hasattr(config, "workerinput")
         # the baseline first: once the cache is read, nothing here raises
         self.baseline, self.baseline_note = _read_baseline(settings.baseline)
-        self.loaded_cache, stamp = _read_cache(settings.cache)
+        self.loaded_cache, as_read = _read_cache(settings.cache)
         # the entries as read, for the tuning run's write to stand for the file while it
         # is unchanged (the arbiter adds to loaded_cache as it measures)
-        self.as_read: tuple[Stamp, MeasureCache] | None = None
+        self.as_read: AsRead | None = None
         read = self.loaded_cache
-        if settings.tune and not self.is_worker and stamp is not None and read is not None:
-            self.as_read = (stamp, type(read).of_keyed(read.by_key()))
+        if settings.tune and not self.is_worker and as_read is not None and read is not None:
+            self.as_read = as_read._replace(cache=type(read).of_keyed(read.by_key()))
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self.ledger = RunLedger()
         self.end = RunVerdict()

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from pytest_arbiter.gating.completeness import RunScope
     from pytest_arbiter.session.ledger import RunLedger
     from pytest_arbiter.session.settings import ArbiterSettings
-    from pytest_arbiter.store.artifacts import Stamp
-    from pytest_arbiter.store.cache import CacheEntry, MeasureCache
+    from pytest_arbiter.store.artifacts import AsRead
+    from pytest_arbiter.store.cache import CacheEntry
 
 
 class Controller:
@@ -35,13 +35,14 @@ class Controller:
 
     def __init__(self, settings: ArbiterSettings, ledger: RunLedger,
                  baseline: Mapping[HistogramKey, int],
-                 as_read: tuple[Stamp, MeasureCache] | None = None) -> None:
+                 as_read: AsRead | None = None) -> None:
         self.settings = settings
         self.ledger = ledger
         self.baseline = baseline
         self.as_read = as_read
-        """The cache file's stamp and entries as the run read them: a tuning run's write
-        stands on them while the file is unchanged, instead of reading it again."""
+        """The cache file as the run read it: a tuning run's write stands on it while the
+        file is unchanged, instead of reading it again, and encodes only the changed
+        keys."""
 
     def finish(self, scope: RunScope) -> RunVerdict:
         """Write what the options ask for, as far as ``scope`` allows; the verdict."""

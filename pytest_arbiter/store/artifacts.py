@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import filelock
 
@@ -29,7 +29,9 @@ from pytest_arbiter.store.cache_file import (
     encode_document,
     key_blocks,
     read_document,
+    read_with_tables,
 )
+from pytest_arbiter.store.cache_splice import Layout, spliced
 from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
 from pytest_arbiter.store.safetext import escape
 
@@ -249,13 +251,42 @@ def stamp_of(path: str | os.PathLike[str]) -> Stamp | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+class AsRead(NamedTuple):
+    """A cache file as a run read it: its stamp, its entries, and, if it is in the
+    writer's layout, what :func:`update_cache` needs to write only the changed keys."""
+
+    stamp: Stamp
+    cache: MeasureCache
+    layout: Layout | None = None
+
+
+def read_cache_as_read(path: str | os.PathLike[str]
+                       ) -> tuple[MeasureCache, AsRead | None]:
+    """:func:`read_cache` (the same errors: every entry is read and checked now), and the
+    file as read (``None`` if it changed while it was read): given back to
+    :func:`update_cache`, it spares the read under the lock, and the encoding of the
+    unchanged entries, while the file is still the one read."""
+    before = stamp_of(path)
+    try:
+        entries, tables = read_with_tables(path)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
+                            ) from None
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
+    cache = cache_of(entries)
+    if before is None or stamp_of(path) != before:
+        return cache, None
+    # one entry a key, in the file's order: the lines of the file
+    layout = Layout(tables, entries) if tables and len(cache) == len(entries) else None
+    return cache, AsRead(before, cache, layout)
+
+
 def read_cache_stamped(path: str | os.PathLike[str]) -> tuple[MeasureCache, Stamp | None]:
     """:func:`read_cache`, and the stamp of the file it read (``None`` if the file changed
-    while it was read): given back to :func:`update_cache`, it spares the read under the
-    lock when the file is still the one read."""
-    before = stamp_of(path)
-    cache = read_cache(path)
-    return cache, before if before is not None and stamp_of(path) == before else None
+    while it was read): :func:`read_cache_as_read` less the layout."""
+    cache, as_read = read_cache_as_read(path)
+    return cache, None if as_read is None else as_read.stamp
 
 
 def cache_bytes(entries: Iterable[CacheEntry]) -> bytes:
@@ -280,7 +311,7 @@ def write_cache(path: str | os.PathLike[str], cache: MeasureCache) -> None:
 
 def update_cache(path: str | os.PathLike[str], *parts: Part,
                  timeout: float = LOCK_TIMEOUT_S,
-                 known: tuple[Stamp, MeasureCache] | None = None,
+                 known: tuple[Stamp, MeasureCache] | AsRead | None = None,
                  measured_now: bool = False) -> MergeResult:
     """Merge ``parts`` into the cache at ``path`` (created if missing), under its lock.
 
@@ -288,22 +319,46 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     are kept. An unreadable current file is an ``ArtifactError`` and is left untouched.
     ``known``, a stamp (:func:`read_cache_stamped`) and the entries read with it, stands
     for the file while its stamp is the file's under the lock: a run that read the
-    corpus at its start does not read it again to add what it measured.
+    corpus at its start does not read it again to add what it measured; with the
+    file's layout (:class:`AsRead`), only the changed keys' lines are encoded, the
+    others copied (:mod:`pytest_arbiter.store.cache_splice`).
     ``measured_now``: the last part was measured by this run, against the code that
     runs now: it replaces a file entry measured against other code whatever the two
     ``since`` say (a runner whose clock is ahead cannot keep a stale winner).
     """
     with cache_lock(path, timeout):
+        layout = None
         if known is not None and stamp_of(path) == known[0]:
             current = known[1]
+            layout = known.layout if isinstance(known, AsRead) else None
         else:
             current = read_cache(path) if os.path.exists(path) else MeasureCache()
         result = merge(current, *parts)
         if measured_now and parts:
             _prefer_current_code(result, current, parts[-1])
+        pieces = None
+        if layout is not None and isinstance(known, AsRead):
+            pieces = spliced(path, known.stamp, layout, _changes(result, current, parts))
         del current
-        _write_entries(path, result.entries.values())
+        if pieces is None:
+            _write_entries(path, result.entries.values())
+        else:
+            write_bytes_atomic(path, pieces)
     return result
+
+
+def _changes(result: MergeResult, current: MeasureCache, parts: tuple[Part, ...]
+             ) -> dict[Any, CacheEntry]:
+    """The merged entries of the keys ``parts`` hold whose entry is not ``current``'s
+    (only those keys can change in a merge)."""
+    changes = {}
+    for part in parts:
+        for entry in entries_of(part):
+            key = plain_key(entry)
+            kept = result.entries[key]
+            if kept is not current.get(key):
+                changes[key] = kept
+    return changes
 
 
 def _prefer_current_code(result: MergeResult, current: MeasureCache, measured: Part) -> None:

@@ -194,6 +194,7 @@ _HEAD = b'{\n  "schema": "pytest-arbiter/cache",\n  "version": 3,\n  "runs": ['
 _ENTRIES = b'\n  "entries": [\n    {"device":'
 _SEPARATOR = b',\n    {"device":'
 _TAIL = b"\n  ]\n}\n"
+"""What a file with entries ends with, after its last entry."""
 BLOCK = 1 << 24
 """Bytes read at a time from a cache file in the writer's layout."""
 
@@ -208,14 +209,22 @@ def read_document(path: str | os.PathLike[str], *, source: str | None = None
     million-entry load's peak); anything else, or any error, is decoded whole (which
     names the error's exact place).
     """
+    return read_with_tables(path, source=source)[0]
+
+
+def read_with_tables(path: str | os.PathLike[str], *, source: str | None = None
+                     ) -> tuple[list[CacheEntry], _Tables | None]:
+    """:func:`read_document`, in the file's order, and the file's tables as read if it is
+    in the writer's layout (``None`` if it was decoded whole)."""
     name = str(path) if source is None else source
+    tables = _Tables()
     with open(path, "rb") as file:
-        entries = _stream(file)
+        entries = _stream(file, tables)
         if entries is not None:
-            return entries
+            return entries, tables
         file.seek(0)
         data = file.read()
-    return decode_document(data, source=name)
+    return decode_document(data, source=name), None
 
 
 class Unstreamable(Exception):
@@ -223,12 +232,12 @@ class Unstreamable(Exception):
     wrong: read it whole instead, which names what and where."""
 
 
-def _stream(file: Any) -> list[CacheEntry] | None:
-    """The entries of a file in the writer's layout, block by block; ``None`` if it is
-    not in that layout or anything in it is wrong."""
+def _stream(file: Any, tables: _Tables | None = None) -> list[CacheEntry] | None:
+    """The entries of a file in the writer's layout, block by block (its tables into
+    ``tables``); ``None`` if it is not in that layout or anything in it is wrong."""
     entries: list[CacheEntry] = []
     try:
-        for block in entry_blocks(file):
+        for block in entry_blocks(file, tables):
             entries += block
     except Unstreamable:
         return None
@@ -355,6 +364,13 @@ class Rows:
         self.rows = [o for _, o in sorted((_CANONICAL.encode(o), o) for o in distinct)]
         row = {o: i for i, o in enumerate(self.rows)}
         self.by_id = {i: row[o] for i, o in by_id.items() if o in row}
+
+    @classmethod
+    def of(cls, rows: list[FrozenMap[Any, Any]], by_id: dict[int, int]) -> Rows:
+        """Rows in the order given, and ``by_id``: the row of each object by identity."""
+        made = cls.__new__(cls)
+        made.rows, made.by_id = rows, by_id
+        return made
 
 
 _NEXT = b",\n    "
