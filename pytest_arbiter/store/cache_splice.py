@@ -113,7 +113,7 @@ def _splice(data: bytes, layout: Layout, changes: Mapping[KeyTuple, CacheEntry]
         ops.append((at, at < n and plain_key(old[at]) == key, changes[key]))
     region = memoryview(data)[len(head):end]
     checked = {min(at, n - 1) for at, _, _ in ops}  # a line at each boundary
-    starts = _line_starts(data, len(head), end, {0, *checked, *(i + 1 for i in checked),
+    starts = _line_starts(data, len(head), end, n, {*checked, *(i + 1 for i in checked),
                                                  *(at + swap for at, swap, _ in ops)})
     for line in checked:  # holds the entry it should: a boundary between entries
         stop = starts[line + 1] - len(_NEXT)
@@ -137,24 +137,31 @@ def _splice(data: bytes, layout: Layout, changes: Mapping[KeyTuple, CacheEntry]
     return pieces
 
 
-def _line_starts(data: bytes, begin: int, end: int, wanted: set[int]) -> dict[int, int]:
-    """Where each ``wanted`` line of ``data[begin:end]`` (entries joined by ``,`` and a
-    line break) starts, from ``begin``; a line past the last starts at the end (as if
-    one more followed)."""
-    starts: dict[int, int] = {}
-    last = max(wanted)
+def _line_starts(data: bytes, begin: int, end: int, count: int, wanted: set[int]
+                 ) -> dict[int, int]:
+    """Where each ``wanted`` line of the ``count`` in ``data[begin:end]`` (entries joined
+    by ``,`` and a line break) starts, from ``begin``; a line past the last starts at the
+    end (as if one more followed). Walked from whichever end is nearer."""
+    starts = {line: end - begin + len(_NEXT) for line in wanted if line >= count}
+    starts[0] = 0
+    inside = {line for line in wanted if 0 < line < count}
+    if not inside:
+        return starts
+    lowest, highest = min(inside), max(inside)
+    if lowest > count - highest:  # back from the end
+        line, at = count - 1, end
+        while line >= lowest:
+            at = data.rfind(b"\n", begin, at)
+            if line in inside:
+                starts[line] = at + len(_NEXT) - 1 - begin
+            line -= 1
+        return starts
     line, at = 0, begin
-    while True:
-        if line in wanted:
+    while line < highest:
+        at = data.find(b"\n", at, end) + len(_NEXT) - 1
+        line += 1
+        if line in inside:
             starts[line] = at - begin
-        if line == last:
-            break
-        found = data.find(b"\n", at, end)
-        if found < 0:
-            break
-        line, at = line + 1, found + len(_NEXT) - 1
-    for line in wanted - starts.keys():
-        starts[line] = end - begin + len(_NEXT)
     return starts
 
 

@@ -62,15 +62,19 @@ def lines(data: bytes) -> dict[tuple[str, ...], bytes]:
     return found
 
 
+@pytest.mark.parametrize("buckets", [["a", "b001", "b050!", "b057", "z"],  # all over
+                                     ["b101", "b110!", "b117"],  # near the end only
+                                     ["b000!"], ["b118!"], ["b119"]])
 def test_the_spliced_write_is_the_full_write_when_no_table_row_is_new(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """New keys first, between two lines, last, and a replaced key: the same bytes as
-    reading the file again, merging and writing it whole."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buckets: list[str]) -> None:
+    """New keys first, between two lines, last, and replaced keys (``!``): the same
+    bytes as reading the file again, merging and writing it whole."""
     path = tmp_path / "c.json"
     corpus(path)
     before = path.read_bytes()
-    measured = [cache_entry("a"), cache_entry("b001"), cache_entry("b050", since=LATER),
-                cache_entry("b057"), cache_entry("z")]
+    measured = [cache_entry(b.rstrip("!"), since=LATER if b.endswith("!") else
+                            datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc))
+                for b in buckets]
     expected = full_merge(before, measured, tmp_path)
     _, as_read = artifacts.read_cache_as_read(path)
     assert as_read is not None and as_read.layout is not None
