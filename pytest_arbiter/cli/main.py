@@ -167,7 +167,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
         return EXIT_OK
     if not entries:
-        _say(out, f"{args.cache}: no entries")
+        _say(out, _nothing_shown(args))
         return EXIT_OK
     if args.wide:
         _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
@@ -181,6 +181,21 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
          + (f"; {low} low-confidence (the next --arbiter-tune measures them again)"
             if low else ""))
     return EXIT_OK
+
+
+def _nothing_shown(args: argparse.Namespace) -> str:
+    """Why ``show`` lists nothing: the file has no entries, or the filters match none
+    (then which devices and ops it does hold: a tag is longer than its target's name)."""
+    if args.device is None and args.op is None:
+        return f"{args.cache}: no entries"
+    every = artifacts.read_entries(args.cache)
+    if not every:
+        return f"{args.cache}: no entries"
+    asked = " ".join(f"--{name} {value}" for name, value in
+                     (("device", args.device), ("op", args.op)) if value is not None)
+    devices = ", ".join(sorted({e.device for e in every}))
+    ops = ", ".join(sorted({e.op for e in every}))
+    return (f"{args.cache}: no entry matches {asked} (devices: {devices}; ops: {ops})")
 
 
 # -- merge -----------------------------------------------------------------------------

@@ -84,6 +84,22 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
                                      "carried": False}
 
 
+def test_show_with_a_filter_that_matches_nothing_names_what_the_file_holds(
+        tmp_path: Path) -> None:
+    """A user passes the target (``cpu``) where the tag is longer: the output says the
+    filter matched nothing and which devices and ops there are, not "no entries"."""
+    from tests.factories import cache_entry
+
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([cache_entry(device="cpu-x86_64-some-cpu")]))
+    code, text = run("show", "--device", "cpu", path)
+    assert code == 0
+    assert text.strip() == (f"{path}: no entry matches --device cpu (devices: "
+                            "cpu-x86_64-some-cpu; ops: matmul)")
+    code, text = run("show", "--op", "matmul", "--device", "cpu-x86_64-some-cpu", path)
+    assert code == 0 and "1 entries" in text
+
+
 def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
     """``show --json`` is made by msgspec, chunk by chunk; its text is still exactly what
     ``json.dump(indent=2, sort_keys=True)`` of :meth:`CacheEntry.to_dict` gives: numbers
