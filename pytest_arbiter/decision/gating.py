@@ -179,9 +179,13 @@ class GateMemo:
         return any(f.key != key for f in self.failures.get(_triple(key, cand), ()))
 
     def regate(self, key: DispatchKey, cand: Candidate) -> tuple[Pattern, ...]:
-        """The derived trials' patterns that failed ``cand`` on other keys of the op."""
-        return tuple(dict.fromkeys(f.recipe for f in self.failures.get(_triple(key, cand), ())
-                                   if f.key != key and f.recipe is not None))
+        """The derived trials' patterns that failed ``cand`` on other keys of the op: one
+        per kind and input (the first seen), however many keys it failed on."""
+        first: dict[tuple[str, int], Pattern] = {}
+        for f in self.failures.get(_triple(key, cand), ()):
+            if f.key != key and f.recipe is not None:
+                first.setdefault((f.recipe.kind, f.recipe.input), f.recipe)
+        return tuple(first.values())
 
     def verdict(self, op: Op, key: DispatchKey, cand: Candidate,
                 inputs: Sequence[Any]) -> Verdict:
@@ -245,7 +249,9 @@ class GateMemo:
         with self._lock:
             known = self.failures.setdefault(triple, [])
             first = not known
-            new = recipe is not None and all(f.recipe != recipe for f in known)
+            new = recipe is not None and all(
+                f.recipe is None or (f.recipe.kind, f.recipe.input) != (recipe.kind, recipe.input)
+                for f in known)
             known.append(Failure(key, failing.numeric, recipe))
             dropped = [k for k, held in self._held.items() if new and k[1] == cand.name
                        and k[0] != key and k[0][:2] == key[:2] and held.verdict.kind == "pass"]

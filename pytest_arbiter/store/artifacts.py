@@ -14,7 +14,7 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -326,6 +326,9 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     runs now: it replaces a file entry measured against other code whatever the two
     ``since`` say (a runner whose clock is ahead cannot keep a stale winner).
     """
+    # a part may be a generator: the merge and the splice's changes both read it
+    parts = tuple(p if isinstance(p, (MeasureCache, Mapping, list, tuple)) else list(p)
+                  for p in parts)
     with cache_lock(path, timeout):
         layout = None
         if known is not None and stamp_of(path) == known[0]:

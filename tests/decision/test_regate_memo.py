@@ -143,3 +143,18 @@ def test_a_correct_kernel_and_a_non_numerical_rejection_carry_nothing() -> None:
     assert gates.verdict(arb.ops.get(OP), key, wrong_shape, (_ordinary(),)).kind == "reject"
     assert ("cpu", OP, "short") not in gates.failures
     assert not gates.suspect(_key(arb, _grid()), wrong_shape)
+
+
+def test_one_pattern_failing_on_many_keys_is_regated_once() -> None:
+    """The same kind of pattern failing a kernel on several keys (each with its own scale)
+    adds one re-gated trial on the next key, not one per key it failed on."""
+    arb = _arbiter(mode="static")
+    naive = arb.registry.get("naive")
+    for rows in (8, 16, 32):  # three keys where the naive kernel overflows
+        x = np.random.default_rng(rows).standard_normal((rows, 300)).astype(np.float32)
+        arb.dispatch(OP, x)
+    failed_on = {f.key for f in arb.gates.failures.get(("cpu", OP, "naive"), ())}
+    assert len(failed_on) >= 2
+    other = DispatchKey("cpu", OP, "elsewhere", "float32")
+    patterns = arb.gates.regate(other, naive)
+    assert len(patterns) == len({(p.kind, p.input) for p in patterns}) >= 1

@@ -133,19 +133,42 @@ def test_a_file_changed_between_read_and_write_gets_the_full_merge(
 
 def test_the_file_replaced_in_place_after_the_stamp_check_is_written_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The open file is checked against the stamp too: a file that changed after the
-    check under the lock is not spliced (the full merge of the entries is written)."""
+    """The open file is checked against the stamp too: a file changed in place after
+    the check under the lock (here an unchanged entry's line, which a splice would copy)
+    is not spliced: the full merge of what the run read is written."""
+    import os
+
+    path = tmp_path / "c.json"
+    corpus(path)
+    before = path.read_bytes()
+    _, as_read = artifacts.read_cache_as_read(path)
+    real = artifacts.stamp_of
+
+    def checked_then_changed(where: Any) -> Any:
+        found = real(where)
+        with open(path, "r+b") as file:  # the same inode, one line's bytes changed
+            file.write(before.replace(b'"timed_ns":12345', b'"timed_ns":54321', 1))
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return found
+
+    monkeypatch.setattr(artifacts, "stamp_of", checked_then_changed)
+    tune(path, [cache_entry("mine")], as_read)
+    monkeypatch.undo()
+    after = path.read_bytes()
+    assert b"54321" not in after
+    assert after == full_merge(before, [cache_entry("mine")], tmp_path)
+
+
+def test_a_generator_of_measured_entries_is_not_lost(tmp_path: Path) -> None:
+    """The merge and the splice both read the measured entries: a generator is read once
+    and kept, so the entries it held are in the file."""
     path = tmp_path / "c.json"
     corpus(path)
     _, as_read = artifacts.read_cache_as_read(path)
-    assert as_read is not None
-    stale = as_read._replace(stamp=(0, 0, 0, 0, 0))
-    monkeypatch.setattr(artifacts, "stamp_of", lambda _: stale.stamp)
-    tune(path, [cache_entry("mine")], stale)
-    monkeypatch.undo()
-    expected = full_merge(encode_document(corpus(tmp_path / "x.json")), [cache_entry("mine")],
-                          tmp_path)
-    assert path.read_bytes() == expected
+    artifacts.update_cache(path, (e for e in [cache_entry("b001")]), known=as_read,
+                           measured_now=True)
+    assert "b001" in {e.bucket for e in artifacts.read_entries(path)}
 
 
 @pytest.mark.parametrize("layout", ["plain json", "an entry over two lines"])
