@@ -55,7 +55,13 @@ def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str],
     test body calls ``arbiter.gate_case(arbiter_case)``. Candidates are looked up when
     this is called, i.e. when the test module is collected; ``target`` keeps one lane's.
     A case whose candidate is unavailable here (a GPU lane on a CPU runner) skips.
+    Only the built-in ops have regions to generate inputs from; a user op is a
+    ``ValueError`` here, at collection (gate it on inputs: ``arbiter.gate(name, *inputs)``).
     """
+    if op not in ("matmul", "softmax"):
+        raise ValueError(f"gate_matrix({op!r}, ...): it generates inputs for the built-in "
+                         "ops matmul and softmax only; gate a user op's candidates on "
+                         "inputs of yours: arbiter.gate(candidate_name, *inputs)")
     reg = registry if registry is not None else REGISTRY
     shape_list = [tuple(int(d) for d in s) for s in shapes]
     dtype_list = list(dtypes)

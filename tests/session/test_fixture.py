@@ -46,6 +46,14 @@ def test_fixture_dispatch_records_and_expect_degrade_calls_back(
     assert called == [True] and fx.expected_degrade
 
 
+def test_gate_matrix_of_a_user_op_is_refused_at_collection() -> None:
+    """It generates inputs for the built-in ops only: a user op is refused when the test
+    module is collected, naming what to do instead, not in every case's test body."""
+    with pytest.raises(ValueError, match=r"gate_matrix\('row_lse', \.\.\.\): .* "
+                       r"arbiter\.gate\(candidate_name, \*inputs\)"):
+        gate_matrix("row_lse", [(32, 64)], ["float32"], registry=CandidateRegistry())
+
+
 def test_gate_matrix_ids_and_regions() -> None:
     reg = CandidateRegistry()
     register_bundled(reg)
