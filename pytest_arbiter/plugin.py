@@ -445,12 +445,13 @@ def _xdist_stop(config: pytest.Config) -> Callable[[str], bool] | None:
 
 
 def _write_benchmark_json(path: Path, ledger: RunLedger, root: Path) -> None:
-    """``--arbiter-benchmark-json``: the comparisons the run measured, for
-    pytest-benchmark's tools (:mod:`pytest_arbiter.store.benchmark_json`)."""
+    """``--arbiter-benchmark-json``: the comparisons the run measured and rechecked,
+    for pytest-benchmark's tools (:mod:`pytest_arbiter.store.benchmark_json`)."""
     from pytest_arbiter.store import benchmark_json
 
     try:
-        benchmark_json.write(path, ledger.measured_entries(), commit_folder=root)
+        benchmark_json.write(path, ledger.measured_entries(), commit_folder=root,
+                             rechecks=ledger.rechecks())
     except ArtifactError as exc:
         ledger.errors.append(f"--arbiter-benchmark-json: {exc}")
 

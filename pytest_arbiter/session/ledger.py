@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pytest_arbiter.decision.arbiter import Arbiter
     from pytest_arbiter.decision.selection import DispatchEvent
     from pytest_arbiter.store.cache import CacheEntry, KeyTuple
+    from pytest_arbiter.timing.measure import LatencyStats
 
 EventKey = tuple[str, ...]
 """(target, op, bucket, dtype): a dispatch event's key."""
@@ -73,6 +74,9 @@ class RunLedger:
         self._attempts: dict[str, tuple[dict[HistogramKey, int], bool]] = {}
         self.junit_by_test: dict[str, dict[HistogramKey, int]] = {}
         """The ``arbiter:`` counts of each test's last JUnit record (controller only)."""
+        self.worker_rechecks: dict[KeyTuple, tuple[str, dict[str, LatencyStats]]] = {}
+        """The workers' rechecks: per key, the cached winner and each timed candidate's
+        statistics (the first worker's, like this process's own in :meth:`rechecks`)."""
 
     def use(self, arbiter: Arbiter) -> None:
         """The run's arbiter, built at the first dispatch; its cache as read now."""
@@ -259,6 +263,16 @@ class RunLedger:
         read = self.read_entries
         return [e for key, e in self.arbiter.cache.by_key().items() if read.get(key) is not e]
 
+    def rechecks(self) -> list[tuple[KeyTuple, str, dict[str, LatencyStats]]]:
+        """Each key this run (and its workers) re-timed with a result, once: the key,
+        the cached winner and each candidate's statistics over the recheck's rounds."""
+        merged = dict(self.worker_rechecks)
+        if self.arbiter is not None:
+            for key, result in list(self.arbiter.rechecks.items()):
+                if result is not None and result.stats:
+                    merged[tuple(key)] = (result.winner, dict(result.stats))
+        return [(key, winner, stats) for key, (winner, stats) in sorted(merged.items())]
+
     def take_measured(self, entries: Iterable[CacheEntry]) -> None:
         """Add a worker's measured entries: they replace what the run read, and two
         workers' entries for one key resolve by the merge rule, not by who came last."""
@@ -299,6 +313,8 @@ class RunLedger:
             "evidence": {kind: sorted(map(list, found))
                          for kind, found in self.own_evidence().items()},
             "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
+            "rechecks": [[*key, winner, {n: s.to_dict() for n, s in stats.items()}]
+                         for key, winner, stats in self.rechecks()],
         }
 
     def absorb(self, name: str, payload: Any,
@@ -323,6 +339,7 @@ class RunLedger:
                 self.worker_reasons.setdefault(key, str(why))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):
                 self.tests.setdefault(key, []).extend(str(n) for n in nodeids)
+            self._absorb_rechecks(payload.get("rechecks", []))
             if payload["cache"] is not None:
                 from pytest_arbiter.decision.selection import DispatchEvent
                 from pytest_arbiter.store.cache_file import convert_document
@@ -334,6 +351,18 @@ class RunLedger:
         except (KeyError, TypeError, ValueError) as exc:
             self.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
 
+
+    def _absorb_rechecks(self, rows: Any) -> None:
+        from pytest_arbiter.timing.measure import LatencyStats
+
+        for row in rows:
+            if (not isinstance(row, list) or len(row) != 7
+                    or not all(isinstance(part, str) for part in row[:6])
+                    or not isinstance(row[6], dict)):
+                raise ValueError(f"bad rechecks row {row!r}")
+            key: KeyTuple = (row[0], row[1], row[2], row[3], row[4])
+            stats = {str(name): LatencyStats.from_dict(s) for name, s in row[6].items()}
+            self.worker_rechecks.setdefault(key, (row[5], stats))
 
     def _absorb_evidence(self, sent: Any) -> None:
         if not isinstance(sent, dict):

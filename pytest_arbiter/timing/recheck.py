@@ -29,10 +29,10 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_arbiter.timing.measure import ComparePolicy, Timer, compare_latencies
+from pytest_arbiter.timing.measure import ComparePolicy, LatencyStats, Timer, compare_latencies
 
 _BOOKKEEPING = 0.06
 """The share of a key's budget kept for the work after the last round."""
@@ -120,6 +120,8 @@ class RecheckResult:
     ``faster`` when there is one, else against the closest challenger. ``timed_ns`` sums
     the timed calls, ``spent_ns`` is the wall time of the whole re-check. ``detail``
     says why no verdict could be taken (a kernel raised, too few rounds fit the budget).
+    ``stats`` holds each timed candidate's latencies over the paired rounds (one that
+    raised has none): what the pytest-benchmark export charts.
     """
 
     winner: str
@@ -130,6 +132,7 @@ class RecheckResult:
     timed_ns: int
     spent_ns: int
     detail: str = ""
+    stats: Mapping[str, LatencyStats] = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:
@@ -138,7 +141,8 @@ class RecheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"winner": self.winner, "faster": self.faster, "ratio": self.ratio,
                 "p_value": self.p_value, "rounds": self.rounds, "timed_ns": self.timed_ns,
-                "spent_ns": self.spent_ns, "detail": self.detail}
+                "spent_ns": self.spent_ns, "detail": self.detail,
+                "stats": {name: s.to_dict() for name, s in self.stats.items()}}
 
 
 @functools.lru_cache(maxsize=8192)
@@ -282,7 +286,7 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
     ratio, p_value = (closest[0], closest[1]) if closest is not None else (1.0, 1.0)
     return RecheckResult(winner, faster[2] if faster else None, ratio, p_value, n,
                          round(comparison.timed_ns), time.perf_counter_ns() - started,
-                         "; ".join(details))
+                         "; ".join(details), dict(comparison.stats))
 
 
 class RunBudget:
