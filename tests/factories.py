@@ -166,3 +166,24 @@ class ScriptedTimer:
         self.samples += 1
         took = self.times[self.last]
         return took(self.calls[self.last]) if callable(took) else took
+
+
+# -- a user op's kernels: logsumexp, right and wrong ---------------------------------------
+
+
+def lse_ref(x: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float64)
+    top = w.max(axis=-1, keepdims=True)
+    out: np.ndarray = (top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0]
+    return out
+
+
+def lse_shifted(x: np.ndarray) -> np.ndarray:
+    w = x.astype(np.float32)
+    top = w.max(axis=-1, keepdims=True)
+    return (top[..., 0] + np.log(np.exp(w - top).sum(axis=-1))).astype(x.dtype)
+
+
+def lse_naive(x: np.ndarray) -> np.ndarray:
+    """No max shift: ``exp`` overflows once the logits pass 88 (float32 math)."""
+    return np.log(np.exp(x.astype(np.float32)).sum(axis=-1)).astype(x.dtype)

@@ -281,11 +281,13 @@ class RunLedger:
         assert self.arbiter is not None, "take_measured needs the run's arbiter"
         cache = self.arbiter.cache
         read = self.read_entries
+        taken: dict[KeyTuple, CacheEntry] = {}
         for entry in entries:
-            held = cache.get(entry.key)
+            held = taken.get(entry.key) or cache.get(entry.key)
             if held is not None and read.get(entry.key) is not held:
                 entry = prefer(held, entry)
-            cache.put(entry)
+            taken[entry.key] = entry
+        cache.update(taken.values())  # one change: the plan tables are dropped once
 
     # -- a pytest-xdist worker's data -------------------------------------------------
 

@@ -20,6 +20,7 @@ from pytest_arbiter.core.gate import GateReport
 from pytest_arbiter.core.ops import OPS, Op, make_op
 from pytest_arbiter.core.regions import SoftmaxRegion
 from pytest_arbiter.core.user_inputs import PATTERN_KINDS, Pattern, derived_trials
+from tests.factories import lse_naive, lse_ref, lse_shifted
 
 Kernel = Callable[..., np.ndarray]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -29,24 +30,6 @@ def _gate(fn: Kernel, op: Op, inputs: tuple[Any, ...], regate: tuple[Pattern, ..
           seed: int = 7) -> GateReport:
     cand = FunctionCandidate(fn, fn.__name__, op.name, "cpu", 0, None, None)
     return f4_gate(cand, op, inputs=inputs, seed=seed, regate=regate)
-
-
-def lse_ref(x: np.ndarray) -> np.ndarray:
-    w = x.astype(np.float64)
-    top = w.max(axis=-1, keepdims=True)
-    out: np.ndarray = (top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0]
-    return out
-
-
-def lse_shifted(x: np.ndarray) -> np.ndarray:
-    w = x.astype(np.float32)
-    top = w.max(axis=-1, keepdims=True)
-    return (top[..., 0] + np.log(np.exp(w - top).sum(axis=-1))).astype(x.dtype)
-
-
-def lse_naive(x: np.ndarray) -> np.ndarray:
-    """No max shift: ``exp`` overflows once the logits pass 88 (float32 math)."""
-    return np.log(np.exp(x.astype(np.float32)).sum(axis=-1)).astype(x.dtype)
 
 
 def norm_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -15,28 +15,10 @@ from pytest_arbiter import Arbiter, MeasureCache
 from pytest_arbiter.core.ops import OpRegistry, make_op
 from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.store.cache import CacheEntry
-from tests.factories import FAST, fn, registry_of
+from tests.factories import FAST, fn, lse_naive, lse_ref, lse_shifted, registry_of
 
 OP = "t27p7_lse"
 ALL_DERIVED = ("own", "fresh", "large_magnitude", "large_offset", "special")
-
-
-def lse_ref(x: np.ndarray) -> np.ndarray:
-    w = x.astype(np.float64)
-    top = w.max(axis=-1, keepdims=True)
-    out: np.ndarray = (top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0]
-    return out
-
-
-def lse_shifted(x: np.ndarray) -> np.ndarray:
-    w = x.astype(np.float32)
-    top = w.max(axis=-1, keepdims=True)
-    return (top[..., 0] + np.log(np.exp(w - top).sum(axis=-1))).astype(x.dtype)
-
-
-def lse_naive(x: np.ndarray) -> np.ndarray:
-    """No max shift: ``exp`` overflows once the logits pass 88 (float32 math)."""
-    return np.log(np.exp(x.astype(np.float32)).sum(axis=-1)).astype(x.dtype)
 
 
 def lse_slow(x: np.ndarray) -> np.ndarray:
