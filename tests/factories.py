@@ -73,11 +73,14 @@ def ranked_entry(bucket: str, *names: str, medians: Sequence[float] = (1000.0, 1
                  device: str = "sm_90", op: str = "matmul", dtype: str = "float16",
                  confidence: float | None = None, tie: bool = False, spread: float = 0.1,
                  host: str = "h1", considered: Mapping[str, Considered] | None = None,
-                 reverify: bool = False) -> CacheEntry:
-    """An NVIDIA entry ranking ``names`` at ``medians``, as the CLI's tests show, merge
-    and gate them; a tie's confidence is 0.5 unless given."""
-    ranking = tuple(RankedCandidate(name, stats(median, spread=spread))
-                    for name, median in zip(names, medians, strict=False))
+                 reverify: bool = False, ratios: Sequence[float] | None = None
+                 ) -> CacheEntry:
+    """An NVIDIA entry ranking ``names`` at ``medians`` (with paired ``ratios``, if
+    given), as the CLI's tests show, merge and gate them; a tie's confidence is 0.5
+    unless given."""
+    paired = list(ratios) if ratios is not None else [None] * len(names)
+    ranking = tuple(RankedCandidate(name, stats(median, spread=spread), ratio=ratio)
+                    for name, median, ratio in zip(names, medians, paired, strict=False))
     if confidence is None:
         confidence = 0.5 if tie else 0.999
     return CacheEntry(device, "nvidia", op, bucket, dtype, ranking, confidence, tie, {},

@@ -66,10 +66,11 @@ SHOW_COLUMNS = ("device", "target", "op", "bucket", "dtype", "winner", "median",
 def _show_row(e: CacheEntry) -> tuple[str, ...]:
     best = e.ranking[0].stats
     second = e.ranking[1] if len(e.ranking) > 1 else None
+    ratio = None if second is None else e.over_winner(second)
     if second is not None and second.carried:
         runner = f"{second.name} (carried: not timed with the winner)"
-    elif second is not None and best.median_ns > 0:
-        runner = f"{second.name} {_slower(second.stats.median_ns / best.median_ns, e.tie)}"
+    elif second is not None and ratio is not None:
+        runner = f"{second.name} {_slower(ratio, e.tie)}"
     else:
         runner = "-"
     conf = (f"{e.confidence:.3f}" + (" tie" if e.tie else "")
@@ -145,10 +146,12 @@ def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
 
 
 def _paired_only(e: CacheEntry) -> bool:
-    """The runner-up's median is below the winner's though no tie ranked it second."""
-    if len(e.ranking) < 2 or e.tie or e.ranking[1].carried:
+    """``show`` printed a runner-up faster than the winner that no tie ranked second (a
+    row without a paired ratio, whose own median is lower)."""
+    if len(e.ranking) < 2 or e.tie:
         return False
-    return e.ranking[1].stats.median_ns < e.ranking[0].stats.median_ns
+    ratio = e.over_winner(e.ranking[1])
+    return ratio is not None and ratio < 1.0
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:

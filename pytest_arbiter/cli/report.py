@@ -166,7 +166,7 @@ def _legend() -> list[str]:
     return ['<section id="scale"><h2>How to read the heat maps</h2>',
             "<p>Each cell is one shape bucket and dtype of a device and op: the winner's "
             "name and median latency. Its colour is how much faster the winner measured "
-            "than the runner-up timed with it (the runner-up's median over the winner's), "
+            "than the runner-up timed with it (the runner-up's paired ratio to the winner), "
             "on one scale for the whole page. Hover a cell for the ranking; select it for "
             "its row in the table.</p>",
             '<ul class="scale">', *steps,

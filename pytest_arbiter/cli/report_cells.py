@@ -53,12 +53,11 @@ class Speedup:
 
 
 def speedup(entry: CacheEntry) -> Speedup:
-    best = entry.ranking[0].stats.median_ns
     # only rows timed side by side with the winner say how much slower they are
-    medians = [r.stats.median_ns for r in entry.ranking[1:] if not r.carried]
-    if not medians or best <= 0:
+    ratios = [r for r in map(entry.over_winner, entry.ranking[1:]) if r is not None]
+    if not ratios:
         return Speedup(None, None)
-    return Speedup(medians[0] / best, max(medians) / best)
+    return Speedup(ratios[0], max(ratios))
 
 
 def ratio(value: float | None) -> str:

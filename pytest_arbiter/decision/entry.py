@@ -29,13 +29,23 @@ from pytest_arbiter.timing.measure import Comparison
 def ranked_rows(comparison: Comparison, old: CacheEntry | None,
                 drop: Iterable[str]) -> tuple[RankedCandidate, ...]:
     """The comparison's rows, then the old entry's other rows (less ``drop``) carried."""
-    fresh = [RankedCandidate(n, comparison.stats[n]) for n in comparison.ranking]
+    fresh = [RankedCandidate(n, comparison.stats[n], ratio=_ratio(comparison, n))
+             for n in comparison.ranking]
     if old is None:
         return tuple(fresh)
     skip = {r.name for r in fresh} | set(drop)
     carried = [RankedCandidate(r.name, r.stats, True) for r in old.ranking
                if r.name not in skip]
     return (*fresh, *carried)
+
+
+def _ratio(comparison: Comparison, name: str) -> float | None:
+    """``name``'s paired ratio to the pick, to four significant digits (``None`` where the
+    comparison has none, or none a file can hold)."""
+    ratio = comparison.ratios.get(name)
+    if ratio is None or not 0.0 < ratio < float("inf"):
+        return None
+    return float(f"{ratio:.4g}")
 
 
 def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set[str],

@@ -79,6 +79,7 @@ def _measured(entry: CacheEntry) -> list[dict[str, Any]]:
         "arbiter_source": "measure",
         "arbiter_rank": rank, "arbiter_winner": rank == 0,
         "arbiter_median_over_winner": row.stats.median_ns / best if best > 0 else None,
+        "arbiter_paired_ratio": row.ratio,
         "arbiter_confidence": entry.confidence, "arbiter_tie": entry.tie,
         "arbiter_low_confidence": entry.low_confidence,
         "arbiter_host": entry.provenance.host,

@@ -193,11 +193,12 @@ class WinnerChange:
 
     @property
     def margin(self) -> float | None:
-        """How much slower the old winner was in the new measurement, if it was timed in
-        it (a carried row was not: its median is of another comparison)."""
+        """How much slower the old winner was in the new measurement (its paired ratio
+        there, less one), if it was timed in it (a carried row was not)."""
         for cand in self.new.ranking:
-            if cand.name == self.old.winner and not cand.carried and self.new_ns > 0:
-                return cand.stats.median_ns / self.new_ns - 1.0
+            if cand.name == self.old.winner:
+                ratio = self.new.over_winner(cand)
+                return None if ratio is None else ratio - 1.0
         return None
 
 

@@ -108,6 +108,15 @@ else:  # what the file holds: an index into a table of the file, or the object i
     _RunField = _Index | _RunRow
 
 
+MAX_RATIO = 1e9
+"""The largest paired ratio a row may claim (a JSON number past it is a forged file)."""
+
+if TYPE_CHECKING:
+    _Ratio = float
+else:
+    _Ratio = Annotated[float, Meta(gt=0.0, le=MAX_RATIO)]
+
+
 class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                       omit_defaults=True):
     """One timed candidate of an entry. The ranking rule (docs/artifacts.md): the rows
@@ -119,14 +128,23 @@ class RankedCandidate(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     carried: bool = False
     """Not timed in the entry's latest comparison: its statistics are from an earlier
     one (another run, maybe another shape of the bucket), and place it nowhere."""
+    ratio: _Ratio | None = None
+    """Its paired ratio to the winner in the entry's latest comparison: the median, over
+    the rounds both were timed in, of its time over the winner's (1.0 for the winner).
+    What ranked it; its own median can disagree. ``None`` on a carried row."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **self.stats.to_dict(), "carried": self.carried}
+        out = {"name": self.name, **self.stats.to_dict(), "carried": self.carried}
+        if self.ratio is not None:
+            out["ratio"] = self.ratio
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankedCandidate:
+        ratio = data.get("ratio")
         return cls(str(data["name"]), LatencyStats.from_dict(data),
-                   bool(data.get("carried", False)))
+                   bool(data.get("carried", False)),
+                   None if ratio is None else float(ratio))
 
 
 _RUN_KEYS = ("device_name", "host", "versions")
@@ -220,6 +238,9 @@ def _check_row(row: RankedCandidate) -> None:
             f"ranking row {row.name!r}: its latencies must satisfy 0 <= min <= q1 <= "
             f"median <= q3 <= max and not all be zero; got min {st.min_ns}, q1 {st.q1_ns}, "
             f"median {st.median_ns}, q3 {st.q3_ns}, max {st.max_ns}")
+    if row.carried and row.ratio is not None:
+        raise ValueError(f"ranking row {row.name!r}: a carried row has no paired ratio "
+                         f"(it was not timed with the winner); got ratio {row.ratio}")
 
 
 def shapes_text(shapes: Iterable[Iterable[int]]) -> str:
@@ -361,7 +382,7 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         for name in self.__struct_fields__:
             force_setattr(self, name, getattr(checked, name))
         force_setattr(self, "ranking", tuple(
-            RankedCandidate(r.name, r.stats.whole(), r.carried) for r in self.ranking))
+            RankedCandidate(r.name, r.stats.whole(), r.carried, r.ratio) for r in self.ranking))
 
     @property
     def key(self) -> CacheKey:
@@ -370,6 +391,17 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     @property
     def winner(self) -> str:
         return self.ranking[0].name
+
+    def over_winner(self, row: RankedCandidate) -> float | None:
+        """How many times slower than the winner ``row`` was, as ranked: its paired ratio
+        (a row of a file without one: its median over the winner's); ``None`` for a
+        carried row, which was not timed with the winner."""
+        if row.carried:
+            return None
+        if row.ratio is not None:
+            return row.ratio
+        best = self.ranking[0].stats.median_ns
+        return row.stats.median_ns / best if best > 0 else None
 
     @property
     def samples(self) -> int:

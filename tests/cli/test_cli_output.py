@@ -37,6 +37,24 @@ def test_runner_up_percentages_have_one_sign(tmp_path: Path) -> None:
     assert "cublas -1.1%" in rows["m3"]
 
 
+def test_show_and_diff_say_the_paired_ratio_that_ranked_the_rows(tmp_path: Path) -> None:
+    """The runner-up's own median is 5% below the winner's, but it lost most of the
+    rounds timed side by side: its paired ratio (1.031) is what ranked it, and what
+    ``show`` and ``diff`` print; nothing contradicts the order."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    artifacts.write_cache(old, MeasureCache([ranked_entry("m1", "cublas", "wmma")]))
+    artifacts.write_cache(new, MeasureCache([
+        ranked_entry("m1", "wmma", "cublas", medians=(1000.0, 950.0), ratios=(1.0, 1.031))]))
+    text = show(new)
+    assert "cublas +3.1%" in text.splitlines()[1]
+    assert "lower median" not in text and "*" not in text
+    out = io.StringIO()
+    assert main(["diff", str(old), str(new)], out=out) == 0
+    assert "cublas now +3.1% slower" in out.getvalue()
+    (row,) = [r for r in artifacts.read_entries(new)[0].ranking if r.name == "cublas"]
+    assert row.ratio == 1.031
+
+
 def _big_cache(path: Path, n: int = 3000) -> None:
     artifacts.write_cache(path, MeasureCache(
         [ranked_entry(f"m{i}", "wmma", "cublas", medians=(1000.0, 1500.0)) for i in range(n)]))

@@ -80,3 +80,19 @@ def test_low_confidence_is_read_from_the_entry() -> None:
     assert not entry.low_confidence
     assert msgspec.structs.replace(entry, confidence=0.9).low_confidence
     assert not msgspec.structs.replace(entry, confidence=0.9, tie=True).low_confidence
+
+
+def test_a_measured_entry_records_each_timed_rows_paired_ratio() -> None:
+    """Every row timed in the entry's comparison carries its paired ratio to the winner
+    (1.0 for the winner), in ranking order; a carried row has none."""
+    reg, ops = setup((quick, "quick"), (slower, "slower"))
+    cache = MeasureCache()
+    Arbiter(registry=reg, ops=ops, cache=cache, mode="tune").dispatch(
+        "ev_twice", np.arange(256.0))
+    (entry,) = cache.entries()
+    ratios = [row.ratio for row in entry.ranking]
+    assert ratios[0] == 1.0 and all(r is not None and r > 1.0 for r in ratios[1:])
+    assert [entry.over_winner(row) for row in entry.ranking] == ratios
+    carried = msgspec.structs.replace(entry.ranking[1], carried=True)
+    with pytest.raises(ValueError, match="a carried row has no paired ratio"):
+        msgspec.structs.replace(entry, ranking=(entry.ranking[0], carried))
