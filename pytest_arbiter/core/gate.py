@@ -391,14 +391,57 @@ _STAT_SOURCES = ("builtin", "generated", "user")
 
 def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
                  guard: Guard) -> TrialResult:
-    """Run ``cand`` on one gate input and judge its output. NumPy's floating-point warnings
-    are off meanwhile: the gate feeds NaN, inf and subnormals on purpose, and a kernel's
-    ``0 * inf`` is its output's business, not an error (under ``filterwarnings = error``
-    a warning would be raised as one)."""
-    with np.errstate(all="ignore"):
-        judged = _judge_trial(cand, op, index, prep, guard)
+    """Run ``cand`` on one gate input and judge its output (NumPy's floating-point
+    warnings off: :func:`evaluate` turns them off once for all the trials)."""
     trial = prep.trial
-    return replace(judged, pattern=trial.pattern, recipe=trial.recipe, regated=trial.regated)
+
+    def result(status: str, reason: str = "") -> TrialResult:
+        return _result(prep, index, status, reason)
+
+    refused = _declined(cand, trial.inputs)
+    if refused is not None:
+        return result(*refused)
+    skip = prep.skip_reason(op)
+    if skip:
+        return result("skipped", skip)
+    try:
+        # the kernel sees the inputs' own memory layout (strides and all): a kernel
+        # wrong on a strided view must fail here, not pass on a contiguous copy
+        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in trial.inputs])
+        with guard():
+            out, afterwards = _outputs(cand, prepared)
+    except Decline as dec:
+        return result("declined", f"Decline: {dec.reason}")
+    except (Exception, CallTimeout) as exc:
+        return result("error", f"raised {type(exc).__name__}: {exc}")
+    if not _inputs_kept(prep, afterwards):
+        return result("fail", "the kernel modified its inputs")
+    assert prep.expected is not None
+    exact, out_dtype, _ = prep.expected
+    if out.shape != exact.shape:
+        return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
+    if out.dtype != out_dtype:
+        return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
+    # the verdict on an output is a function of its bits and the trial alone: another
+    # candidate's identical output is not judged again
+    seen = prep.judged_before(out)
+    if seen is not None:
+        return seen if seen.index == index else replace(seen, index=index)
+    if compares_exactly(op, out_dtype):
+        judged = result(*_exact_verdict(out, exact))
+    else:
+        judged = _judge_values(op, index, prep, out)
+    prep.remember(out, judged)
+    return judged
+
+
+def _result(prep: PreparedTrial, index: int, status: str, reason: str = "",
+            **values: Any) -> TrialResult:
+    """A trial's result: what ran (``prep``'s trial, as the ``index``-th) and the verdict."""
+    trial = prep.trial
+    return TrialResult(index, trial.seed, prep.shapes, status, reason, input=trial.name,
+                       pattern=trial.pattern, recipe=trial.recipe, regated=trial.regated,
+                       **values)
 
 
 def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
@@ -428,42 +471,6 @@ def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
     return all(prep.unchanged(i, after) for i, (_, after) in enumerate(pairs))
 
 
-def _judge_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
-                 guard: Guard) -> TrialResult:
-    trial = prep.trial
-
-    def result(status: str, reason: str = "") -> TrialResult:
-        return TrialResult(index, trial.seed, prep.shapes, status, reason, input=trial.name)
-
-    refused = _declined(cand, trial.inputs)
-    if refused is not None:
-        return result(*refused)
-    skip = prep.skip_reason(op)
-    if skip:
-        return result("skipped", skip)
-    try:
-        # the kernel sees the inputs' own memory layout (strides and all): a kernel
-        # wrong on a strided view must fail here, not pass on a contiguous copy
-        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in trial.inputs])
-        with guard():
-            out, afterwards = _outputs(cand, prepared)
-    except Decline as dec:
-        return result("declined", f"Decline: {dec.reason}")
-    except (Exception, CallTimeout) as exc:
-        return result("error", f"raised {type(exc).__name__}: {exc}")
-    if not _inputs_kept(prep, afterwards):
-        return result("fail", "the kernel modified its inputs")
-    assert prep.expected is not None
-    exact, out_dtype, _ = prep.expected
-    if out.shape != exact.shape:
-        return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
-    if out.dtype != out_dtype:
-        return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
-    if compares_exactly(op, out_dtype):
-        return result(*_exact_verdict(out, exact))
-    return _judge_values(op, index, prep, out)
-
-
 def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
     """An integer or boolean output: equal to the reference's, element for element."""
     wrong = out.astype(np.float64) != exact
@@ -479,65 +486,67 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> T
     """A floating-point output against the reference: non-finite values, the elementwise
     budget, and on the gate's own random inputs the bias and spread checks."""
     trial = prep.trial
-    seed, shapes, name = trial.seed, prep.shapes, trial.name
     assert prep.expected is not None
     exact = prep.expected[0]
     got = out.astype(np.float64)
     out_float = float_name(out.dtype)
-    wrong, numeric, checked = _non_finite(got, exact, out_float)
+    facts = prep.facts()
+    wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite)
     if wrong:
-        return TrialResult(index, seed, shapes, "fail", wrong, input=name, numeric=numeric)
-    if exact.size and not got.any() and exact.any():
-        return TrialResult(index, seed, shapes, "fail",
-                           "output is all zeros where the reference is not", input=name)
+        return _result(prep, index, "fail", wrong, numeric=numeric)
+    if facts.nonzero and not got.any():
+        return _result(prep, index, "fail", "output is all zeros where the reference is not")
     model, allowed = prep.budget_for(op, out_float)
-    err = np.abs(got - exact)
+    err = np.subtract(got, exact)
+    np.abs(err, out=err)
     if checked is not None:
         err = np.where(checked, err, 0.0)
     ratio = err / allowed  # (floating-point warnings are off in the trial)
     if model is None or trial.source in SENSITIVE:
         ratio = np.where(err > 0, ratio, 0.0)  # a user budget may allow 0 somewhere
-    rel = err / np.maximum(np.abs(exact), np.finfo(np.float64).tiny)
-    if checked is not None:
-        rel = np.where(checked, rel, 0.0)
-    worst_abs = float(err.max()) if err.size else 0.0
-    worst_rel = float(rel.max()) if rel.size else 0.0
     worst_ratio = float(ratio.max()) if ratio.size else 0.0
+    worst_abs = float(err.max()) if err.size else 0.0
+    # |exact| >= tiny or the error is 0 (where it is not checked): the relative error
+    # is 0 where the absolute one is
+    worst_rel = float((err / facts.scale).max()) if err.size else 0.0
     if worst_ratio > 1.0:
         where = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
-        return TrialResult(
-            index, seed, shapes, "fail",
+        return _result(
+            prep, index, "fail",
             f"error {float(err[where]):.3e} at {where} exceeds the allowed "
             f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
-            worst_abs, worst_rel, worst_ratio, input=name,
+            worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
             numeric="far_over_budget" if worst_ratio > FAR_OVER_BUDGET else None)
     bias = spread = 0.0
-    if (model is not None and seed is not None and out_float in _STAT_DTYPES
+    why = ""
+    if (model is not None and trial.seed is not None and out_float in _STAT_DTYPES
             and trial.source in _STAT_SOURCES):
         # the checks' null model holds for random inputs only; the dispatch's inputs may
         # be structured (equal rows, sorted values) and make a correct kernel's rounding
         # errors look biased, and offsets and specials add errors of their own
         sample = got if checked is None else np.where(checked, got, np.nan)
-        bias, spread, why = _statistics(sample, exact, model, out_float, seed, prep)
-        if why:
-            return TrialResult(index, seed, shapes, "fail", why, worst_abs, worst_rel,
-                               worst_ratio, input=name, bias=bias, spread=spread)
-    return TrialResult(index, seed, shapes, "pass", "", worst_abs, worst_rel, worst_ratio,
-                       input=name, bias=bias, spread=spread)
+        bias, spread, why = _statistics(sample, exact, model, out_float, trial.seed, prep)
+    return _result(prep, index, "fail" if why else "pass", why, worst_abs=worst_abs,
+                   worst_rel=worst_rel, worst_ratio=worst_ratio, bias=bias, spread=spread)
 
 
-def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None
+def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
+                finite: np.ndarray | None = None
                 ) -> tuple[str, NumericFailure | None, np.ndarray | None]:
     """Where the reference defines a NaN, the output must be NaN; where it defines an
     infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
     into NaN); where it is finite, a finite value, unless rounding the exact value to the
     output dtype overflows (then that infinity is right). A non-finite value must never
     come back finite. ``(what is wrong or "", its category, the outputs to hold to the
-    budget)``, the mask ``None`` when that is all of them."""
-    finite = np.isfinite(exact)
-    all_finite = bool(finite.all())
-    if all_finite and bool(np.isfinite(got).all()):
-        return "", None, None
+    budget)``, the mask ``None`` when that is all of them. ``finite``: where ``exact`` is
+    finite, ``None`` when it is everywhere (computed here when not given)."""
+    if finite is None and not bool(np.isfinite(exact).all()):
+        finite = np.isfinite(exact)
+    if bool(np.isfinite(got).all()):
+        if finite is None:
+            return "", None, None
+    elif finite is None:
+        finite = np.ones(exact.shape, dtype=bool)
     overflowed = np.zeros(exact.shape, dtype=bool)
     if out_float is not None:
         big = finite & (np.abs(np.where(finite, exact, 0.0)) > precision(out_float).largest)
@@ -609,7 +618,11 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     region = trials.region
     guard = _call_guard(call_timeout_s)
     prepared = (*trials.trials, *trials.regated(regate)) if regate else trials.trials
-    with watch_session(call_timeout_s):  # the handler installed once, not per call
+    # NumPy's floating-point warnings off: the gate feeds NaN, inf and subnormals on
+    # purpose, and a kernel's ``0 * inf`` is its output's business, not an error (under
+    # ``filterwarnings = error`` a warning would be raised as one)
+    with watch_session(call_timeout_s), np.errstate(all="ignore"):
+        # the watchdog's handler installed once, not per call
         results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(prepared)]
     checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,10 @@ SENSITIVE = ("conditioned", "special", "user")
 """Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
 CHECKSUM_BYTES = 64 * 1024
 """An input larger than this is compared by a checksum of its bytes, not element by element."""
+JUDGED_OUTPUTS = 4
+"""A trial keeps this many distinct outputs and their verdicts, for candidates that return
+the same bits (:meth:`PreparedTrial.judged_before`)."""
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 @dataclass(frozen=True)
@@ -88,13 +92,44 @@ def _as_bits(before: Any, after: Any) -> bool:
             and not before.dtype.hasobject and before.dtype.fields is None)
 
 
+class ExactFacts(NamedTuple):
+    """What judging an output reads of the reference's exact result besides its values:
+    where it is finite (``None``: everywhere), whether it has a non-zero element, and
+    the relative error's divisor, ``|exact|`` but at least the smallest normal float64
+    (that also where ``exact`` is NaN)."""
+
+    finite: np.ndarray | None
+    nonzero: bool
+    scale: np.ndarray
+
+
+def _bits(x: np.ndarray) -> np.ndarray | None:
+    """``x``'s elements as unsigned integers of their size (a view), or ``None`` for a
+    dtype whose elements are not plain numbers of 2, 4 or 8 bytes."""
+    unsigned = _BITS.get(x.dtype.itemsize)
+    if unsigned is None or x.dtype.hasobject or x.dtype.fields is not None:
+        return None
+    return x.view(unsigned)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays have one dtype and shape and the same bits in every element
+    (a NaN's payload and a zero's sign count)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits_a, bits_b = _bits(a), _bits(b)
+    return bits_a is not None and bits_b is not None and bool(np.array_equal(bits_a, bits_b))
+
+
 @dataclass(eq=False)
 class PreparedTrial:
     """One trial and what no candidate changes in it, each part made at the first
     candidate that needs it and kept for the others: the inputs' host copies (what the
     reference and the budget read, and what a kernel's inputs must still be after its
     run), the reference's result, why the trial is skipped (``""``: it is not), the
-    budget, large inputs' checksums and the statistical checks' weights."""
+    budget, large inputs' checksums, the statistical checks' weights and the verdicts on
+    the first distinct outputs (the verdict on an output is a function of its bits and the
+    trial alone)."""
 
     trial: Trial
     shapes: str
@@ -105,6 +140,34 @@ class PreparedTrial:
     sums: dict[int, int] = field(default_factory=dict)
     checks: Any = None
     """The statistical checks' part that reads no output (:mod:`pytest_arbiter.core.gate`'s)."""
+    exact_facts: ExactFacts | None = None
+    judged: list[tuple[np.ndarray, Any]] = field(default_factory=list)
+    """Outputs judged on this trial (copies) and their verdicts, at most JUDGED_OUTPUTS."""
+
+    def facts(self) -> ExactFacts:
+        """:class:`ExactFacts` of the reference's result, made once."""
+        if self.exact_facts is None:
+            assert self.expected is not None
+            exact = self.expected[0]
+            finite = np.isfinite(exact)
+            scale = np.fmax(np.abs(exact), np.finfo(np.float64).tiny)
+            self.exact_facts = ExactFacts(None if bool(finite.all()) else finite,
+                                          bool(exact.size) and bool(exact.any()), scale)
+        return self.exact_facts
+
+    def judged_before(self, out: np.ndarray) -> Any:
+        """The verdict already given on an output with ``out``'s bits, dtype and shape
+        (``None``: none was)."""
+        for seen, verdict in self.judged:
+            if same_bits(seen, out):
+                return verdict
+        return None
+
+    def remember(self, out: np.ndarray, verdict: Any) -> None:
+        """Keep ``verdict`` for outputs with ``out``'s bits (a copy: a kernel may write
+        into the array it returned later)."""
+        if len(self.judged) < JUDGED_OUTPUTS and _bits(out) is not None:
+            self.judged.append((np.array(out, copy=True), verdict))
 
     def originals(self) -> tuple[Any, ...]:
         if self.copies is None:

@@ -1,7 +1,8 @@
 """The F4 gate's work that no candidate changes is done once per key: the trials, the
 reference's results and the budgets are shared by the candidates gated on the same
-inputs; a kernel that writes its inputs is still caught, bit for bit, at any size; and
-the watchdog still stops a hanging call, its handler installed once per gate."""
+inputs; an output's bits are judged once per trial, whichever candidates return them; a
+kernel that writes its inputs is still caught, bit for bit, at any size; and the watchdog
+still stops a hanging call, its handler installed once per gate."""
 
 from __future__ import annotations
 
@@ -148,6 +149,58 @@ def test_shared_trials_give_each_candidate_the_report_it_gets_alone(
         assert together.to_dict() == alone.to_dict()
 
 
+def test_an_output_with_bits_judged_before_on_a_trial_is_not_judged_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels returning the same bits get one judgement per trial (and the report each
+    gets alone); an output one ulp off in one element is judged on its own, and fails."""
+    from pytest_arbiter.core import gate as gate_module
+    from pytest_arbiter.core.trials import gate_trials
+
+    judged: list[int] = []
+    real = gate_module._judge_values
+
+    def counting(op: Op, index: int, prep: Any, out: np.ndarray) -> Any:
+        judged.append(index)
+        return real(op, index, prep, out)
+
+    monkeypatch.setattr(gate_module, "_judge_values", counting)
+    op = make_op("judged_once", lambda x: np.asarray(x, dtype=np.float64) * 2.0)
+    x = np.random.default_rng(9).standard_normal((6, 40)).astype(np.float32)
+    shared = gate_trials(op, inputs=(x,), region=None, seed=GATE_SEED)
+    reports = [f4_gate(cand(fn, op.name), op, inputs=(x,), trials=shared) for fn in KERNELS]
+    assert all(r.passed for r in reports)
+    trials = len(reports[0].trials)
+    assert sorted(judged) == list(range(trials))  # each trial once, for four kernels
+    for fn, report in zip(KERNELS, reports, strict=True):
+        assert report.to_dict() == f4_gate(cand(fn, op.name), op, inputs=(x,)).to_dict()
+    judged.clear()
+    wrong = f4_gate(cand(wrong_twice, op.name), op, inputs=(x,), trials=shared)
+    assert wrong.rejected and judged[0] == 0
+
+
+def test_a_kernel_writing_into_an_output_it_returned_before_is_judged_on_the_new_bits(
+) -> None:
+    """The verdicts kept per output hold copies: kernels that return one buffer, the
+    second writing wrong values into it, are judged each on what it returned."""
+    from pytest_arbiter.core.trials import gate_trials
+
+    op = make_op("one_buffer", lambda x: np.asarray(x, dtype=np.float64) * 2.0)
+    x = np.random.default_rng(10).standard_normal((5, 24)).astype(np.float32)
+    buffers: dict[tuple[int, ...], np.ndarray] = {}
+
+    def into_buffer(scale: float) -> Callable[[np.ndarray], np.ndarray]:
+        def kernel(a: np.ndarray) -> np.ndarray:
+            out = buffers.setdefault(a.shape, np.empty(a.shape, dtype=np.float32))
+            np.multiply(a, np.float32(scale), out=out)
+            return out
+        return kernel
+
+    shared = gate_trials(op, inputs=(x,), region=None, seed=GATE_SEED)
+    right = f4_gate(cand(into_buffer(2.0), op.name, "right"), op, inputs=(x,), trials=shared)
+    wrong = f4_gate(cand(into_buffer(2.5), op.name, "wrong"), op, inputs=(x,), trials=shared)
+    assert right.passed and wrong.rejected
+
+
 def writes_one(index: int, value: float) -> Callable[[np.ndarray], np.ndarray]:
     def kernel(x: np.ndarray) -> np.ndarray:
         out = x * np.float32(2.0)
@@ -200,8 +253,6 @@ def test_a_kernel_rewriting_the_same_bits_or_staging_another_dtype_passes(size: 
     for kernel in (cand(same_bits, op.name), Widened("widened", op.name, "cpu")):
         report = f4_gate(kernel, op, inputs=(x,))
         assert report.passed, report.summary()
-
-
 
 
 def test_a_kernel_sleeping_past_the_call_timeout_fails_with_the_watchdogs_error(
