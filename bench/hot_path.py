@@ -5,7 +5,8 @@ Four ways to run the same kernel on the same inputs, side by side in one process
 * ``direct``: the winning kernel called directly;
 * ``dict floor``: a hand-written dispatcher, ``floor(op, *inputs, target=None)``, that
   looks the kernel up in a dict keyed like the arbiter's signature (op, target, and each
-  input's class, shape and dtype), then calls it;
+  input's class, shape, dtype and strides: a kernel's layout is part of what was gated),
+  then calls it;
 * ``pytest_arbiter.dispatch``: the public call a kernel library makes, through the
   process arbiter;
 * ``Arbiter.dispatch``: the same arbiter's method, called directly.
@@ -102,7 +103,7 @@ def _floor_of(table: dict[Any, Callable[..., Any]]) -> Callable[..., Any]:
 
     def floor(op: str, *inputs: Any, target: str | None = None) -> Any:
         x = inputs[0]
-        return table[(op, target, x.__class__, x.shape, x.dtype)](*inputs)
+        return table[(op, target, x.__class__, x.shape, x.dtype, x.strides)](*inputs)
 
     return floor
 
@@ -163,7 +164,8 @@ def trivial(paths: Paths, counts: Callable[..., dict[Any, int]], rounds: int,
     """``x + 1`` on 8 float32: the direct call, the dict floor and each path side by side."""
     x = np.arange(8, dtype=np.float32)
     next(iter(paths.values()))(TRIVIAL_OP, x)  # plans the signature
-    floor = _floor_of({(TRIVIAL_OP, None, x.__class__, x.shape, x.dtype): add_one_kernel})
+    floor = _floor_of({(TRIVIAL_OP, None, x.__class__, x.shape, x.dtype, x.strides):
+                       add_one_kernel})
     calls = [(TRIVIAL_OP, x)]
     medians, added = _side_by_side(
         [(add_one_kernel, [(x,)]), (floor, calls), *[(fn, calls) for fn in paths.values()]],
@@ -199,8 +201,8 @@ def sweep(paths: Paths, counts: Callable[..., dict[Any, int]], sizes: Sequence[i
         for x in xs:  # the warm pass
             warm(SWEEP_OP, x)
         warm_us = (time.perf_counter() - start) / n * 1e6
-        floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype): head_add_one_kernel
-                           for x in xs})
+        floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype, x.strides):
+                           head_add_one_kernel for x in xs})
         calls = [(SWEEP_OP, x) for x in xs]
         medians, added = _side_by_side(
             [(head_add_one_kernel, [(x,) for x in xs]), (floor, calls),

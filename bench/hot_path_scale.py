@@ -54,8 +54,8 @@ def scale_row(n: int, rounds: int, per_block: int) -> str:
     for x in xs:
         dispatch(SWEEP_OP, x)
     warm_us = (time.perf_counter() - start) / n * 1e6
-    floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype): head_add_one_kernel
-                       for x in xs})
+    floor = _floor_of({(SWEEP_OP, None, x.__class__, x.shape, x.dtype, x.strides):
+                       head_add_one_kernel for x in xs})
     calls = [(SWEEP_OP, x) for x in xs]
     medians, added = _side_by_side([(head_add_one_kernel, [(x,) for x in xs]),
                                     (floor, calls), (dispatch, calls)], rounds, per_block)
