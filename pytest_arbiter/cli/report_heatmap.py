@@ -87,35 +87,91 @@ def heatmap_svg(entries: Sequence[CacheEntry], prefix: str,
     ``#ANCHOR`` (``anchors``: an entry's row in the page); the figure's own ids get
     ``prefix``, unique on the page."""
     mpl = matplotlib()
-    buckets = sorted({e.bucket for e in entries}, key=natural)[:MAX_ROWS_PLOTTED]
-    dtypes = sorted({e.dtype for e in entries})
-    by_cell = {(e.bucket, e.dtype): e for e in entries}
-    annotate = len(buckets) * len(dtypes) <= MAX_ANNOTATED_CELLS
-    lines = {cell: _cell_lines(e, stale) for cell, e in by_cell.items()}
-    width_pt = max(len(line) for cell in lines.values() for line in cell) * CHAR_PT + 12
-    height_pt = (3 if any(len(cell) > 2 for cell in lines.values()) else 2) * 12.5 + 8
-    titles: dict[str, str] = {}
-    with mpl.rc_context({"svg.fonttype": "none", "text.parse_math": False,
-                         "svg.hashsalt": "pytest-arbiter", "font.size": FONT_PT}):
-        fig = mpl.pyplot.figure(figsize=(max(width_pt, 60) * len(dtypes) / 72,
-                                         height_pt * len(buckets) / 72))
-        ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-        for row, bucket in enumerate(buckets):
-            for col, dtype in enumerate(dtypes):
-                entry = by_cell.get((bucket, dtype))
-                if entry is None:
-                    continue
-                gid = f"cell-{len(titles)}"
-                titles[gid] = cell_title(entry, stale)
-                _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
-                           lines[(bucket, dtype)] if annotate else [], stale)
-        _axes(ax, buckets, dtypes)
+    with mpl.rc_context(RC):
+        fig, titles = heatmap_figure(entries, anchors, stale)
         svg = svg_of(fig)
         mpl.pyplot.close(fig)
     for gid, title in titles.items():
         shown = "\n".join(map(text, title.split("\n")))  # one line a ranking row
         svg = svg.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{shown}</title>', 1)
     return prefixed_ids(svg, prefix)
+
+
+RC = {"svg.fonttype": "none", "text.parse_math": False, "svg.hashsalt": "pytest-arbiter",
+      "font.size": FONT_PT}
+"""matplotlib's settings for a heat map: SVG text a browser draws (and finds), no math."""
+
+
+def heatmap_figure(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str],
+                   stale: Collection[StaleKey] = ()) -> tuple[Any, dict[str, str]]:
+    """The heat map's matplotlib figure (draw it under :data:`RC`) and the hover text of
+    each cell by its ``gid``. A column is as wide as its widest cell or the longest
+    unbroken part of its dtype; the dtypes (a user op's ``float32,int64,py_float``) and
+    shape buckets are wrapped onto lines (:func:`wrap_label`), and a row is as tall as its
+    cells or its bucket's lines: no label reaches another, at any number of inputs."""
+    mpl = matplotlib()
+    buckets = sorted({e.bucket for e in entries}, key=natural)[:MAX_ROWS_PLOTTED]
+    dtypes = sorted({e.dtype for e in entries})
+    by_cell = {(e.bucket, e.dtype): e for e in entries}
+    annotate = len(buckets) * len(dtypes) <= MAX_ANNOTATED_CELLS
+    lines = {cell: _cell_lines(e, stale) for cell, e in by_cell.items()}
+    chars = max(max(len(line) for cell in lines.values() for line in cell),
+                min(max(len(p) for d in dtypes for p in _breaks(escape(d))), NAME_WIDTH))
+    columns = [wrap_label(escape(d), chars, MAX_DTYPE_LINES) for d in dtypes]
+    rows = [wrap_label(escape(b), ROW_LABEL_CHARS) for b in buckets]
+    row_lines = max(3 if any(len(cell) > 2 for cell in lines.values()) else 2,
+                    *(r.count("\n") + 1 for r in rows))
+    titles: dict[str, str] = {}
+    fig = mpl.pyplot.figure(figsize=(max(chars * CHAR_PT + 12, 60) * len(dtypes) / 72,
+                                     (row_lines * 12.5 + 8) * len(buckets) / 72))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+    for row, bucket in enumerate(buckets):
+        for col, dtype in enumerate(dtypes):
+            entry = by_cell.get((bucket, dtype))
+            if entry is None:
+                continue
+            gid = f"cell-{len(titles)}"
+            titles[gid] = cell_title(entry, stale)
+            _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
+                       lines[(bucket, dtype)] if annotate else [], stale)
+    _axes(ax, rows, columns)
+    return fig, titles
+
+
+ROW_LABEL_CHARS = 22
+"""Characters a line of a shape bucket's label holds: on a phone the first column of
+cells still shows beside the labels."""
+MAX_LABEL_LINES = 4
+"""Lines of a shape bucket's label; a longer one ends in ``...`` (the table below the
+heat map has it whole, and a cell's hover text)."""
+MAX_DTYPE_LINES = 12
+"""Lines of a dtype's label: a user op's, one input a line at worst, is shown whole."""
+_BREAK_AFTER = re.compile(r"[^,/ -]+[,/ -]?|[,/ -]")
+_BREAK_INSIDE = re.compile(r"[^x.]+[x.]?|[x.]")
+
+
+def _breaks(label: str) -> list[str]:
+    """``label`` cut after each ``,`` ``/`` ``-`` and space: where a line may end."""
+    return _BREAK_AFTER.findall(label)
+
+
+def wrap_label(label: str, width: int, max_lines: int = MAX_LABEL_LINES) -> str:
+    """``label`` on lines of at most ``width`` characters: broken after a ``,`` ``/``
+    ``-`` or space (``float32,int64,`` / ``py_float``), inside a longer part after an
+    ``x`` or ``.`` (a shape's dimensions), anywhere in a longer run still. Past
+    ``max_lines`` the last line ends in ``...``."""
+    pieces = []
+    for part in _breaks(label):
+        small = [part] if len(part) <= width else _BREAK_INSIDE.findall(part)
+        pieces += [p[i:i + width] for p in small for i in range(0, len(p), width)]
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+    if len(lines) > max_lines:
+        lines[max_lines - 1:] = [cut("".join(lines[max_lines - 1:]), width)]
+    return "\n".join(lines)
 
 
 def _draw_cell(ax: Any, entry: CacheEntry, at: tuple[int, int], gid: str,
@@ -142,13 +198,15 @@ def _draw_cell(ax: Any, entry: CacheEntry, at: tuple[int, int], gid: str,
                 fontstyle="italic" if number == 2 else "normal")
 
 
-def _axes(ax: Any, buckets: Sequence[str], dtypes: Sequence[str]) -> None:
-    ax.set_xlim(0, len(dtypes))
-    ax.set_ylim(len(buckets), 0)
+def _axes(ax: Any, rows: Sequence[str], columns: Sequence[str]) -> None:
+    """The axes around the cells; ``rows`` and ``columns``: the labels, escaped and
+    wrapped."""
+    ax.set_xlim(0, len(columns))
+    ax.set_ylim(len(rows), 0)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xticks([i + 0.5 for i in range(len(dtypes))], [escape(d) for d in dtypes])
-    ax.set_yticks([i + 0.5 for i in range(len(buckets))], [escape(b) for b in buckets])
+    ax.set_xticks([i + 0.5 for i in range(len(columns))], columns)
+    ax.set_yticks([i + 0.5 for i in range(len(rows))], rows)
     ax.set_xlabel("dtype")
     ax.set_ylabel("shape bucket")
     ax.tick_params(length=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import itertools
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -18,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from pytest_arbiter.cli import report_heatmap
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.cli.report_cells import SCALE, band, latency
+from pytest_arbiter.cli.report_heatmap import wrap_label
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import (
     PROPERTY_PREFIX,
@@ -216,6 +219,73 @@ class Tags(HTMLParser):
                 self.loads.append((name, value or ""))
 
 
+# -- a user op's labels ---------------------------------------------------------------------
+
+USER_DTYPES = ("float32,float32,float32,py_float", "float32,float32,float64,py_float",
+               "bfloat16,float32,int64,bool,py_int", "float64")
+"""A user op's key dtypes: each input's when they differ (``inputs_label``)."""
+LONG_BUCKET = "x".join(["256"] * 12) + "/a" + ".".join(["16"] * 12) + "/r3.3.3.3"
+USER_BUCKETS = ("64x64x64x64x64/a16.16.16.16.16/r2.2.1.0",
+                "128x128x128x64x64/a16.16.16.8.8/r2.2.1.0",
+                "512x256x256x512x512/a16.16.16.16.16/r2.2.1.0", "a2.1-b3.2", LONG_BUCKET)
+"""Shape buckets of a user op: every input's dimensions, alignments and ranks."""
+
+
+def render_user_op(tmp_path: Path) -> Path:
+    """The page of a user op with four inputs, its winners' names short (narrow
+    columns under long dtypes: the case where labels met)."""
+    pytest.importorskip("matplotlib")
+    cache = tmp_path / "user.json"
+    artifacts.write_cache(cache, MeasureCache([
+        entry("cpu-x86_64", bucket, ("np", 8000.0 * (i + 1)), ("blas", 9100.0 * (i + 1)),
+              op="scaled_matmul", dtype=dtype)
+        for i, bucket in enumerate(USER_BUCKETS) for dtype in USER_DTYPES]))
+    page = tmp_path / "user.html"
+    out = io.StringIO()
+    assert main(["report", str(cache), "-o", str(page)], out=out) == 0, out.getvalue()
+    return page
+
+
+def test_a_user_ops_axis_labels_never_meet(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    figures: list[Any] = []
+    draw = report_heatmap.svg_of
+
+    def kept(fig: Any) -> str:
+        figures.append(fig)
+        return draw(fig)
+
+    monkeypatch.setattr(report_heatmap, "svg_of", kept)
+    html = render_user_op(tmp_path).read_text(encoding="utf-8")
+    (fig,) = figures
+    (ax,) = fig.axes
+    labels = [t for t in [*ax.get_xticklabels(), *ax.get_yticklabels()] if t.get_text()]
+    assert len(labels) == len(USER_DTYPES) + len(USER_BUCKETS)
+    fig.draw_without_rendering()
+    boxes = [t.get_window_extent() for t in labels]
+    for (a, box_a), (b, box_b) in itertools.combinations(zip(labels, boxes, strict=True), 2):
+        assert not box_a.overlaps(box_b), (a.get_text(), b.get_text())
+    assert all(t.get_fontsize() * 96 / 72 >= 10 for t in labels)  # pt to CSS px
+    # the dtypes whole, on lines; the longest bucket cut, whole in the table
+    shown = [t.get_text().replace("\n", "") for t in ax.get_xticklabels()]
+    assert shown == sorted(USER_DTYPES)
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    (long,) = [r for r in rows if r.endswith("...")]
+    assert LONG_BUCKET.startswith(long.replace("\n", "")[:-3])
+    assert f"<td>{LONG_BUCKET}</td>" in html
+
+
+def test_wrap_label_breaks_where_a_reader_expects() -> None:
+    assert wrap_label("float32,int64,py_float", 14) == "float32,int64,\npy_float"
+    assert wrap_label("a2.1-b3.2", 5) == "a2.1-\nb3.2"
+    assert wrap_label("512x256x256x512x512/a16.16.16.16.16/r2.2.1.0", 22) == (
+        "512x256x256x512x512/\na16.16.16.16.16/\nr2.2.1.0")
+    assert wrap_label("float64", 20) == "float64"
+    assert wrap_label("abcdefghij", 4) == "abcd\nefgh\nij"  # nowhere to break
+    assert wrap_label("ab,cd,ef,gh,ij,kl", 3, max_lines=2) == "ab,\n..."
+    assert all(len(line) <= 7 for line in wrap_label(LONG_BUCKET, 7).split("\n"))
+
+
 # -- in Chromium ----------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -303,3 +373,52 @@ def _check_in(page: Any, page_file: Path, tmp_path: Path) -> None:
     assert page.evaluate(SMALL_TEXT) == []
     assert page.locator("header").is_visible() and page.locator("#problems").is_visible()
     assert (tmp_path / "phone.png").stat().st_size > 10_000
+
+
+TICK_LABELS = """() => Array.from(document.querySelectorAll('figure')).map(fig =>
+  Array.from(fig.querySelectorAll('g[id*="tick_"]')).map(tick => {
+    const lines = Array.from(tick.querySelectorAll('text'));
+    const r = lines.map(t => t.getBoundingClientRect());
+    return {text: lines.map(t => t.textContent).join(''),
+            left: Math.min(...r.map(b => b.left)), right: Math.max(...r.map(b => b.right)),
+            top: Math.min(...r.map(b => b.top)), bottom: Math.max(...r.map(b => b.bottom))};
+  }).filter(label => label.text))"""
+FIRST_CELL = """() => Array.from(document.querySelectorAll('figure')).map(fig => ({
+  box: fig.getBoundingClientRect().right,
+  cell: fig.querySelector('g[id$="-cell-0"]').getBoundingClientRect().left}))"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
+                    "it: apt-get install chromium)")
+@pytest.mark.slow
+def test_a_user_ops_heat_map_in_chromium(tmp_path: Path) -> None:
+    """Long multi-input dtypes and buckets: at desktop and phone width no two axis labels
+    meet, none is under 10 px, nothing leaves the viewport, and a phone shows cells
+    beside the bucket labels without scrolling."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    page_file = render_user_op(tmp_path)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(page_file.as_uri())
+            for width in (1280, 390):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.screenshot(path=str(tmp_path / f"user-op-{width}.png"), full_page=True)
+                (labels,) = page.evaluate(TICK_LABELS)
+                assert len(labels) == len(USER_DTYPES) + len(USER_BUCKETS)
+                for a, b in itertools.combinations(labels, 2):
+                    assert not _meet(a, b), (width, a, b)
+                assert page.evaluate(SMALL_TEXT) == []
+                assert page.evaluate(OVERFLOW) == []
+                assert all(b["right"] <= width + 1 for b in page.evaluate(BOXES))
+                (first,) = page.evaluate(FIRST_CELL)
+                assert first["cell"] + 40 <= first["box"], first  # a cell in view
+        finally:
+            browser.close()
+
+
+def _meet(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    return (a["left"] < b["right"] and b["left"] < a["right"]
+            and a["top"] < b["bottom"] and b["top"] < a["bottom"])
