@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -2080,33 +2081,86 @@ def _import_tree(path: str) -> Any:
     return package
 
 
-def gate_timing(rounds: int = 5, before: str | None = None
-                ) -> list[tuple[str, float, float | None]]:
+class TimingRow(NamedTuple):
+    """One case's median CPU seconds: a first gate of the region (nothing kept from an
+    earlier gate), a gate of a region gated before (its trials kept), and the older
+    tree's gate (``None`` without one)."""
+
+    case: str
+    cold: float
+    warm: float
+    before: float | None
+
+
+def _forgetter(package: Any) -> Callable[[], None]:
+    """The tree's ``forget_region_trials`` (a no-op for a tree that keeps nothing)."""
+    import importlib
+
+    try:
+        trials = importlib.import_module(f"{package.__name__}.core.trials")
+    except ImportError:
+        return lambda: None
+    forget: Callable[[], None] = getattr(trials, "forget_region_trials", lambda: None)
+    return forget
+
+
+def gate_timing(rounds: int = 5, before: str | None = None) -> list[TimingRow]:
     """CPU seconds (median of ``rounds``) of one gate call of a bundled CPU kernel per case
-    (both ops, the three dtypes, the full shapes): ``(case, this tree, the older tree at
-    ``before`` or None)``, the two timed interleaved so a shared machine's load hits both."""
+    (both ops, the three dtypes, the full shapes), this tree's cold and warm and the older
+    tree's (at ``before``), the three timed interleaved so a shared machine's load hits
+    them alike. Cold: the region's kept trials are dropped before the call, untimed."""
     import importlib
 
     now = importlib.import_module("pytest_arbiter")
     importlib.import_module("pytest_arbiter.runtime")
+    forget = _forgetter(now)
     old = _import_tree(before) if before else None
-    rows: list[tuple[str, float, float | None]] = []
+    old_forget = _forgetter(old) if old is not None else None
+    rows: list[TimingRow] = []
     for op, name, shape, dtype in _timing_cases():
-        calls = [_gate_call(now, op, name, shape, dtype)]
+        call = _gate_call(now, op, name, shape, dtype)
+        calls = [(call, forget), (call, None)]
         if old is not None:
-            calls.append(_gate_call(old, op, name, shape, dtype))
+            calls.append((_gate_call(old, op, name, shape, dtype), old_forget))
         times: list[list[float]] = [[] for _ in calls]
-        for call in calls:
-            call()
+        for fn, _ in calls:
+            fn()
         for _ in range(rounds):
-            for call, spent in zip(calls, times, strict=True):
+            for (fn, before_call), spent in zip(calls, times, strict=True):
+                if before_call is not None:
+                    before_call()
                 start = time.process_time()
-                call()
+                fn()
                 spent.append(time.process_time() - start)
         label = f"{op} {'x'.join(map(str, shape))} {dtype}"
-        rows.append((label, statistics.median(times[0]),
-                     statistics.median(times[1]) if old is not None else None))
+        medians = [statistics.median(t) for t in times]
+        rows.append(TimingRow(label, medians[0], medians[1],
+                              medians[2] if old is not None else None))
     return rows
+
+
+def print_gate_timing(rows: Sequence[TimingRow]) -> None:
+    """The rows, the medians over the cases and their ratios, and the largest ratio of a
+    case (the target: the cold median within 1.2x of the older tree's, no case over 2x)."""
+    has_old = all(r.before for r in rows)
+    print(f"  {'case':30s} {'cold':>9s} {'warm':>9s}" + (
+        f" {'before':>9s}  {'cold/before':>11s} {'warm/before':>11s}" if has_old else ""))
+    for r in rows:
+        line = f"  {r.case:30s} {r.cold * 1e3:6.2f} ms {r.warm * 1e3:6.2f} ms"
+        if has_old and r.before:
+            line += (f" {r.before * 1e3:6.2f} ms  x{r.cold / r.before:10.2f} "
+                     f"x{r.warm / r.before:10.2f}")
+        print(line)
+    medians = {key: statistics.median(getattr(r, key) for r in rows) for key in ("cold", "warm")}
+    print(f"median gate call over {len(rows)} cases (CPU time): cold {medians['cold'] * 1e3:.2f}"
+          f" ms (the region's first gate), warm {medians['warm'] * 1e3:.2f} ms (gated before)")
+    if has_old:
+        old = statistics.median(r.before or 0.0 for r in rows)
+        for key, median in medians.items():
+            worst = max(rows, key=lambda r: getattr(r, key) / (r.before or 1.0))
+            print(f"  {key}: ratio of the medians {median / old:.2f} (before "
+                  f"{old * 1e3:.2f} ms); largest case ratio "
+                  f"{getattr(worst, key) / (worst.before or 1.0):.2f} ({worst.case})")
 
 
 def _longer_rows(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
@@ -2150,6 +2204,8 @@ def user_gate_timing(rounds: int = 9, before: Any = None
              ("cumsum 8x300 float32 +gate_inputs", cs_reference, cs_sequential,
               _longer_rows))
     rows: list[tuple[str, float, float | None]] = []
+    if before is not None and not hasattr(_maybe_module(before, "core.ops"), "make_op"):
+        before = None  # a tree from before user ops had gate inputs of their own
     for label, reference, kernel, gate_inputs in cases:
         name = f"bench_timing_{label.split()[0]}"
         calls = [_user_gate_call(now, name, reference, kernel, x, gate_inputs, True)]
@@ -2159,6 +2215,15 @@ def user_gate_timing(rounds: int = 9, before: Any = None
         times = _timed(calls, rounds)
         rows.append((f"user op {label}", times[0], times[1] if before is not None else None))
     return rows
+
+
+def _maybe_module(package: Any, name: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(f"{package.__name__}.{name}")
+    except ImportError:
+        return None
 
 
 def _timed(calls: Sequence[Callable[[], Any]], rounds: int) -> list[float]:
@@ -2245,16 +2310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "--quick)")
     args = parser.parse_args(argv)
     if args.timing:
-        rows = gate_timing(before=args.before)
-        for label, seconds, old in rows:
-            versus = f"   before {old * 1e3:8.2f} ms   x{seconds / old:5.2f}" if old else ""
-            print(f"  {label:30s} {seconds * 1e3:8.2f} ms{versus}")
-        median = statistics.median(r[1] for r in rows)
-        print(f"median gate call: {median * 1e3:.2f} ms over {len(rows)} cases (CPU time)")
-        if args.before:
-            median_old = statistics.median(r[2] or 0.0 for r in rows)
-            print(f"before: {median_old * 1e3:.2f} ms; ratio of the medians "
-                  f"{median / median_old:.2f}")
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print_gate_timing(gate_timing(before=args.before))
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         old_tree = sys.modules.get("pytest_arbiter_before") if args.before else None
         print("user-op gate calls (derived trials, one re-gated pattern; before: without it):")
         for label, seconds, old in user_gate_timing(before=old_tree):

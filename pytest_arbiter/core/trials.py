@@ -4,7 +4,9 @@ by every candidate gated on the same op, inputs, region and seed."""
 
 from __future__ import annotations
 
+import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
@@ -278,11 +280,54 @@ class GateTrials:
         return all(own.unchanged(i, host(x)) for i, x in enumerate(inputs))
 
 
+REGION_TRIALS_KEPT = 4
+"""How many regions' trials a process keeps for gates on a region alone (no inputs)."""
+REGION_TRIALS_BYTES = 4 << 20
+"""A region whose generated inputs are larger than this is not kept (the trials hold
+several times their size: copies, the reference's result, the budget)."""
+_REGION_TRIALS: OrderedDict[tuple[int, Region, int], GateTrials] = OrderedDict()
+_REGION_LOCK = threading.Lock()
+
+
+def forget_region_trials() -> None:
+    """Drop every region's trials kept for gates on a region alone."""
+    with _REGION_LOCK:
+        _REGION_TRIALS.clear()
+
+
 def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
                 seed: int) -> GateTrials:
     """The gate's trials of ``op`` on ``inputs`` (if given) and ``region``, to share among
     the candidates gated on them. Raises what the gate raises for them: inputs the op
-    refuses, neither inputs nor region, a user op's ``gate_inputs`` the op refuses."""
+    refuses, neither inputs nor region, a user op's ``gate_inputs`` the op refuses.
+
+    A built-in op's trials on a region alone are a function of the op object (a changed
+    policy, TF32 say, makes a new one), the region and the seed: the last
+    REGION_TRIALS_KEPT regions' are kept for the next gate on them (a test gating several
+    candidates on a region, a gate matrix), what was made of them included."""
+    if inputs is None and region is not None and op.builtin:
+        key = (id(op), region, seed)
+        with _REGION_LOCK:
+            kept = _REGION_TRIALS.get(key)
+            if kept is not None and kept.op is op:
+                _REGION_TRIALS.move_to_end(key)
+                return kept
+        made = _prepared(op, None, region, seed)
+        if sum(_nbytes(t.trial.inputs) for t in made.trials) <= REGION_TRIALS_BYTES:
+            with _REGION_LOCK:
+                _REGION_TRIALS[key] = made
+                while len(_REGION_TRIALS) > REGION_TRIALS_KEPT:
+                    _REGION_TRIALS.popitem(last=False)
+        return made
+    return _prepared(op, inputs, region, seed)
+
+
+def _nbytes(inputs: Sequence[Any]) -> int:
+    return sum(int(getattr(x, "nbytes", 0)) for x in inputs)
+
+
+def _prepared(op: Op, inputs: Sequence[Any] | None, region: Region | None,
+              seed: int) -> GateTrials:
     region, trials = _trials(op, inputs, region, seed)
     prepared = tuple(PreparedTrial(t, _shape_text(t.inputs)) for t in trials)
     given = None if inputs is None else tuple(inputs)

@@ -1,6 +1,7 @@
 """The F4 gate's work that no candidate changes is done once per key: the trials, the
 reference's results and the budgets are shared by the candidates gated on the same
-inputs; an output's bits are judged once per trial, whichever candidates return them; a
+inputs, and a built-in op's trials on a region alone are kept for the next gates on it;
+an output's bits are judged once per trial, whichever candidates return them; a
 kernel that writes its inputs is still caught, bit for bit, at any size; and the watchdog
 still stops a hanging call, its handler installed once per gate."""
 
@@ -199,6 +200,62 @@ def test_a_kernel_writing_into_an_output_it_returned_before_is_judged_on_the_new
     right = f4_gate(cand(into_buffer(2.0), op.name, "right"), op, inputs=(x,), trials=shared)
     wrong = f4_gate(cand(into_buffer(2.5), op.name, "wrong"), op, inputs=(x,), trials=shared)
     assert right.passed and wrong.rejected
+
+
+def counting_softmax() -> tuple[Op, list[int]]:
+    """The built-in softmax as a new op object whose exact result counts its calls."""
+    import dataclasses
+
+    base = OPS.get("softmax")
+    calls: list[int] = []
+
+    def exact(x: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return base.exact(x)
+
+    return dataclasses.replace(base, exact=exact), calls
+
+
+def test_gates_on_one_region_make_its_trials_once_and_report_as_alone(
+        registry: CandidateRegistry) -> None:
+    """A built-in op's trials on a region alone are kept for the next gate on it: the
+    reference runs once per trial for every candidate and every gate, and each report is
+    the one a first gate gives."""
+    from pytest_arbiter.core.trials import forget_region_trials
+
+    op, calls = counting_softmax()
+    region = SoftmaxRegion.of((5, 40), "bfloat16")
+    kernels = [registry.get("stable_softmax"), cand(lambda x: x * 0, "softmax", "zeros"),
+               registry.get("inplace_softmax")]
+    first = [f4_gate(k, op, region=region).to_dict() for k in kernels]
+    trials = len(calls)
+    assert trials == len(first[0]["trials"])
+    again = [f4_gate(k, op, region=region).to_dict() for k in reversed(kernels)]
+    assert len(calls) == trials and again[::-1] == first
+    forget_region_trials()
+    assert [f4_gate(k, op, region=region).to_dict() for k in kernels] == first
+    assert len(calls) == 2 * trials
+
+
+def test_region_trials_are_kept_for_a_few_regions_of_one_op_object_and_seed(
+        registry: CandidateRegistry) -> None:
+    from pytest_arbiter.core.trials import REGION_TRIALS_KEPT, forget_region_trials
+
+    forget_region_trials()
+    op, calls = counting_softmax()
+    other, other_calls = counting_softmax()
+    kernel = registry.get("stable_softmax")
+    regions = [SoftmaxRegion.of((3, 20 + i), "float32") for i in range(REGION_TRIALS_KEPT + 1)]
+    f4_gate(kernel, op, region=regions[0])
+    once = len(calls)
+    f4_gate(kernel, other, region=regions[0])  # another op object: its own trials
+    f4_gate(kernel, op, region=regions[0], seed=GATE_SEED + 1)  # another seed: too
+    assert len(other_calls) == once and len(calls) == 2 * once
+    for region in regions[1:]:
+        f4_gate(kernel, op, region=region)
+    made = len(calls)
+    f4_gate(kernel, op, region=regions[0])  # pushed out by the later regions
+    assert len(calls) == made + once
 
 
 def writes_one(index: int, value: float) -> Callable[[np.ndarray], np.ndarray]:
