@@ -3,9 +3,10 @@
 ``{"schema": ..., "version": 3, "runs": [...], "environments": [...], "considered":
 [...], "entries": [...]}``: an entry's ``provenance.run``, ``environment`` and
 ``considered`` are indices into the tables (or, in a hand-written file, the object
-itself). The tables come first, so one decode reads them before the entries that point
-into them, and each entry's ``__post_init__`` swaps its indices for the shared rows
-(:mod:`pytest_arbiter.store.cache`). A file in the writer's layout, one entry a line, is read
+itself). msgspec decodes and checks every field in one C pass; then one pass over all
+the entries (:func:`pytest_arbiter.store.entry.finish_read`) swaps the indices for the
+shared rows and checks what no field's type can say (an impossible row, a ``since`` in
+the future), naming the first bad entry. A file in the writer's layout, one entry a line, is read
 a block of lines at a time; the writer writes a chunk of lines at a time.
 docs/artifacts.md describes the format.
 """
@@ -23,7 +24,7 @@ import msgspec
 from msgspec import Struct
 
 from pytest_arbiter.store.cache import CACHE_SCHEMA, CACHE_VERSION
-from pytest_arbiter.store.entry import CacheEntry, KeyTuple, plain_key
+from pytest_arbiter.store.entry import BadEntry, CacheEntry, KeyTuple, finish_read, plain_key
 from pytest_arbiter.store.tables import (
     _CANONICAL,
     NO_CONSIDERED,
@@ -42,7 +43,6 @@ from pytest_arbiter.store.tables import (
     _run_of,
     _RunRow,
     _Tables,
-    _TablesLater,
 )
 
 
@@ -89,20 +89,6 @@ class _Document(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     entries: list[CacheEntry] = []
 
 
-class _TablesOnly(Struct, frozen=True, gc=False):
-    """The tables of a file, its entries skipped."""
-
-    runs: _RunsTable = _RunsTable()
-    environments: _EnvironmentsTable = _EnvironmentsTable()
-    considered: _ConsideredTable = _ConsideredTable()
-
-
-def _preset(tables: _Tables) -> None:
-    tables.runs = tables.runs or []
-    tables.environments = tables.environments or []
-    tables.considered = tables.considered or []
-
-
 class _Header(Struct, frozen=True, gc=False):
     """What any version's file starts with; everything else skipped."""
 
@@ -146,12 +132,10 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
     strictjson.check_bom(data, source)
     tables = _Tables()
     decoder = msgspec.json.Decoder(_Document, dec_hook=_table_hook(tables))
-    failed: Exception
+    failed: msgspec.ValidationError | None = None
     try:
         doc: _Document = _read_tables(lambda: decoder.decode(data), tables)
     except msgspec.ValidationError as exc:
-        failed = exc
-    except _TablesLater as exc:
         failed = exc
     except msgspec.DecodeError as exc:
         raise _syntax(exc, data, source) from None
@@ -161,8 +145,7 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
         raise ValueError(f"{_escape(source)} is nested too deeply") from None
     else:
         if doc.version == CACHE_VERSION and doc.schema == CACHE_SCHEMA:
-            return doc.entries
-        failed = ValueError()
+            return _finished(doc.entries, tables, source)
     # not a valid version 3 file: another version, or a bad one
     try:
         header = msgspec.json.decode(data, type=_Header)
@@ -175,19 +158,18 @@ def decode_document(data: bytes, *, source: str = "cache") -> list[CacheEntry]:
     except RecursionError:
         raise ValueError(f"{_escape(source)} is nested too deeply") from None
     _check_header(header, source)
-    if isinstance(failed, msgspec.ValidationError):
-        raise _validation(failed, source)
-    # the tables follow the entries: read them first
-    tables = _Tables()
-    hook = _table_hook(tables)
+    assert failed is not None  # a version 3 header: the decode failed on something else
+    raise _validation(failed, source)
+
+
+def _finished(entries: list[CacheEntry], tables: _Tables, source: str) -> list[CacheEntry]:
+    """``entries`` through :func:`finish_read`; ``ValueError`` naming ``source`` and the
+    first impossible entry."""
     try:
-        msgspec.json.decode(data, type=_TablesOnly, dec_hook=hook)
-        _preset(tables)
-        doc = _read_tables(lambda: msgspec.json.decode(data, type=_Document, dec_hook=hook),
-                           tables)
-    except msgspec.ValidationError as again:
-        raise _validation(again, source) from None
-    return doc.entries
+        finish_read(entries, tables)
+    except BadEntry as exc:
+        raise ValueError(f"{_escape(source)}: {_escape(exc.path())}") from None
+    return entries
 
 
 _HEAD = b'{\n  "schema": "pytest-arbiter/cache",\n  "version": 3,\n  "runs": ['
@@ -260,7 +242,6 @@ def entry_blocks(file: Any, tables: _Tables | None = None) -> Iterator[list[Cach
                             dec_hook=_table_hook(tables))
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         raise Unstreamable from None
-    _preset(tables)
     decoder = msgspec.json.Decoder(list[CacheEntry])
     start = head + len(b'\n  "entries": [\n   ')  # the space before the first entry
     done = False
@@ -277,7 +258,8 @@ def entry_blocks(file: Any, tables: _Tables | None = None) -> Iterator[list[Cach
             with memoryview(buffer) as view, view[start:end + 1] as block:
                 try:
                     entries = _read_tables(functools.partial(decoder.decode, block), tables)
-                except (msgspec.DecodeError, _TablesLater, RecursionError, UnicodeDecodeError):
+                    finish_read(entries, tables)
+                except (msgspec.DecodeError, BadEntry, RecursionError, UnicodeDecodeError):
                     raise Unstreamable from None
             yield entries
             if done:
@@ -321,13 +303,11 @@ def convert_document(data: Any, *, source: str = "cache") -> list[CacheEntry]:
     tables = _Tables()
     hook = _table_hook(tables)
     try:
-        msgspec.convert(data, _TablesOnly, dec_hook=hook)
-        _preset(tables)
         doc: _Document = _read_tables(
             lambda: msgspec.convert(data, _Document, dec_hook=hook), tables)
     except msgspec.ValidationError as exc:
         raise _validation(exc, source) from None
-    return doc.entries
+    return _finished(doc.entries, tables, source)
 
 
 def _syntax(exc: msgspec.DecodeError, data: bytes, source: str) -> ValueError:

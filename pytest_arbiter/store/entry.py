@@ -17,7 +17,10 @@ docs/artifacts.md describes the file.
 from __future__ import annotations
 
 import datetime
+import operator
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
@@ -28,15 +31,14 @@ from msgspec.structs import force_setattr
 from pytest_arbiter.store.tables import (
     _CANONICAL,
     _READING,
+    _SHARED_TYPES,
     _UTC,
     NO_CONSIDERED,
     NO_ENVIRONMENT,
     NO_REASONS,
     NO_RUN,
     Considered,
-    ConsideredMap,
     Count,
-    Environment,
     Name,
     Probability,
     Reasons,
@@ -95,7 +97,7 @@ NO_SINCE = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
 without it): older than any measurement."""
 
 
-if TYPE_CHECKING:  # what code reads and passes: after __post_init__ the shared types
+if TYPE_CHECKING:  # what code reads and passes: after finish_read the shared types
     _ReasonsField = Mapping[str, str]
     _ConsideredField = Mapping[str, Considered]
     _EnvironmentField = Mapping[str, str]
@@ -302,65 +304,10 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     first criterion (docs/artifacts.md)."""
 
     def __post_init__(self) -> None:
-        tables = _READING.tables
-        if tables is None:
+        # decoding (a file, a payload, an entry built in code being checked) leaves the
+        # checks to the reader's one pass over all the entries, :func:`finish_read`
+        if _READING.tables is None:
             self._check()
-            return
-        # Decoding (a file, a payload, an entry built in code being checked): the shared
-        # fields are indices into the document's tables, read before the entries, or
-        # inline objects. This runs for every entry of a file: the common case inline
-        # (an index into a table read already), anything else in _resolved.
-        prov = self.provenance
-        if type(prov) is Provenance:
-            value: Any = prov.run
-            if type(value) is int:
-                try:
-                    force_setattr(prov, "run", tables.runs[value])  # type: ignore[index]
-                except (TypeError, IndexError):
-                    force_setattr(prov, "run", _resolved(value, tables, "runs"))
-            elif type(value) is not Run:
-                force_setattr(prov, "run", _resolved(value, tables, "runs"))
-        else:
-            force_setattr(self, "provenance", Provenance.of(prov))
-        value = self.environment
-        if type(value) is int:
-            try:
-                force_setattr(self, "environment",
-                              tables.environments[value])  # type: ignore[index]
-            except (TypeError, IndexError):
-                force_setattr(self, "environment", _resolved(value, tables, "environments"))
-        elif type(value) is not Environment:
-            force_setattr(self, "environment", _resolved(value, tables, "environments"))
-        value = self.considered
-        if type(value) is int:
-            try:
-                force_setattr(self, "considered", tables.considered[value])  # type: ignore[index]
-            except (TypeError, IndexError):
-                force_setattr(self, "considered", _resolved(value, tables, "considered"))
-        elif type(value) is not ConsideredMap:
-            force_setattr(self, "considered", _resolved(value, tables, "considered"))
-        value = self.rejected
-        if type(value) is not Reasons:
-            force_setattr(self, "rejected", _interned(Reasons, value))
-        since = self.since
-        if since.tzinfo is not _UTC:  # written and compared in UTC
-            since = since.astimezone(_UTC)
-        if since > tables.latest:
-            raise ValueError(
-                f"since {since:%Y-%m-%dT%H:%M:%SZ} is in the future (this machine's clock "
-                "says it is earlier): the runner that measured it has a clock ahead; fix "
-                "its clock and measure the key again")
-        # one object for each repeated value of the document: a million entries of a few
-        # devices, ops and candidates hold a few strings, not several million
-        one = tables.strings.setdefault
-        force_setattr(self, "since", one(since, since))
-        force_setattr(self, "device", one(self.device, self.device))
-        force_setattr(self, "target", one(self.target, self.target))
-        force_setattr(self, "op", one(self.op, self.op))
-        force_setattr(self, "dtype", one(self.dtype, self.dtype))
-        for row in self.ranking:
-            force_setattr(row, "name", one(row.name, row.name))
-            _check_row(row)
 
     def _check(self) -> None:
         """An entry built in code goes through the schema as a file's would: what a
@@ -374,7 +321,12 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                 raise ValueError(f"since must carry a time zone, got {since!r}")
             force_setattr(self, "provenance", Provenance.of(self.provenance))
             raw = msgspec.to_builtins(self, enc_hook=_inline)
-            checked = _read_tables(lambda: msgspec.convert(raw, CacheEntry), _Tables())
+            tables = _Tables()
+            checked = _read_tables(lambda: msgspec.convert(raw, CacheEntry), tables)
+            finish_read([checked], tables)
+        except BadEntry as exc:
+            raise ValueError(f"cache entry {'/'.join(map(str, self.key))}: {exc.detail}"
+                             ) from None
         except (TypeError, ValueError, msgspec.ValidationError) as exc:
             message = _message(exc) if isinstance(exc, msgspec.ValidationError) else exc
             raise ValueError(f"cache entry {'/'.join(map(str, self.key))}: {message}"
@@ -488,6 +440,105 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                    considered, dict(data.get("environment", {})),
                    bool(data.get("reverify", False)),
                    NO_SINCE if since is None else _convert(since, Since))
+
+
+class BadEntry(ValueError):
+    """Entry ``index`` of a decoded list is impossible: ``detail`` says why, ``at`` where
+    inside the entry (``.provenance.run``, ``.ranking[1]``, or nothing)."""
+
+    def __init__(self, index: int, detail: str, at: str = "") -> None:
+        super().__init__(f"{detail} - at `$[{index}]{at}`")
+        self.index, self.detail, self.at = index, detail, at
+
+    def path(self, prefix: str = "$.entries") -> str:
+        """What is wrong and where, the entry a JSON path under ``prefix``."""
+        return f"{self.detail} - at `{prefix}[{self.index}]{self.at}`"
+
+
+_PROVENANCE = attrgetter("provenance")
+_RANKING = attrgetter("ranking")
+_SHARED_FIELDS = ((_PROVENANCE, "run", "runs", ".provenance.run"),
+                  (None, "environment", "environments", ".environment"),
+                  (None, "considered", "considered", ".considered"))
+
+
+def finish_read(entries: list[CacheEntry], tables: _Tables) -> None:
+    """What a read checks and shares that msgspec's decode cannot, over all of
+    ``entries`` at once (each pass a C loop; Python runs per entry only to name a bad
+    one): table indices become the shared rows, ``since`` is in UTC and not in the
+    future, and every ranking row is possible. :class:`BadEntry` names the first
+    impossible entry.
+
+    Repeated names are not made one object: that costs more than half of this pass, to
+    save about a tenth of what an entry holds in memory."""
+    if not entries:
+        return
+    for holder, name, table, at in _SHARED_FIELDS:
+        objects = entries if holder is None else list(map(holder, entries))
+        _set_all(objects, name, _shared(list(map(attrgetter(name), objects)),
+                                        getattr(tables, table) or [], table, at))
+    reasons = list(map(attrgetter("rejected"), entries))
+    if any(map(operator.is_not, map(type, reasons), repeat(Reasons))):
+        _set_all(entries, "rejected", [r if type(r) is Reasons else _interned(Reasons, r)
+                                       for r in reasons])
+    _finish_since(entries, tables)
+    if not all(map(_row_possible, chain.from_iterable(map(_RANKING, entries)))):
+        for index, entry in enumerate(entries):
+            for place, row in enumerate(entry.ranking):
+                try:
+                    _check_row(row)
+                except ValueError as exc:
+                    raise BadEntry(index, str(exc), f".ranking[{place}]") from None
+
+
+def _set_all(objects: list[Any], name: str, values: list[Any]) -> None:
+    deque(map(force_setattr, objects, repeat(name), values), maxlen=0)
+
+
+def _shared(values: list[Any], rows: list[Any], table: str, at: str) -> list[Any]:
+    """The shared rows of ``values``: indices into ``rows`` (the common case, one C
+    loop), inline objects or what an entry built in code holds."""
+    try:
+        return list(map(rows.__getitem__, values))
+    except (IndexError, TypeError):
+        pass
+    kind = _SHARED_TYPES[table]
+    out = []
+    for index, value in enumerate(values):
+        if type(value) is kind:
+            out.append(value)
+        elif type(value) is not int:
+            out.append(_resolved(value, table))
+        elif value < len(rows):
+            out.append(rows[value])
+        else:
+            raise BadEntry(index, f"{value} is not an index into {table!r}, which has "
+                           f"{len(rows)} rows", at)
+    return out
+
+
+def _finish_since(entries: list[CacheEntry], tables: _Tables) -> None:
+    """Every ``since`` in UTC (as written and compared) and none in the future."""
+    read = list(map(attrgetter("since"), entries))
+    sinces = None
+    if set(map(attrgetter("tzinfo"), read)) != {_UTC}:
+        read = sinces = [s if s.tzinfo is _UTC else s.astimezone(_UTC) for s in read]
+    if max(read) > tables.latest:
+        index = next(i for i, since in enumerate(read) if since > tables.latest)
+        raise BadEntry(index, f"since {read[index]:%Y-%m-%dT%H:%M:%SZ} is in the future "
+                       "(this machine's clock says it is earlier): the runner that "
+                       "measured it has a clock ahead; fix its clock and measure the key "
+                       "again", ".since")
+    if sinces is not None:
+        _set_all(entries, "since", sinces)
+
+
+def _row_possible(row: RankedCandidate) -> bool:
+    """:func:`_check_row` as a yes or no: one call per row is quicker here than a C
+    pass per column, which walks every row's objects again."""
+    st = row.stats
+    return (0 < st.max_ns and st.min_ns <= st.q1_ns <= st.median_ns <= st.q3_ns <= st.max_ns
+            and (row.ratio is None or not row.carried))
 
 
 def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],

@@ -4,8 +4,10 @@ An entry's environment, the candidates considered for it and its tuning run's ho
 versions are written once, in a table at the top of a cache file, and read into one
 shared, immutable :class:`FrozenMap` that every entry of that row points at; equal maps
 are interned, so entries read from two copies of one file share them too. While a
-document is decoded, :data:`_READING` holds its tables, and an entry's reference into
-one (a row index) becomes the shared object (:func:`_resolved`).
+document is decoded, :data:`_READING` holds its tables (so an entry decoded leaves its
+checks to the reader); then the reader's one pass over the entries
+(:func:`pytest_arbiter.store.entry.finish_read`) makes each reference into a table (a row
+index) the shared object.
 """
 
 from __future__ import annotations
@@ -216,7 +218,7 @@ NO_ENVIRONMENT = _interned(Environment, {})
 NO_RUN = _interned(Run, {})
 
 
-# -- what the file's decoder (cache_file) and CacheEntry.__post_init__ share -----------
+# -- what the file's decoder (cache_file) and entry.finish_read share -----------------
 
 
 def _run_of(row: _RunRow | Mapping[str, Any]) -> Run:
@@ -251,32 +253,16 @@ class _Reading(threading.local):
 _READING = _Reading()
 
 
-class _TablesLater(Exception):
-    """An entry pointed into a table the decoder had not reached yet (a file whose
-    tables follow its entries): decode the tables first, then the entries."""
-
-
 _SHARED_TYPES: dict[str, Any] = {"runs": Run, "environments": Environment,
                                   "considered": ConsideredMap}
 
 
-def _resolved(value: Any, tables: _Tables | None, table: str) -> Any:
-    """The shared object of a reference: row ``value`` of the document's ``table``, or
-    the inline object (a file's) or dict (code's) itself."""
-    if type(value) is not int:
-        if table == "runs":
-            return _run_of(value)
-        return _interned(_SHARED_TYPES[table], value)
-    if tables is None:
-        raise ValueError(f"{table} {value} is an index into a file's {table!r} table: "
-                         "only an entry read from a file may hold one")
-    rows: list[Any] | None = getattr(tables, table)
-    if rows is None:
-        raise _TablesLater
-    if not 0 <= value < len(rows):
-        raise ValueError(f"{value} is not an index into {table!r}, which has "
-                         f"{len(rows)} rows")
-    return rows[value]
+def _resolved(value: Any, table: str) -> Any:
+    """The shared object of an inline one (a hand-written file's object, or what an
+    entry built in code holds) of ``table``."""
+    if table == "runs":
+        return _run_of(value)
+    return _interned(_SHARED_TYPES[table], value)
 
 
 def _convert(raw: Any, kind: Any) -> Any:
