@@ -23,6 +23,12 @@ def text(value: object) -> str:
     return html.escape(escape(value), quote=True)
 
 
+def breakable(value: object) -> str:
+    """:func:`text`, with a line allowed to end after each ``/`` and ``,`` (``<wbr>``): a
+    key or a user op's bucket and dtype wrap in a narrow table instead of widening it."""
+    return re.sub(r"([/,])", r"\1<wbr>", text(value))
+
+
 def natural(value: str) -> list[Any]:
     """A sort key that puts ``8x8`` before ``16x16``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", value)]
@@ -148,13 +154,15 @@ def key_text(entry: CacheEntry) -> str:
 
 
 def ranking_text(entry: CacheEntry) -> str:
-    """The ranking, one row a line: place, name, median, how much slower."""
-    best = entry.ranking[0].stats.median_ns
+    """The ranking, one row a line: place, name, median, how much slower than the winner
+    as ranked (its paired ratio; a row without one: its median over the winner's)."""
     lines = []
     for place, row in enumerate(entry.ranking, 1):
-        median = row.stats.median_ns
+        over = entry.over_winner(row)
         how = ("carried from an earlier comparison" if row.carried
                else "winner" if place == 1
-               else f"{median / best:.2f}x the winner's median" if best > 0 else "")
-        lines.append(f"{place}. {row.name} {latency(median)} ({how})")
+               else "" if over is None
+               else f"{over:.2f}x the winner's median" if row.ratio is None
+               else f"{over:.2f}x the winner in the rounds timed side by side")
+        lines.append(f"{place}. {row.name} {latency(row.stats.median_ns)} ({how})")
     return "\n".join(lines)

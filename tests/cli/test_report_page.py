@@ -21,7 +21,7 @@ import pytest
 
 from pytest_arbiter.cli import report_heatmap
 from pytest_arbiter.cli.main import main
-from pytest_arbiter.cli.report_cells import SCALE, band, latency
+from pytest_arbiter.cli.report_cells import SCALE, band, breakable, latency, ranking_text
 from pytest_arbiter.cli.report_heatmap import wrap_label
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import (
@@ -49,8 +49,11 @@ def stats(median: float, samples: int = 25) -> LatencyStats:
 def entry(device: str, bucket: str, *timed: tuple[str, float], op: str = "matmul",
           dtype: str = "float16", confidence: float = 0.999, reverify: bool = False,
           considered: Mapping[str, Any] | None = None,
-          rejected: Mapping[str, str] | None = None) -> CacheEntry:
-    ranking = tuple(RankedCandidate(name, stats(median)) for name, median in timed)
+          rejected: Mapping[str, str] | None = None,
+          ratios: tuple[float | None, ...] | None = None) -> CacheEntry:
+    paired = ratios or (None,) * len(timed)
+    ranking = tuple(RankedCandidate(name, stats(median), ratio=ratio)
+                    for (name, median), ratio in zip(timed, paired, strict=True))
     prov = {"host": f"runner-{device}", "device_name": f"GPU {device}", "rounds": 25,
             "measured_at": "2026-12-03T06:00:00Z", "versions": VERSIONS}
     considered = considered or {name: {"fingerprint": "3f9d0c2a71b4e865",
@@ -156,6 +159,21 @@ def test_each_cell_says_winner_median_and_marks(tmp_path: Path) -> None:
     assert latency(2_400_000.0) == "2.40 ms" and latency(812.0) == "812 ns"
 
 
+def test_the_hover_and_the_table_say_what_ranked_each_row(tmp_path: Path) -> None:
+    """The ranking on hover gives each row's paired ratio (what ranked it) where it is
+    recorded, and the table's spread is ``show --wide``'s (IQR over the median)."""
+    paired = entry("sm_90", "64x64x64", ("wmma", 1000.0), ("cublas", 990.0),
+                   ("naive", 4000.0), ratios=(1.0, 1.04, None))
+    assert ranking_text(paired).split("\n") == [
+        "1. wmma 1.00 \u00b5s (winner)",
+        "2. cublas 990 ns (1.04x the winner in the rounds timed side by side)",
+        "3. naive 4.00 \u00b5s (4.00x the winner's median)"]
+    _, html = render(tmp_path)
+    row = re.search(r'<tr id="e-\d+"[^>]*><td class="key">64x64x64</td>.*?</tr>',
+                    section(html, "g-1"))
+    assert row is not None and '<td class="num">10.0%</td>' in row.group(0)
+
+
 def test_one_colour_scale_for_the_page(tmp_path: Path) -> None:
     _, html = render(tmp_path)
     legend = section(html, "scale")
@@ -238,7 +256,7 @@ def render_user_op(tmp_path: Path) -> Path:
     cache = tmp_path / "user.json"
     artifacts.write_cache(cache, MeasureCache([
         entry("cpu-x86_64", bucket, ("np", 8000.0 * (i + 1)), ("blas", 9100.0 * (i + 1)),
-              op="scaled_matmul", dtype=dtype)
+              op="scaled_matmul", dtype=dtype, confidence=0.9 if dtype == "float64" else 0.999)
         for i, bucket in enumerate(USER_BUCKETS) for dtype in USER_DTYPES]))
     page = tmp_path / "user.html"
     out = io.StringIO()
@@ -272,7 +290,7 @@ def test_a_user_ops_axis_labels_never_meet(tmp_path: Path,
     rows = [t.get_text() for t in ax.get_yticklabels()]
     (long,) = [r for r in rows if r.endswith("...")]
     assert LONG_BUCKET.startswith(long.replace("\n", "")[:-3])
-    assert f"<td>{LONG_BUCKET}</td>" in html
+    assert f"<td class=\"key\">{breakable(LONG_BUCKET)}</td>" in html
 
 
 def test_wrap_label_breaks_where_a_reader_expects() -> None:
@@ -415,6 +433,9 @@ def test_a_user_ops_heat_map_in_chromium(tmp_path: Path) -> None:
                 assert all(b["right"] <= width + 1 for b in page.evaluate(BOXES))
                 (first,) = page.evaluate(FIRST_CELL)
                 assert first["cell"] + 40 <= first["box"], first  # a cell in view
+                # the keys of the table of entries due wrap at their slashes: it fits
+                due = page.locator("#due .scroll")
+                assert due.evaluate("el => el.scrollWidth <= el.clientWidth"), width
         finally:
             browser.close()
 
