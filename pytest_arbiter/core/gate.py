@@ -394,16 +394,12 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     """Run ``cand`` on one gate input and judge its output (NumPy's floating-point
     warnings off: :func:`evaluate` turns them off once for all the trials)."""
     trial = prep.trial
-
-    def result(status: str, reason: str = "") -> TrialResult:
-        return _result(prep, index, status, reason)
-
     refused = _declined(cand, trial.inputs)
     if refused is not None:
-        return result(*refused)
+        return _result(prep, index, *refused)
     skip = prep.skip_reason(op)
     if skip:
-        return result("skipped", skip)
+        return _result(prep, index, "skipped", skip)
     try:
         # the kernel sees the inputs' own memory layout (strides and all): a kernel
         # wrong on a strided view must fail here, not pass on a contiguous copy
@@ -411,24 +407,25 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
         with guard():
             out, afterwards = _outputs(cand, prepared)
     except Decline as dec:
-        return result("declined", f"Decline: {dec.reason}")
+        return _result(prep, index, "declined", f"Decline: {dec.reason}")
     except (Exception, CallTimeout) as exc:
-        return result("error", f"raised {type(exc).__name__}: {exc}")
+        return _result(prep, index, "error", f"raised {type(exc).__name__}: {exc}")
     if not _inputs_kept(prep, afterwards):
-        return result("fail", "the kernel modified its inputs")
+        return _result(prep, index, "fail", "the kernel modified its inputs")
     assert prep.expected is not None
     exact, out_dtype, _ = prep.expected
     if out.shape != exact.shape:
-        return result("fail", f"output shape {out.shape}, reference shape {exact.shape}")
+        return _result(prep, index, "fail",
+                       f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:
-        return result("fail", f"output dtype {out.dtype}, expected {out_dtype}")
+        return _result(prep, index, "fail", f"output dtype {out.dtype}, expected {out_dtype}")
     # the verdict on an output is a function of its bits and the trial alone: another
     # candidate's identical output is not judged again
     seen = prep.judged_before(out)
     if seen is not None:
         return seen if seen.index == index else replace(seen, index=index)
     if compares_exactly(op, out_dtype):
-        judged = result(*_exact_verdict(out, exact))
+        judged = _result(prep, index, *_exact_verdict(out, exact))
     else:
         judged = _judge_values(op, index, prep, out)
     prep.remember(out, judged)
@@ -467,8 +464,10 @@ def _outputs(cand: Candidate, prepared: Sequence[Any]) -> tuple[np.ndarray, list
 def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
     """Whether the kernel's inputs are after its run as they were copied: compared with
     the trial's own copies directly, no copy of the kernel's taken before the run."""
-    pairs = zip(prep.originals(), afterwards, strict=True)
-    return all(prep.unchanged(i, after) for i, (_, after) in enumerate(pairs))
+    if len(afterwards) != len(prep.originals()):
+        raise ValueError(f"{len(afterwards)} inputs after the run, "
+                         f"{len(prep.originals())} before")
+    return all(prep.unchanged(i, after) for i, after in enumerate(afterwards))
 
 
 def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
