@@ -18,8 +18,9 @@ import os
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from pytest_arbiter.cli.parser import command_parser
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
@@ -109,29 +110,53 @@ def _cut(text: str, width: int, middle: bool = False) -> str:
     return text[:width - 3] + "..."
 
 
-def _narrow_row(e: CacheEntry) -> tuple[str, ...]:
+def _narrow_row(e: CacheEntry, low: bool) -> tuple[str, ...]:
     """``show``'s default row: the key (device/op/bucket/dtype), the winner and its
-    median, the runner-up and how much slower, the confidence; cut to fit 100 columns."""
-    wide = [escape(cell) for cell in _show_row(e)]
-    key = "/".join((wide[0], wide[2], wide[3], wide[4]))
-    second = e.ranking[1] if len(e.ranking) > 1 else None
+    median, the runner-up and how much slower, the confidence (``low``: the entry's
+    :attr:`~CacheEntry.low_confidence`); cut to fit 100 columns."""
+    ranking = e.ranking
+    second = ranking[1] if len(ranking) > 1 else None
+    names: tuple[str, ...] = (e.device, e.op, e.bucket, e.dtype, ranking[0].name,
+                              "" if second is None else second.name)
+    if not "".join(names).isprintable():  # one C call: most rows have nothing to escape
+        names = tuple(map(escape, names))
     if second is None:
         runner = "-"
     else:
-        how = "carried" if second.carried else wide[7].rpartition(" ")[2]
-        runner = f"{_cut(escape(second.name), NARROW_CAPS[3] - len(how) - 1)} {how}"
-    conf = wide[10].replace("low-confidence", "low").replace(" tie low", " tie,low")
-    cells = (key, wide[5], wide[6], runner, conf)
-    return tuple(_cut(cell, cap, middle=cell is key)
-                 for cell, cap in zip(cells, NARROW_CAPS, strict=True))
+        if second.carried:
+            how = "carried"
+        else:
+            ratio = e.over_winner(second)
+            how = "-" if ratio is None else _slower(ratio, e.tie)
+        runner = f"{_cut(names[5], NARROW_CAPS[3] - len(how) - 1)} {how}"
+    conf = f"{e.confidence:.3f}"
+    if e.tie:
+        conf += " tie,low" if low else " tie"
+    elif low:
+        conf += " low"
+    key = "/".join(names[:4])
+    return (_cut(key, NARROW_CAPS[0], middle=True), _cut(names[4], NARROW_CAPS[1]),
+            _cut(format_ns(ranking[0].stats.median_ns), NARROW_CAPS[2]),
+            _cut(runner, NARROW_CAPS[3]), _cut(conf, NARROW_CAPS[4]))
 
 
 _CELLS = "\x00"  # never in an escaped cell
 
 
-def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
-    """Columns padded to their widest cell. Each row is kept as one string until every
-    width is known (a million rows as lists of cells would double ``show``'s memory)."""
+class _ShownBlock(NamedTuple):
+    """What ``show`` keeps of a block of entries: its rows as lines of cells joined by
+    ``_CELLS`` (escaped), the widest cell of each column, and what the summary needs."""
+
+    lines: list[str]
+    widths: list[int]
+    devices: set[str]
+    low: int
+    paired: bool
+
+
+def _table_lines(rows: Iterable[Sequence[str]]) -> tuple[list[str], list[int]]:
+    """Each row kept as one string until every width is known (a million rows as lists
+    of cells would double ``show``'s memory), and the widest cell of each column."""
     widths: list[int] = []
     lines: list[str] = []
     for row in rows:
@@ -140,9 +165,18 @@ def _print_table(rows: Iterable[Sequence[str]], out: TextIO) -> None:
         lengths = list(map(len, cells))
         widths = list(map(max, widths, lengths)) if widths else lengths
         lines.append(_CELLS.join(cells))
-    for text in lines:
-        cells = text.split(_CELLS)
-        _say(out, "  ".join(map(str.ljust, cells, widths)).rstrip())
+    return lines, widths
+
+
+def _print_blocks(blocks: Sequence[tuple[list[str], list[int]]], out: TextIO) -> None:
+    """The rows of ``blocks``, each column padded to its widest cell in any block."""
+    widths: list[int] = []
+    for _, seen in blocks:
+        if seen:
+            widths = list(map(max, widths, seen)) if widths else seen
+    for lines, _ in blocks:
+        out.write("".join(safe_line("  ".join(map(str.ljust, text.split(_CELLS), widths))
+                                    .rstrip()) + "\n" for text in lines))
 
 
 def _paired_only(e: CacheEntry) -> bool:
@@ -155,12 +189,10 @@ def _paired_only(e: CacheEntry) -> bool:
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    entries = [e for e in artifacts.read_entries(args.cache)
-               if (args.device is None or e.device == args.device)
-               and (args.op is None or e.op == args.op)]
     if args.json:
         from pytest_arbiter.store.cache_json import json_chunks
 
+        entries = [e for e in artifacts.read_entries(args.cache) if _shown(args, e)]
         binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
         if binary is not None:
             out.flush()
@@ -169,21 +201,43 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
         return EXIT_OK
-    if not entries:
+    wide = args.wide
+
+    def work(block: list[CacheEntry]) -> _ShownBlock:
+        if args.device is not None or args.op is not None:
+            block = [e for e in block if _shown(args, e)]
+        lows = list(map(_LOW, block))
+        rows = map(_show_row, block) if wide else map(_narrow_row, block, lows)
+        lines, widths = _table_lines(rows)
+        return _ShownBlock(lines, widths, set(map(_DEVICE, block)), lows.count(True),
+                           any(map(_paired_only, block)))
+
+    blocks = artifacts.each_block(args.cache, work)
+    count = sum(len(b.lines) for b in blocks)
+    if not count:
         _say(out, _nothing_shown(args))
         return EXIT_OK
-    if args.wide:
-        _print_table(itertools.chain([SHOW_COLUMNS], map(_show_row, entries)), out)
-    else:
-        _print_table(itertools.chain([NARROW_COLUMNS], map(_narrow_row, entries)), out)
-    if any(_paired_only(e) for e in entries):
+    header = SHOW_COLUMNS if wide else NARROW_COLUMNS
+    _print_blocks([([_CELLS.join(header)], list(map(len, header))),
+                   *((b.lines, b.widths) for b in blocks)], out)
+    if any(b.paired for b in blocks):
         _say(out, PAIRED_NOTE)
-    devices = sorted({e.device for e in entries})
-    low = sum(1 for e in entries if e.low_confidence)
-    _say(out, f"{len(entries)} entries on {len(devices)} devices ({', '.join(devices)})"
+    devices = sorted(set().union(*(b.devices for b in blocks)))
+    low = sum(b.low for b in blocks)
+    _say(out, f"{count} entries on {len(devices)} devices ({', '.join(devices)})"
          + (f"; {low} low-confidence (the next --arbiter-tune measures them again)"
             if low else ""))
     return EXIT_OK
+
+
+_LOW = attrgetter("low_confidence")
+_DEVICE = attrgetter("device")
+
+
+def _shown(args: argparse.Namespace, e: CacheEntry) -> bool:
+    """Whether ``show``'s ``--device`` and ``--op`` pick ``e``."""
+    return ((args.device is None or e.device == args.device)
+            and (args.op is None or e.op == args.op))
 
 
 def _nothing_shown(args: argparse.Namespace) -> str:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import filelock
 
@@ -34,6 +34,8 @@ from pytest_arbiter.store.cache_file import (
 from pytest_arbiter.store.cache_splice import Layout, spliced
 from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
 from pytest_arbiter.store.safetext import escape
+
+T = TypeVar("T")
 
 LOCK_TIMEOUT_S = 120.0
 """How long a cache write waits for another process's lock before giving up."""
@@ -234,6 +236,24 @@ def read_entries(path: str | os.PathLike[str]) -> list[CacheEntry]:
     except (OSError, Unstreamable):
         del entries[:]  # read again whole, which names what is wrong
     return read_cache(path).entries()
+
+
+def each_block(path: str | os.PathLike[str], work: Callable[[list[CacheEntry]], T]
+               ) -> list[T]:
+    """``work`` of each block of :func:`read_entries`' entries, in key order, and the
+    same errors; the results. A file in the writer's layout is read a block at a time,
+    so its entries are never all in memory; ``work`` may be given the first blocks of a
+    file that turns out not to be (then its results go, and it is given every entry of
+    the whole read at once): it must keep what it finds in what it returns."""
+    results: list[T] = []
+    try:
+        with open(path, "rb") as file:
+            for block in key_blocks(file):
+                results.append(work(block))
+        return results
+    except (OSError, Unstreamable):
+        del results[:]  # read again whole, which names what is wrong
+    return [work(read_cache(path).entries())]
 
 
 Stamp = tuple[int, int, int, int, int]

@@ -374,7 +374,8 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     def low_confidence(self) -> bool:
         """Too little evidence behind a pick among two or more timed candidates: fewer
         than :data:`MIN_ROUNDS` rounds, or neither a tie nor :data:`CONFIDENT`."""
-        if sum(1 for row in self.ranking if not row.carried) < 2:
+        ranking = self.ranking
+        if len(ranking) < 2 or list(map(_CARRIED, ranking)).count(False) < 2:
             return False
         rounds = self.provenance.rounds
         if isinstance(rounds, int) and rounds < MIN_ROUNDS:
@@ -457,6 +458,7 @@ class BadEntry(ValueError):
 
 _PROVENANCE = attrgetter("provenance")
 _RANKING = attrgetter("ranking")
+_CARRIED = attrgetter("carried")
 _SHARED_FIELDS = ((_PROVENANCE, "run", "runs", ".provenance.run"),
                   (None, "environment", "environments", ".environment"),
                   (None, "considered", "considered", ".considered"))
