@@ -116,7 +116,8 @@ def heatmap_figure(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str
     annotate = len(buckets) * len(dtypes) <= MAX_ANNOTATED_CELLS
     lines = {cell: _cell_lines(e, stale) for cell, e in by_cell.items()}
     chars = max(max(len(line) for cell in lines.values() for line in cell),
-                min(max(len(p) for d in dtypes for p in _breaks(escape(d))), NAME_WIDTH))
+                min(max((len(p) for d in dtypes for p in _breaks(escape(d))), default=0),
+                    NAME_WIDTH))
     columns = [wrap_label(escape(d), chars, MAX_DTYPE_LINES) for d in dtypes]
     rows = [wrap_label(escape(b), ROW_LABEL_CHARS) for b in buckets]
     row_lines = max(3 if any(len(cell) > 2 for cell in lines.values()) else 2,
