@@ -14,8 +14,10 @@ path) so that loading the plugin does not import msgspec.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -55,10 +57,6 @@ class HistogramEntry(msgspec.Struct, frozen=True, gc=False, forbid_unknown_field
     """The candidate the arbiter selected (``none`` when nothing applied)."""
     target: Name
 
-    def __post_init__(self) -> None:
-        if self.expected > self.count:
-            raise ValueError(f"expected ({self.expected}) is more than count ({self.count})")
-
     @property
     def key(self) -> HistogramKey:
         return HistogramKey(self.target, self.op, self.selected, self.outcome)
@@ -84,15 +82,38 @@ class HistogramDocument(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fi
     version: Literal[1]
 
     def __post_init__(self) -> None:
+        # the entries' own checks, for all of them at once (C loops, not a call each)
+        counts = list(map(_COUNT, self.entries))
+        expected_each = list(map(_EXPECTED, self.entries))
+        if any(map(operator.gt, expected_each, counts)):
+            at = next(i for i, e in enumerate(self.entries) if e.expected > e.count)
+            bad = self.entries[at]
+            raise ValueError(f"expected ({bad.expected}) is more than count ({bad.count}) "
+                             f"in entries[{at}]")
         if self.total is None:
             return
-        count = sum(e.count for e in self.entries)
-        expected = sum(e.expected for e in self.entries)
+        count = sum(counts)
+        expected = sum(expected_each)
         if (count, expected) != (self.total.count, self.total.expected):
             raise ValueError(
                 f"the entries add up to count {count}, expected {expected}, but total says "
                 f"count {self.total.count}, expected {self.total.expected} (damaged, or "
                 "edited by hand: fix or delete the total)")
+
+
+_COUNT = attrgetter("count")
+_EXPECTED = attrgetter("expected")
+_KEY_FIELDS = attrgetter("target", "op", "selected", "outcome")
+
+
+def strings(doc: HistogramDocument) -> int:
+    """How many JSON strings a file of ``doc`` holds if no object has a key twice: the
+    top level's three keys and its schema, each entry's five keys (six with a
+    non-zero ``expected``) and four names, the total's key and its two
+    (:func:`pytest_arbiter.store.strictjson.decode` checks the file's quotes against it)."""
+    n = len(doc.entries)
+    nonzero = n - list(map(_EXPECTED, doc.entries)).count(0)
+    return 4 + 9 * n + nonzero + (3 if doc.total is not None else 0)
 
 
 BaselineDocument = HistogramDocument
@@ -148,7 +169,8 @@ def encode(doc: HistogramDocument) -> bytes:
 def decode(data: bytes, source: str) -> HistogramDocument:
     """The document in ``data``; ``ValueError`` naming ``source`` and what is wrong."""
     try:
-        doc: HistogramDocument = strictjson.decode(data, source, HistogramDocument)
+        doc: HistogramDocument = strictjson.decode(data, source, HistogramDocument,
+                                                   strings=strings)
     except ValueError as exc:
         raise ValueError(_header_problem(data, source) or str(exc)) from None
     return doc
@@ -181,9 +203,15 @@ def counts_and_expected(doc: HistogramDocument
                         ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
     """The counts per key and, per key, how many were degrades on purpose. Two entries
     of one key (a hand-resolved merge conflict) add up."""
-    counts: dict[HistogramKey, int] = {}
+    entries = doc.entries
+    keys = list(map(HistogramKey._make, map(_KEY_FIELDS, entries)))
+    expected_each = list(map(_EXPECTED, entries))
+    counts: dict[HistogramKey, int] = dict(zip(keys, map(_COUNT, entries), strict=True))
+    if len(counts) == len(keys):  # one entry a key: the file as written
+        return counts, {k: e for k, e in zip(keys, expected_each, strict=True) if e}
+    counts = {}
     expected: dict[HistogramKey, int] = {}
-    for entry in doc.entries:
+    for entry in entries:
         key = entry.key
         counts[key] = counts.get(key, 0) + entry.count
         if entry.expected:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -144,8 +145,15 @@ def too_deep(source: str, limit: int = MAX_DEPTH) -> ValueError:
     return ValueError(f"{escape(source)} is nested too deeply (more than {limit} levels)")
 
 
-def decode(data: bytes, source: str, schema: type[T] | Any = Any) -> T:
-    """``data`` decoded (as ``schema``, validated) and checked as the module says."""
+def decode(data: bytes, source: str, schema: type[T] | Any = Any, *,
+           strings: Callable[[T], int] | None = None) -> T:
+    """``data`` decoded (as ``schema``, validated) and checked as the module says.
+
+    ``strings``, for a schema of structs that refuse unknown fields and require the ones
+    they have, says how many JSON strings (keys and values) a file of the decoded value
+    holds when no object has a key twice. A key given twice is one string more, so when
+    the bytes hold no escape (no string holds a quote) and twice that many quotes, no
+    key is given twice, and the second parse is spared (one C count of the quotes)."""
     check_bom(data, source)
     try:
         value: T = msgspec.json.decode(data, type=schema)
@@ -158,7 +166,8 @@ def decode(data: bytes, source: str, schema: type[T] | Any = Any) -> T:
     except RecursionError:  # deeper than this interpreter's parsers go
         raise too_deep(source) from None
     check_depth(data, source)
-    check_unique_keys(data, source)
+    if strings is None or b"\\" in data or data.count(b'"') != 2 * strings(value):
+        check_unique_keys(data, source)
     return value
 
 

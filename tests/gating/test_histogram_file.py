@@ -65,3 +65,33 @@ def test_the_expected_counts_read_back_beside_the_counts(tmp_path: Path) -> None
     counts, expected = histogram_file.read_histogram_expected(path)
     assert counts == {("cpu", "m", "k", "degraded"): 2}
     assert expected == {("cpu", "m", "k", "degraded"): 1}
+
+
+def test_a_written_histogram_needs_no_second_parse_and_a_key_twice_still_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's files hold exactly the strings ``strings`` counts, so the reader
+    spares the duplicate-key parse; a key given twice is one string more, so the parse
+    runs and names it, as does any file the count cannot vouch for."""
+    from pytest_arbiter.store import strictjson
+
+    parsed: list[str] = []
+    real = strictjson.check_unique_keys
+    monkeypatch.setattr(strictjson, "check_unique_keys",
+                        lambda data, source: (parsed.append(source), real(data, source)))
+    counts = {("cpu", "matmul", "k", "degraded"): 3, ("cpu", "matmul", "blas", "won"): 5}
+    path = tmp_path / "h.json"
+    histogram_file.write_histogram(path, counts, {("cpu", "matmul", "k", "degraded"): 1})
+    assert histogram_file.read_histogram(path) == counts and parsed == []
+    text = path.read_text()
+    for twice in (text.replace('"count": 5,', '"count": 5, "count": 5,'),
+                  text.replace('"count": 5,', '"count": 5, "target": "cpu",'),
+                  text.replace('"op": "matmul",', '"op": "matmul", "op": "x\\u0041",', 1)):
+        path.write_text(twice)
+        with pytest.raises(ArtifactError, match="appears twice in one object"):
+            histogram_file.read_histogram(path)
+    # a zero written out, an escape: counted no more, parsed again, read as they mean
+    for other in (text.replace('"count": 5,', '"count": 5, "expected": 0,'),
+                  text.replace('"op": "matmul"', '"op": "m\\u0061tmul"')):
+        path.write_text(other)
+        parsed.clear()
+        assert histogram_file.read_histogram(path) == counts and parsed
