@@ -623,6 +623,7 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     with watch_session(call_timeout_s), np.errstate(all="ignore"):
         # the watchdog's handler installed once, not per call
         results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(prepared)]
+    trials.settle()
     checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)
     worst = max(checked, key=lambda r: r.worst_ratio, default=None)

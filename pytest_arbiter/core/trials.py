@@ -234,6 +234,17 @@ class GateTrials:
     trials: tuple[PreparedTrial, ...]
     made: dict[Pattern, PreparedTrial | None] = field(default_factory=dict)
     """:meth:`regated`'s trials, made once for the candidates that need them."""
+    kept_as: tuple[int, Region, int] | None = None
+    """The key these trials are kept under for gates on their region, if they are."""
+
+    def settle(self) -> None:
+        """After a gate: stop keeping these trials for their region if what they now hold
+        (:func:`held_bytes`) is over REGION_TRIALS_BYTES."""
+        if self.kept_as is not None and held_bytes(self) > REGION_TRIALS_BYTES:
+            with _REGION_LOCK:
+                if _REGION_TRIALS.get(self.kept_as) is self:
+                    del _REGION_TRIALS[self.kept_as]
+            self.kept_as = None
 
     def regated(self, patterns: Sequence[Pattern]) -> list[PreparedTrial]:
         """Each of ``patterns`` (derived trials that failed a candidate on another key of
@@ -284,9 +295,9 @@ class GateTrials:
 
 REGION_TRIALS_KEPT = 4
 """How many regions' trials a process keeps for gates on a region alone (no inputs)."""
-REGION_TRIALS_BYTES = 4 << 20
-"""A region whose generated inputs are larger than this is not kept (the trials hold
-several times their size: copies, the reference's result, the budget)."""
+REGION_TRIALS_BYTES = 8 << 20
+"""A region's trials are kept only while the arrays they hold (inputs and copies, the
+reference's results, budgets, outputs judged) stay within this many bytes."""
 _REGION_TRIALS: OrderedDict[tuple[int, Region, int], GateTrials] = OrderedDict()
 _REGION_LOCK = threading.Lock()
 
@@ -306,7 +317,8 @@ def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
     A built-in op's trials on a region alone are a function of the op object (a changed
     policy, TF32 say, makes a new one), the region and the seed: the last
     REGION_TRIALS_KEPT regions' are kept for the next gate on them (a test gating several
-    candidates on a region, a gate matrix), what was made of them included."""
+    candidates on a region, a gate matrix), what was made of them included, unless they
+    hold more than REGION_TRIALS_BYTES (:meth:`GateTrials.settle`)."""
     if inputs is None and region is not None and op.builtin:
         key = (id(op), region, seed)
         with _REGION_LOCK:
@@ -315,7 +327,8 @@ def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
                 _REGION_TRIALS.move_to_end(key)
                 return kept
         made = _prepared(op, None, region, seed)
-        if sum(_nbytes(t.trial.inputs) for t in made.trials) <= REGION_TRIALS_BYTES:
+        if sum(_nbytes(t.trial.inputs) for t in made.trials) <= REGION_TRIALS_BYTES // 2:
+            made.kept_as = key
             with _REGION_LOCK:
                 _REGION_TRIALS[key] = made
                 while len(_REGION_TRIALS) > REGION_TRIALS_KEPT:
@@ -326,6 +339,23 @@ def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
 
 def _nbytes(inputs: Sequence[Any]) -> int:
     return sum(int(getattr(x, "nbytes", 0)) for x in inputs)
+
+
+def held_bytes(trials: GateTrials) -> int:
+    """The bytes of the arrays ``trials`` hold: the inputs and their copies, the
+    reference's results (twice: an error model keeps arrays of their size too), the
+    budgets, the judged outputs."""
+    total = 0
+    for prep in trials.trials:
+        total += _nbytes(prep.trial.inputs) + _nbytes(prep.copies or ())
+        if prep.expected is not None:
+            total += 2 * prep.expected[0].nbytes
+        if prep.budget is not None:
+            total += prep.budget[1].nbytes
+        if prep.exact_facts is not None:
+            total += prep.exact_facts.scale.nbytes
+        total += sum(out.nbytes for out, _ in prep.judged)
+    return total
 
 
 def _prepared(op: Op, inputs: Sequence[Any] | None, region: Region | None,

@@ -258,6 +258,29 @@ def test_region_trials_are_kept_for_a_few_regions_of_one_op_object_and_seed(
     assert len(calls) == made + once
 
 
+def test_region_trials_holding_more_than_the_bound_after_a_gate_are_not_kept(
+        registry: CandidateRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a region's trials hold is measured after each gate: over the bound, the next
+    gate on the region makes them again."""
+    from pytest_arbiter.core import trials as trials_module
+
+    op, calls = counting_softmax()
+    region = SoftmaxRegion.of((5, 40), "float32")
+    kernel = registry.get("stable_softmax")
+    made = trials_module.gate_trials(op, inputs=None, region=region, seed=GATE_SEED)
+    inputs = sum(x.nbytes for t in made.trials for x in t.trial.inputs)
+    trials_module.forget_region_trials()
+    monkeypatch.setattr(trials_module, "REGION_TRIALS_BYTES", 2 * inputs)
+    first = f4_gate(kernel, op, region=region)
+    once = len(calls)
+    assert f4_gate(kernel, op, region=region) == first
+    assert len(calls) == 2 * once  # made again: the first gate's trials held too much
+    monkeypatch.setattr(trials_module, "REGION_TRIALS_BYTES", 1 << 30)
+    f4_gate(kernel, op, region=region)
+    f4_gate(kernel, op, region=region)
+    assert len(calls) == 3 * once
+
+
 def writes_one(index: int, value: float) -> Callable[[np.ndarray], np.ndarray]:
     def kernel(x: np.ndarray) -> np.ndarray:
         out = x * np.float32(2.0)
