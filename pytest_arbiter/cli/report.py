@@ -34,6 +34,7 @@ from pytest_arbiter.cli.report_cells import (
     ratio,
     speedup,
     text,
+    when,
 )
 from pytest_arbiter.cli.report_git import changed_since_commit, last_commit
 from pytest_arbiter.cli.report_heatmap import MAX_ROWS_PLOTTED, heatmap_svg, matplotlib
@@ -56,7 +57,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertic
 th { background: #f2f2f2; } td.num { text-align: right; font-variant-numeric: tabular-nums;
   white-space: nowrap; }
 td.reason { min-width: 16em; max-width: 32em; } td.tests, td.keys { min-width: 12em; }
-td.key { overflow-wrap: anywhere; min-width: 8em; }
+.nowrap { white-space: nowrap; }
 tr.flagged td:first-child { border-left: 4px dashed #111; }
 .bad { color: #a40000; font-weight: 600; } .ok { color: #216e00; }
 .badge { font-weight: 600; white-space: nowrap; }
@@ -183,8 +184,8 @@ def _due(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list
     for e in entries:
         why = due_for_remeasurement(e)
         if why is not None:
-            rows.append(f'<tr><td class="key"><a href="#{anchors[e.key]}">'
-                        f"{breakable(key_text(e))}</a></td>"
+            key = breakable(key_text(e))
+            rows.append(f'<tr><td><a href="#{anchors[e.key]}">{key}</a></td>'
                         f"{cell(e.winner)}{cell(why)}</tr>")
     out = ['<section id="due"><h2>Due for re-measurement</h2>']
     if not rows:
@@ -203,8 +204,7 @@ def _entry_row(e: CacheEntry, anchor: str, stale: set[StaleKey]) -> str:
     words = ", ".join(m.words())
     flagged = ' class="flagged"' if m.flagged else ""
     return (f'<tr id="{anchor}"{flagged}>'
-            + f'<td class="key">{breakable(e.bucket)}</td>'
-            + f'<td class="key">{breakable(e.dtype)}</td>' + cell(e.winner)
+            + f"<td>{breakable(e.bucket)}</td><td>{breakable(e.dtype)}</td>" + cell(e.winner)
             + cell(latency(e.ranking[0].stats.median_ns), num=True)
             + cell("-" if runner is None else runner.name
                    + (" (carried)" if runner.carried else ""))
@@ -212,7 +212,7 @@ def _entry_row(e: CacheEntry, anchor: str, stale: set[StaleKey]) -> str:
             + cell(f"{e.confidence:.3f}", num=True)
             + (f'<td class="mark">{text(words)}</td>' if words else "<td>-</td>")
             + cell(f"{e.spread * 100:.1f}%", num=True) + cell(e.samples, num=True)
-            + cell(len(e.ranking), num=True) + cell(e.provenance.measured_at or "-", num=True)
+            + cell(len(e.ranking), num=True) + f"<td>{when(e.provenance.measured_at)}</td>"
             + "</tr>")
 
 
@@ -254,7 +254,7 @@ def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> 
     for key in keys:
         found = shared[key]
         best = min(e.ranking[0].stats.median_ns for e in found.values())
-        cells = [f'<td class="key">{breakable("/".join(key))}</td>']
+        cells = [f"<td>{breakable('/'.join(key))}</td>"]
         for device in devices:
             there = found.get(device)
             if there is None:

@@ -23,10 +23,29 @@ def text(value: object) -> str:
     return html.escape(escape(value), quote=True)
 
 
+LONG_PART = 24
+"""Characters of a key's part (between slashes and commas) that may wrap only whole."""
+
+
 def breakable(value: object) -> str:
-    """:func:`text`, with a line allowed to end after each ``/`` and ``,`` (``<wbr>``): a
-    key or a user op's bucket and dtype wrap in a narrow table instead of widening it."""
-    return re.sub(r"([/,])", r"\1<wbr>", text(value))
+    """:func:`text`, with a line allowed to end after each ``/`` and ``,`` (``<wbr>``),
+    and inside a part longer than :data:`LONG_PART` after each ``x`` and ``.`` (a
+    shape's dimensions): a key, a user op's bucket and dtype wrap in a narrow table
+    instead of widening it, never in the middle of a number."""
+    pieces: list[str] = []
+    for part in re.findall(r"[^/,]*[/,]?", escape(value)):
+        pieces += re.findall(r"[^x.]*[x.]?", part) if len(part) > LONG_PART else [part]
+    return "<wbr>".join(html.escape(piece, quote=True) for piece in pieces if piece)
+
+
+def when(value: object) -> str:
+    """A timestamp as HTML that may wrap only between its date and its time; ``-`` for
+    none (an empty or unset field)."""
+    if not value:
+        return "-"
+    day, t, clock = str(value).partition("T")
+    return "<wbr>".join(f'<span class="nowrap">{text(piece)}</span>'
+                        for piece in (day + t, clock) if piece)
 
 
 def natural(value: str) -> list[Any]:

@@ -21,7 +21,14 @@ import pytest
 
 from pytest_arbiter.cli import report_heatmap
 from pytest_arbiter.cli.main import main
-from pytest_arbiter.cli.report_cells import SCALE, band, breakable, latency, ranking_text
+from pytest_arbiter.cli.report_cells import (
+    SCALE,
+    band,
+    breakable,
+    latency,
+    ranking_text,
+    when,
+)
 from pytest_arbiter.cli.report_heatmap import wrap_label
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import (
@@ -169,7 +176,7 @@ def test_the_hover_and_the_table_say_what_ranked_each_row(tmp_path: Path) -> Non
         "2. cublas 990 ns (1.04x the winner in the rounds timed side by side)",
         "3. naive 4.00 \u00b5s (4.00x the winner's median)"]
     _, html = render(tmp_path)
-    row = re.search(r'<tr id="e-\d+"[^>]*><td class="key">64x64x64</td>.*?</tr>',
+    row = re.search(r'<tr id="e-\d+"[^>]*><td>64x64x64</td>.*?</tr>',
                     section(html, "g-1"))
     assert row is not None and '<td class="num">10.0%</td>' in row.group(0)
 
@@ -290,10 +297,10 @@ def test_a_user_ops_axis_labels_never_meet(tmp_path: Path,
     rows = [t.get_text() for t in ax.get_yticklabels()]
     (long,) = [r for r in rows if r.endswith("...")]
     assert LONG_BUCKET.startswith(long.replace("\n", "")[:-3])
-    assert f"<td class=\"key\">{breakable(LONG_BUCKET)}</td>" in html
+    assert f"<td>{breakable(LONG_BUCKET)}</td>" in html
 
 
-def test_wrap_label_breaks_where_a_reader_expects() -> None:
+def test_labels_and_keys_break_where_a_reader_expects() -> None:
     assert wrap_label("float32,int64,py_float", 14) == "float32,int64,\npy_float"
     assert wrap_label("a2.1-b3.2", 5) == "a2.1-\nb3.2"
     assert wrap_label("512x256x256x512x512/a16.16.16.16.16/r2.2.1.0", 22) == (
@@ -302,6 +309,12 @@ def test_wrap_label_breaks_where_a_reader_expects() -> None:
     assert wrap_label("abcdefghij", 4) == "abcd\nefgh\nij"  # nowhere to break
     assert wrap_label("ab,cd,ef,gh,ij,kl", 3, max_lines=2) == "ab,\n..."
     assert all(len(line) <= 7 for line in wrap_label(LONG_BUCKET, 7).split("\n"))
+    # in a table: after slashes and commas, inside a long part between dimensions
+    assert breakable("64x64/a16.8/r2,<b>") == "64x64/<wbr>a16.8/<wbr>r2,<wbr>&lt;b&gt;"
+    assert breakable("x" * 30 + "'") == "<wbr>".join(["x"] * 30 + ["&#x27;"])
+    assert "<wbr>256x<wbr>256x<wbr>" in breakable(LONG_BUCKET)
+    assert when("2026-12-05T14:27:01Z") == (
+        '<span class="nowrap">2026-12-05T</span><wbr><span class="nowrap">14:27:01Z</span>')
 
 
 # -- in Chromium ----------------------------------------------------------------------------
@@ -433,9 +446,12 @@ def test_a_user_ops_heat_map_in_chromium(tmp_path: Path) -> None:
                 assert all(b["right"] <= width + 1 for b in page.evaluate(BOXES))
                 (first,) = page.evaluate(FIRST_CELL)
                 assert first["cell"] + 40 <= first["box"], first  # a cell in view
-                # the keys of the table of entries due wrap at their slashes: it fits
-                due = page.locator("#due .scroll")
-                assert due.evaluate("el => el.scrollWidth <= el.clientWidth"), width
+                # keys, buckets and dtypes wrap between their parts: the tables of
+                # entries due fits a phone, the table of entries a desktop
+                fits = "el => el.scrollWidth <= el.clientWidth"
+                assert page.locator("#due .scroll").evaluate(fits), width
+                if width == 1280:
+                    assert page.locator(".group .scroll").evaluate(fits)
         finally:
             browser.close()
 
