@@ -190,16 +190,18 @@ def _paired_only(e: CacheEntry) -> bool:
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
-        from pytest_arbiter.store.cache_json import json_chunks
+        from pytest_arbiter.store.cache_json import json_block_chunks
 
-        entries = [e for e in artifacts.read_entries(args.cache) if _shown(args, e)]
+        parts: Iterable[list[CacheEntry]] = artifacts.ordered_blocks(args.cache)
+        if args.device is not None or args.op is not None:
+            parts = ([e for e in block if _shown(args, e)] for block in parts)
         binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
         if binary is not None:
             out.flush()
-            binary.writelines(json_chunks(entries))
+            binary.writelines(json_block_chunks(parts))
             binary.flush()
         else:
-            out.writelines(chunk.decode("ascii") for chunk in json_chunks(entries))
+            out.writelines(chunk.decode("ascii") for chunk in json_block_chunks(parts))
         return EXIT_OK
     wide = args.wide
 

@@ -27,6 +27,7 @@ from pytest_arbiter.store.cache_file import (
     Unstreamable,
     encode_chunks,
     encode_document,
+    in_key_order,
     key_blocks,
     read_document,
     read_with_tables,
@@ -254,6 +255,32 @@ def each_block(path: str | os.PathLike[str], work: Callable[[list[CacheEntry]], 
     except (OSError, Unstreamable):
         del results[:]  # read again whole, which names what is wrong
     return [work(read_cache(path).entries())]
+
+
+def ordered_blocks(path: str | os.PathLike[str]) -> Iterator[list[CacheEntry]]:
+    """:func:`read_entries`' entries a block at a time, and the same errors, for output
+    that cannot be taken back: a file is read block by block only once its keys alone
+    were found in order (else it is read whole); an entry found wrong after the first
+    block is the same error, after those blocks."""
+    try:
+        with open(path, "rb") as file:
+            ordered = in_key_order(file)
+    except OSError:
+        ordered = False
+    given = False
+    if ordered:
+        try:
+            with open(path, "rb") as file:
+                for block in key_blocks(file):
+                    given = True
+                    yield block
+            return
+        except (OSError, Unstreamable):
+            pass
+    entries = read_cache(path).entries()  # names what is wrong
+    if given:
+        raise ArtifactError(f"{escape(path)} changed while it was read: read it again")
+    yield entries
 
 
 Stamp = tuple[int, int, int, int, int]

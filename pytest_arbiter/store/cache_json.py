@@ -11,7 +11,7 @@ never all in memory at once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -28,7 +28,7 @@ ENTRIES_PER_CHUNK = 4096
 # considered, the rejected, the versions) is encoded once, and its JSON reused.
 
 
-class _Row(Struct, gc=False):
+class _Row(Struct, gc=False, omit_defaults=True, kw_only=True):
     carried: bool
     max_ns: Any
     median_ns: Any
@@ -36,6 +36,7 @@ class _Row(Struct, gc=False):
     name: str
     q1_ns: Any
     q3_ns: Any
+    ratio: Any = UNSET
     samples: int
 
 
@@ -89,7 +90,10 @@ def _row(row: RankedCandidate) -> _Row:
     values = (s.max_ns, s.median_ns, s.min_ns, s.q1_ns, s.q3_ns)
     if not (1e-4 <= min(values) and max(values) < 1e16):  # else msgspec writes each as repr
         values = tuple(map(_number, values))
-    return _Row(row.carried, *values[:3], row.name, values[3], values[4], s.samples)
+    ratio = row.ratio
+    return _Row(carried=row.carried, max_ns=values[0], median_ns=values[1],
+                min_ns=values[2], name=row.name, q1_ns=values[3], q3_ns=values[4],
+                ratio=UNSET if ratio is None else _number(ratio), samples=s.samples)
 
 
 class _Shown:
@@ -158,15 +162,23 @@ def _escaped(match: re.Match[str]) -> str:
 def json_chunks(entries: Sequence[CacheEntry]) -> Iterator[bytes]:
     """The JSON array of ``entries`` (with a final line break), in pieces to write one
     after the other."""
-    if not entries:
-        yield b"[]\n"
-        return
+    return json_block_chunks([entries])
+
+
+def json_block_chunks(blocks: Iterable[Sequence[CacheEntry]]) -> Iterator[bytes]:
+    """:func:`json_chunks` of the entries of ``blocks``, one after the other: a block
+    is encoded once the one before it was written, so the entries of a file read a block
+    at a time are never all in memory."""
     shown = _Shown()
-    yield b"[\n"
-    for at in range(0, len(entries), ENTRIES_PER_CHUNK):
-        chunk = list(map(shown.entry, entries[at:at + ENTRIES_PER_CHUNK]))
-        # a list one indentation level deeper than a top-level array: strip its brackets
-        text = msgspec.json.format(_PLAIN.encode(chunk), indent=2)[2:-2]
-        if not text.isascii() or b"\x7f" in text:
-            text = _NOT_ASCII.sub(_escaped, text.decode("utf-8")).encode("ascii")
-        yield text + (b",\n" if at + ENTRIES_PER_CHUNK < len(entries) else b"\n]\n")
+    first = True
+    for entries in blocks:
+        for at in range(0, len(entries), ENTRIES_PER_CHUNK):
+            chunk = list(map(shown.entry, entries[at:at + ENTRIES_PER_CHUNK]))
+            # a list one indentation level deeper than a top-level array: strip its
+            # brackets
+            text = msgspec.json.format(_PLAIN.encode(chunk), indent=2)[2:-2]
+            if not text.isascii() or b"\x7f" in text:
+                text = _NOT_ASCII.sub(_escaped, text.decode("utf-8")).encode("ascii")
+            yield (b"[\n" if first else b",\n") + text
+            first = False
+    yield b"[]\n" if first else b"\n]\n"

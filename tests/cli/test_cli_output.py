@@ -4,6 +4,7 @@ the reader of its output goes away (``pytest-arbiter show ... | head``)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -53,6 +54,11 @@ def test_show_and_diff_say_the_paired_ratio_that_ranked_the_rows(tmp_path: Path)
     assert "cublas now +3.1% slower" in out.getvalue()
     (row,) = [r for r in artifacts.read_entries(new)[0].ranking if r.name == "cublas"]
     assert row.ratio == 1.031
+    out = io.StringIO()
+    assert main(["show", "--json", str(new)], out=out) == 0
+    (shown,) = json.loads(out.getvalue())
+    assert [r.get("ratio") for r in shown["ranking"]] == [1.0, 1.031]
+    assert shown == artifacts.read_entries(new)[0].to_dict()
 
 
 def _big_cache(path: Path, n: int = 3000) -> None:

@@ -4,11 +4,13 @@ files not in the writer's order are read whole."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
+from pytest_arbiter.cli.main import main
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store import artifacts, cache_file, corpus_files
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache
@@ -67,6 +69,26 @@ def test_a_file_out_of_order_or_with_a_key_twice_is_read_whole(tmp_path: Path,
             list(key_blocks(file))
         assert artifacts.read_entries(path) == artifacts.read_cache(path).entries()
         assert len(artifacts.read_entries(path)) == 100
+        with path.open("rb") as file:
+            assert not cache_file.in_key_order(file)
+        assert [e for b in artifacts.ordered_blocks(path) for e in b] == \
+            artifacts.read_entries(path)
+
+
+def test_show_json_writes_a_block_of_entries_at_a_time_keys_in_order_first(
+        tmp_path: Path, small_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output cannot be taken back: a file is shown block by block once its keys alone
+    were found in order; entries are never all read into memory at once."""
+    path = write(tmp_path / "c.json", corpus(200))
+    whole = artifacts.read_cache(path).entries()
+    with path.open("rb") as file:
+        assert cache_file.in_key_order(file)
+    sizes = [len(b) for b in artifacts.ordered_blocks(path)]
+    assert len(sizes) > 10 and sum(sizes) == 200
+    monkeypatch.setattr(artifacts, "read_cache", None)  # the blocks only
+    out = io.StringIO()
+    assert main(["show", "--json", str(path)], out=out) == 0
+    assert json.loads(out.getvalue()) == [e.to_dict() for e in whole]
 
 
 def test_a_bad_entry_in_a_late_block_is_named_as_the_whole_read_names_it(
@@ -81,7 +103,7 @@ def test_a_bad_entry_in_a_late_block_is_named_as_the_whole_read_names_it(
     with pytest.raises(ArtifactError) as whole:
         artifacts.read_cache(path)
     assert ".ranking[0].stats.median_ns" in str(whole.value)
-    for read in (artifacts.read_entries,
+    for read in (artifacts.read_entries, lambda p: list(artifacts.ordered_blocks(p)),
                  lambda p: corpus_files.diff_files(p, p, str),
                  lambda p: corpus_files.merge_files(tmp_path / "out.json", [p])):
         with pytest.raises(ArtifactError) as streamed:
