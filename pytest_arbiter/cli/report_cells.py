@@ -32,10 +32,17 @@ def breakable(value: object) -> str:
     and inside a part longer than :data:`LONG_PART` after each ``x`` and ``.`` (a
     shape's dimensions): a key, a user op's bucket and dtype wrap in a narrow table
     instead of widening it, never in the middle of a number."""
-    pieces: list[str] = []
-    for part in re.findall(r"[^/,]*[/,]?", escape(value)):
-        pieces += re.findall(r"[^x.]*[x.]?", part) if len(part) > LONG_PART else [part]
-    return "<wbr>".join(html.escape(piece, quote=True) for piece in pieces if piece)
+    shown = escape(value)
+    if len(shown) > LONG_PART and any(len(p) > LONG_PART for p in _PARTS.split(shown)):
+        pieces: list[str] = []
+        for part in re.findall(r"[^/,]*[/,]?", shown):
+            pieces += re.findall(r"[^x.]*[x.]?", part) if len(part) > LONG_PART else [part]
+        return "<wbr>".join(html.escape(piece, quote=True) for piece in pieces if piece)
+    # the common case, fast (a table row a key): no entity holds a slash or a comma
+    return html.escape(shown, quote=True).replace("/", "/<wbr>").replace(",", ",<wbr>")
+
+
+_PARTS = re.compile(r"[/,]")
 
 
 def when(value: object) -> str:
