@@ -6,6 +6,7 @@ Run: python bench/bench_store.py [--entries N] [--repeat R] [--scale M [--data D
      python bench/bench_store.py --make-corpus PATH [--entries N] [--seed S]
      python bench/bench_store.py --make-corpus N PATH [--seed S]
      python bench/bench_store.py --commands A B [--repeat R]
+     python bench/bench_store.py --first-test PATH [--before DIR] [--repeat R]
 
 ``--make-corpus`` writes a realistic corpus of N entries (default 1,000,000) in the
 current format: one to four ranked candidates each, with the tuner's provenance; the
@@ -17,6 +18,9 @@ many, ``report``) in a fresh process, as the console script runs it (``main(argv
 output to /dev/null), side by side with a raw scan of each file it reads
 (``msgspec.json.decode(data, type=msgspec.Raw)`` after reading the file, in this
 process): CPU seconds, the ratio to the scans, peak RSS (``VmHWM``), load average.
+``--first-test PATH`` times a fresh ``pytest --arbiter-cache=PATH`` up to the start of
+its first test (its own CPU time there) beside a raw scan of PATH, for this tree and
+each ``--before DIR``.
 
 The version 2 code is taken from git (``--v2 COMMIT``, the last commit before the
 msgspec schema) into a temporary package, ``arbiter_v2``, so both run in one process.
@@ -201,6 +205,11 @@ def main() -> int:
     parser.add_argument("--code", metavar="DIR", type=Path, default=REPO,
                         help="--commands runs the package in DIR (a git worktree of another "
                         "commit, to compare); default this checkout")
+    parser.add_argument("--first-test", metavar="PATH", type=Path,
+                        help="time a pytest run reading the corpus PATH up to its first "
+                        "test, beside a raw scan of PATH, for --code and each --before DIR")
+    parser.add_argument("--before", metavar="DIR", type=Path, action="append", default=[],
+                        help="--first-test also runs the package in DIR (an older tree)")
     parser.add_argument("--skip", default="", metavar="NAMES",
                         help="--commands leaves these out (comma-separated, e.g. gate,report)")
     args = parser.parse_args()
@@ -214,6 +223,9 @@ def main() -> int:
     if args.commands:
         commands(*map(Path, args.commands), args.repeat, args.code,
                  set(filter(None, args.skip.split(","))))
+        return 0
+    if args.first_test:
+        first_test(args.first_test, [*args.before, args.code], args.repeat)
         return 0
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} on "
           f"{os.cpu_count()} CPUs; Python {sys.version.split()[0]}", flush=True)
@@ -342,6 +354,45 @@ def commands(a: Path, b: Path, repeat: int, code: Path, skip: set[str]) -> None:
                 (tmp / "merged.json").unlink(missing_ok=True)
             print(f"{name:14}{cpu:8.2f}{scans:8.2f}{cpu / scans:6.1f}x{peak:7.0f} MB"
                   f"{wall:8.2f}  {' '.join(load)}", flush=True)
+
+
+FIRST_TEST = """
+import time
+
+
+def test_first():
+    with open("first.txt", "w") as out:
+        out.write(str(time.process_time()))
+"""
+
+
+def first_test(corpus: Path, trees: list[Path], repeat: int) -> None:
+    """CPU seconds of a fresh ``pytest --arbiter-cache=CORPUS`` process up to the start of
+    its first test (its own ``time.process_time()`` there: start-up, plugins, the
+    corpus read), for the package of each tree, interleaved, beside a raw scan of the
+    corpus (read and ``msgspec.Raw``) in this process; the median of ``repeat`` each."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        project = Path(tmp_name)
+        (project / "test_first.py").write_text(FIRST_TEST)
+        seen: dict[Path, list[float]] = {tree: [] for tree in trees}
+        scans, loads = [], []
+        for _ in range(repeat):
+            scans.append(scan_cpu(corpus))
+            for tree in trees:
+                loads.append(open("/proc/loadavg").read().split()[0])
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
+                                "no:cacheprovider", f"--arbiter-cache={corpus}"],
+                               cwd=project, env=env, check=True, capture_output=True)
+                seen[tree].append(float((project / "first.txt").read_text()))
+        scan = statistics.median(scans)
+        print(f"{corpus} ({corpus.stat().st_size / 1e6:.0f} MB): CPU to the first test, "
+              f"median of {repeat}, against the raw scan {scan:.2f} s (target 5x); load "
+              f"average at each start {' '.join(loads)}")
+        for tree, cpus in seen.items():
+            median = statistics.median(cpus)
+            print(f"  {tree}: {median:.2f} s ({', '.join(f'{c:.2f}' for c in cpus)}), "
+                  f"{median / scan:.1f}x the scan", flush=True)
 
 
 def cli_start(code: Path) -> float:
