@@ -136,6 +136,10 @@ def heatmap_figure(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str
             _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
                        lines[(bucket, dtype)] if annotate else [], stale)
     _axes(ax, rows, columns)
+    for number, (label, bucket) in enumerate(zip(ax.get_yticklabels(), buckets, strict=True)):
+        if label.get_text().endswith("..."):  # cut: the whole bucket on hover
+            label.set_gid(f"bucket-{number}")
+            titles[f"bucket-{number}"] = bucket
     return fig, titles
 
 

@@ -298,6 +298,7 @@ def test_a_user_ops_axis_labels_never_meet(tmp_path: Path,
     (long,) = [r for r in rows if r.endswith("...")]
     assert LONG_BUCKET.startswith(long.replace("\n", "")[:-3])
     assert f"<td>{breakable(LONG_BUCKET)}</td>" in html
+    assert f"<title>{LONG_BUCKET}</title>" in html  # and on hover
 
 
 def test_labels_and_keys_break_where_a_reader_expects() -> None:
