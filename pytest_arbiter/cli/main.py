@@ -28,10 +28,10 @@ from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet, tightened
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry
+from pytest_arbiter.store.cache import CacheEntry, plain_key
 from pytest_arbiter.store.corpus import KeyChange, WinnerChange
 from pytest_arbiter.store.corpus_files import diff_files, merge_files
-from pytest_arbiter.store.safetext import escape, line as safe_line
+from pytest_arbiter.store.safetext import escape, line as safe_line, lines as safe_lines
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
@@ -55,6 +55,18 @@ def _say(out: TextIO, text: str) -> None:
     """Write one line of output. Names in it come from runners' files: every character
     that is not printable is escaped, and a line cannot start a CI log command."""
     out.write(safe_line(text) + "\n")
+
+
+SAID_AT_ONCE = 8192
+"""Lines :func:`_say_all` checks and writes at a time."""
+
+
+def _say_all(out: TextIO, texts: Iterable[str]) -> None:
+    """:func:`_say` of each of ``texts``, a few thousand lines checked and written at a
+    time (most need no escape: one C pass tells)."""
+    it = iter(texts)
+    while chunk := tuple(itertools.islice(it, SAID_AT_ONCE)):
+        out.write(safe_lines(chunk))
 
 
 # -- show ------------------------------------------------------------------------------
@@ -175,8 +187,8 @@ def _print_blocks(blocks: Sequence[tuple[list[str], list[int]]], out: TextIO) ->
         if seen:
             widths = list(map(max, widths, seen)) if widths else seen
     for lines, _ in blocks:
-        out.write("".join(safe_line("  ".join(map(str.ljust, text.split(_CELLS), widths))
-                                    .rstrip()) + "\n" for text in lines))
+        _say_all(out, ["  ".join(map(str.ljust, text.split(_CELLS), widths)).rstrip()
+                       for text in lines])
 
 
 def _paired_only(e: CacheEntry) -> bool:
@@ -279,8 +291,7 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     d = diff_files(args.old, args.new, _diff_line)
-    for text in itertools.chain(d.changed, d.added, d.removed):
-        _say(out, text)
+    _say_all(out, itertools.chain(d.changed, d.added, d.removed))
     _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
          f"{len(d.removed)} removed, {d.same} unchanged")
     return EXIT_OK
@@ -297,9 +308,9 @@ def _diff_line(change: WinnerChange | KeyChange) -> str:
                 f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
     entry = change.entry
     if change.old is None:
-        return (f"added {_key_text(entry.key)}: {entry.winner} "
+        return (f"added {_key_text(plain_key(entry))}: {entry.winner} "
                 f"({format_ns(entry.ranking[0].stats.median_ns)})")
-    return f"removed {_key_text(entry.key)}: {entry.winner}"
+    return f"removed {_key_text(plain_key(entry))}: {entry.winner}"
 
 
 # -- forget ----------------------------------------------------------------------------
@@ -335,9 +346,8 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
     gone, remain = artifacts.forget_entries(args.cache, picks, dry_run=args.dry_run,
                                             timeout=args.lock_timeout)
     verb = "would forget" if args.dry_run else "forgot"
-    for entry in gone:
-        _say(out, f"{verb} {_key_text(entry.key)}: winner {entry.winner}, measured "
-             f"{entry.provenance.measured_at or 'at an unknown time'}")
+    _say_all(out, (f"{verb} {_key_text(plain_key(entry))}: winner {entry.winner}, measured "
+                   f"{entry.provenance.measured_at or 'at an unknown time'}" for entry in gone))
     if undated:
         _say(out, f"kept {undated} entries that match but do not say when they were "
              "measured (no provenance.measured_at): their age is unknown")
@@ -380,15 +390,14 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
         _say(out, f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
              f"{shown or 'no recorded test'}{more}")
-    for key, count in sorted(fv.verdict.known.items()):
-        _say(out, f"known {key.outcome}: {_entry_key(key)} ({count} dispatches, in the baseline)")
-    for key in fv.fixed:
-        _say(out, f"fixed {key.outcome}: {_entry_key(key)} (no longer seen; "
-             + ("removed from the baseline)" if args.update
-                else "tighten the baseline with --update)"))
-    for key in fv.unchecked:
-        _say(out, f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
-             f"{key.target}/{key.op}: kept in the baseline)")
+    _say_all(out, (f"known {key.outcome}: {_entry_key(key)} ({count} dispatches, in the "
+                   "baseline)" for key, count in sorted(fv.verdict.known.items())))
+    fixed = ("removed from the baseline)" if args.update
+             else "tighten the baseline with --update)")
+    _say_all(out, (f"fixed {key.outcome}: {_entry_key(key)} (no longer seen; {fixed}"
+                   for key in fv.fixed))
+    _say_all(out, (f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
+                   f"{key.target}/{key.op}: kept in the baseline)" for key in fv.unchecked))
     if args.update:
         histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "

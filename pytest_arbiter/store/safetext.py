@@ -16,7 +16,10 @@ The result is for display, not a reversible encoding: a backslash is left as it 
 
 from __future__ import annotations
 
-__all__ = ["escape", "line"]
+import re
+from collections.abc import Sequence
+
+__all__ = ["escape", "line", "lines"]
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _COMMAND_STARTS = ("::", "##")
@@ -52,3 +55,17 @@ def line(text: object) -> str:
         at = len(s) - len(stripped)
         return s[:at] + _escaped(s[at]) + s[at + 1:]
     return s
+
+
+_COMMAND_LINE = re.compile(r"^ *(?:::|##)", re.MULTILINE)
+
+
+def lines(texts: Sequence[str]) -> str:
+    """Each of ``texts`` as :func:`line` makes it, each ended by a line break: checked
+    together, in C, and one by one only when the whole has something to escape."""
+    joined = "".join(texts)
+    if joined.isprintable():
+        text = "\n".join(texts) + "\n" if texts else ""
+        if _COMMAND_LINE.search(text) is None:
+            return text
+    return "".join(line(t) + "\n" for t in texts)

@@ -3,6 +3,9 @@ everything else visible, ``line`` defuses CI log commands."""
 
 from __future__ import annotations
 
+import pytest
+
+from pytest_arbiter.store import safetext
 from pytest_arbiter.store.safetext import escape, line
 
 
@@ -38,3 +41,13 @@ def test_line_escapes_only_the_first_character_of_a_command_after_spaces() -> No
     assert line("a ::x") == "a ::x" and line("#x") == "#x"
     # an escaped line break cannot start a command on the next line either
     assert "\n" not in line("ok\n::error::x")
+
+
+@pytest.mark.parametrize("texts", [
+    [], ["a", "b"], ["::error::x", "b"], ["ok", "  ##vso[task]"], ["a\nb", "c"],
+    ["a\x1b[31m", "b"], ["x::y", "z##"], ["\u202e", "::"], ["", " "],
+])
+def test_lines_say_each_text_as_line_does(texts: list[str]) -> None:
+    """Many lines checked at once (one C pass when nothing needs escaping) give what
+    :func:`line` gives each one, a line break after each."""
+    assert safetext.lines(texts) == "".join(safetext.line(t) + "\n" for t in texts)
