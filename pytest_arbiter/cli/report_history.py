@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_arbiter.cli.report import page, plural, table
-from pytest_arbiter.cli.report_cells import latency, natural, text
+from pytest_arbiter.cli.report_cells import breakable, latency, natural, text
 from pytest_arbiter.cli.report_git import Commit, changed_since_commit, commits, version
 from pytest_arbiter.cli.report_history_chart import chart_svg
 from pytest_arbiter.errors import ArtifactError
@@ -160,7 +160,7 @@ def _td(value: object) -> str:
 def _changes(keyed: dict[KeyTuple, list[Point | None]],
              versions: Sequence[Version]) -> list[str]:
     rows = [f'<tr class="{p.change}"><td class="mark">{text(_change_text(p))}</td>'
-            f'{_td("/".join(key))}{_td(v.label)}</tr>'
+            f'<td>{breakable("/".join(key))}</td>{_td(v.label)}</tr>'
             for key, points in keyed.items()
             for v, p in zip(versions, points, strict=True)
             if p is not None and p.change in ("winner", "slower", "gone")]
@@ -194,7 +194,7 @@ def _group(device: str, op: str, keys: list[KeyTuple],
     rows = []
     for k in keys:
         cells = "".join(map(_cell, keyed[k]))
-        rows.append(f"<tr>{_td(k[3])}{_td(k[4])}{cells}</tr>")
+        rows.append(f"<tr><td>{breakable(k[3])}</td><td>{breakable(k[4])}</td>{cells}</tr>")
     return [f'<section class="group" id="{anchor}"><h2>{text(device)} \u00b7 {text(op)}'
             "</h2>", f'<figure class="trend">{chart_svg(lines, labels, anchor)}</figure>',
             *table(["bucket", "dtype", *map(text, labels)], rows, "history"), "</section>"]

@@ -7,11 +7,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pytest_arbiter.cli.report_cells import cut
-from pytest_arbiter.cli.report_heatmap import FONT_PT, matplotlib, prefixed_ids, svg_of
+from pytest_arbiter.cli.report_heatmap import (
+    FONT_PT,
+    matplotlib,
+    prefixed_ids,
+    svg_of,
+    wrap_label,
+)
 from pytest_arbiter.store.safetext import escape
 
 MAX_LINES = 12
 """Keys drawn per chart: those whose median moved most; the table lists them all."""
+
+LEGEND_WIDTH = 28
+"""Characters per line of a legend entry: a longer key wraps (its dtype kept), never cut
+to look like another key's."""
 
 Series = Sequence[tuple[float, bool] | None]
 """Per version: the median in nanoseconds and whether the winner changed there."""
@@ -36,7 +46,7 @@ def chart_svg(lines: Mapping[str, Series], labels: Sequence[str], prefix: str) -
             xs = [i for i, p in enumerate(lines[name]) if p is not None]
             ys = [p[0] / 1e3 for p in lines[name] if p is not None]
             (line,) = ax.plot(xs, ys, marker="o", markersize=4,
-                              label=cut(escape(name), 28))
+                              label=wrap_label(escape(name), LEGEND_WIDTH))
             flips = [(i, p[0] / 1e3) for i, p in enumerate(lines[name])
                      if p is not None and p[1]]
             if flips:

@@ -214,8 +214,10 @@ def section(rows: Sequence[Problem], inputs: Sequence[HistogramInput],
         out.append("<p>No dispatch histogram or JUnit report was given: only the "
                    "corpus's own findings are listed.</p>")
     if not rows:
-        out.append(f'<p class="ok">None, in the corpus and in {len(inputs)} '
-                   f"report{'' if len(inputs) == 1 else 's'}.</p>")
+        out.append('<p class="ok">None in the corpus'
+                   + (f" or in the {len(inputs)} report{'' if len(inputs) == 1 else 's'} given"
+                      if inputs else "")
+                   + ".</p>")
     else:
         out.append(f'<p class="bad">{len(rows)} problem{"" if len(rows) == 1 else "s"}.</p>')
         out.append('<div class="scroll"><table class="problems"><thead><tr>'

@@ -89,7 +89,8 @@ def test_each_key_across_the_commits_with_changes_marked(repo: Path) -> None:
     versions = html[html.index('id="versions"'):html.index('id="changes"')]
     for subject in ("first tuning run", "rename the corpus", "new cublas", "not committed"):
         assert subject in versions  # the rename is followed: the first commits are there
-    changes = html[html.index('id="changes"'):html.index('class="group"')]
+    # a key may wrap between its parts (<wbr>)
+    changes = html[html.index('id="changes"'):html.index('class="group"')].replace("<wbr>", "")
     assert re.search(r'<td class="mark">slower: 1.00 \u00b5s to 1.30 \u00b5s \(\+30%\)</td>'
                      r"<td>sm_90/nvidia/matmul/64x64x64/float16</td><td>\w+</td>", changes)
     assert ("new winner: wmma (1.30 \u00b5s) to cublas (1.10 \u00b5s)" in changes)
@@ -151,3 +152,15 @@ def test_the_history_page_in_chromium_at_phone_width(repo: Path) -> None:
             assert page.evaluate(OVERFLOW) == [] and page.evaluate(SMALL_TEXT) == []
         finally:
             browser.close()
+
+
+def test_the_chart_legend_keeps_each_keys_dtype() -> None:
+    """Two keys of one long bucket, float32 and float64: the legend wraps them, so
+    neither loses its dtype and they never read alike."""
+    from pytest_arbiter.cli.report_history_chart import chart_svg
+
+    bucket = "512x256x256x512x512/a16.16.16.16.16"
+    lines = {f"{bucket} float32": [(1000.0, False), (1200.0, True)],
+             f"{bucket} float64": [(2000.0, False), (2100.0, False)]}
+    svg = chart_svg(lines, ["v1", "v2"], "t")
+    assert "float32" in svg and "float64" in svg
