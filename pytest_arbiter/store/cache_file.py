@@ -3,11 +3,12 @@
 ``{"schema": ..., "version": 3, "runs": [...], "environments": [...], "considered":
 [...], "entries": [...]}``: an entry's ``provenance.run``, ``environment`` and
 ``considered`` are indices into the tables (or, in a hand-written file, the object
-itself). msgspec decodes and checks every field in one C pass; then one pass over all
-the entries (:func:`pytest_arbiter.store.entry.finish_read`) swaps the indices for the
-shared rows and checks what no field's type can say (an impossible row, a ``since`` in
-the future), naming the first bad entry. A file in the writer's layout, one entry a line, is read
-a block of lines at a time; the writer writes a chunk of lines at a time.
+itself). msgspec decodes and checks every field in one C pass; each entry's
+``__post_init__`` swaps its indices for the shared rows and checks what no field's type
+can say (an impossible row, a ``since`` in the future), and leaves anything unusual to
+:func:`pytest_arbiter.store.entry.finish_read` after the decode, which names a bad entry.
+A file in the writer's layout, one entry a line, is read a block of lines at a time; the
+writer writes a chunk of lines at a time.
 docs/artifacts.md describes the format.
 """
 

@@ -20,7 +20,7 @@ import datetime
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
@@ -304,10 +304,46 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     first criterion (docs/artifacts.md)."""
 
     def __post_init__(self) -> None:
-        # decoding (a file, a payload, an entry built in code being checked) leaves the
-        # checks to the reader's one pass over all the entries, :func:`finish_read`
-        if _READING.tables is None:
+        tables = _READING.tables
+        if tables is None:
             self._check()
+            return
+        # Decoding (a file, a payload, an entry built in code being checked): the common
+        # case here, while the new entry is in the processor's cache (a pass over all
+        # the entries afterwards costs more: it fetches each again); anything else
+        # (an inline object, a default, a bad index, a table not read yet, a ``since``
+        # not in UTC or in the future, an impossible row) is left to finish_read.
+        prov = self.provenance
+        try:
+            force_setattr(prov, "run", tables.runs[prov.run])  # type: ignore[index, call-overload]
+            force_setattr(self, "environment",
+                          tables.environments[self.environment])  # type: ignore[index, call-overload]
+            force_setattr(self, "considered",
+                          tables.considered[self.considered])  # type: ignore[index, call-overload]
+        except (TypeError, IndexError):
+            tables.pending.append(self)
+            return
+        if type(self.rejected) is not Reasons:
+            force_setattr(self, "rejected", _interned(Reasons, self.rejected))
+        since = self.since
+        if since.tzinfo is not _UTC or since > tables.latest:
+            tables.pending.append(self)
+            return
+        # one object for each repeated value of the document: a million entries of a few
+        # devices, ops and candidates hold a few strings, not several million
+        one = tables.strings.setdefault
+        force_setattr(self, "since", one(since, since))
+        force_setattr(self, "device", one(self.device, self.device))
+        force_setattr(self, "target", one(self.target, self.target))
+        force_setattr(self, "op", one(self.op, self.op))
+        force_setattr(self, "dtype", one(self.dtype, self.dtype))
+        for row in self.ranking:
+            force_setattr(row, "name", one(row.name, row.name))
+            st = row.stats
+            if not (0 < st.max_ns and st.min_ns <= st.q1_ns <= st.median_ns <= st.q3_ns
+                    <= st.max_ns) or (row.carried and row.ratio is not None):
+                tables.pending.append(self)
+                return
 
     def _check(self) -> None:
         """An entry built in code goes through the schema as a file's would: what a
@@ -457,7 +493,6 @@ class BadEntry(ValueError):
 
 
 _PROVENANCE = attrgetter("provenance")
-_RANKING = attrgetter("ranking")
 _CARRIED = attrgetter("carried")
 _SHARED_FIELDS = ((_PROVENANCE, "run", "runs", ".provenance.run"),
                   (None, "environment", "environments", ".environment"),
@@ -465,16 +500,23 @@ _SHARED_FIELDS = ((_PROVENANCE, "run", "runs", ".provenance.run"),
 
 
 def finish_read(entries: list[CacheEntry], tables: _Tables) -> None:
-    """What a read checks and shares that msgspec's decode cannot, over all of
-    ``entries`` at once (each pass a C loop; Python runs per entry only to name a bad
-    one): table indices become the shared rows, ``since`` is in UTC and not in the
-    future, and every ranking row is possible. :class:`BadEntry` names the first
-    impossible entry.
-
-    Repeated names are not made one object: that costs more than half of this pass, to
-    save about a tenth of what an entry holds in memory."""
-    if not entries:
+    """What the decode of ``entries`` left to do: each entry's ``__post_init__`` does the
+    common case and leaves the rest (``tables.pending``) to this pass over those entries
+    alone, once every table is read: inline objects and defaults become the shared
+    rows, ``since`` goes to UTC, and an impossible entry is a :class:`BadEntry` naming
+    it (a bad table index, a ``since`` in the future, an impossible ranking row)."""
+    pending, tables.pending = tables.pending, []
+    if not pending:
         return
+    try:
+        _finish_pending(pending, tables)
+    except BadEntry as exc:
+        bad = pending[exc.index]
+        index = next(i for i, entry in enumerate(entries) if entry is bad)
+        raise BadEntry(index, exc.detail, exc.at) from None
+
+
+def _finish_pending(entries: list[CacheEntry], tables: _Tables) -> None:
     for holder, name, table, at in _SHARED_FIELDS:
         objects = entries if holder is None else list(map(holder, entries))
         _set_all(objects, name, _shared(list(map(attrgetter(name), objects)),
@@ -484,13 +526,12 @@ def finish_read(entries: list[CacheEntry], tables: _Tables) -> None:
         _set_all(entries, "rejected", [r if type(r) is Reasons else _interned(Reasons, r)
                                        for r in reasons])
     _finish_since(entries, tables)
-    if not all(map(_row_possible, chain.from_iterable(map(_RANKING, entries)))):
-        for index, entry in enumerate(entries):
-            for place, row in enumerate(entry.ranking):
-                try:
-                    _check_row(row)
-                except ValueError as exc:
-                    raise BadEntry(index, str(exc), f".ranking[{place}]") from None
+    for index, entry in enumerate(entries):
+        for place, row in enumerate(entry.ranking):
+            try:
+                _check_row(row)
+            except ValueError as exc:
+                raise BadEntry(index, str(exc), f".ranking[{place}]") from None
 
 
 def _set_all(objects: list[Any], name: str, values: list[Any]) -> None:
@@ -533,14 +574,6 @@ def _finish_since(entries: list[CacheEntry], tables: _Tables) -> None:
                        "again", ".since")
     if sinces is not None:
         _set_all(entries, "since", sinces)
-
-
-def _row_possible(row: RankedCandidate) -> bool:
-    """:func:`_check_row` as a yes or no: one call per row is quicker here than a C
-    pass per column, which walks every row's objects again."""
-    st = row.stats
-    return (0 < st.max_ns and st.min_ns <= st.q1_ns <= st.median_ns <= st.q3_ns <= st.max_ns
-            and (row.ratio is None or not row.carried))
 
 
 def since_for(old: CacheEntry | None, considered: Mapping[str, Considered],

@@ -4,10 +4,9 @@ An entry's environment, the candidates considered for it and its tuning run's ho
 versions are written once, in a table at the top of a cache file, and read into one
 shared, immutable :class:`FrozenMap` that every entry of that row points at; equal maps
 are interned, so entries read from two copies of one file share them too. While a
-document is decoded, :data:`_READING` holds its tables (so an entry decoded leaves its
-checks to the reader); then the reader's one pass over the entries
-(:func:`pytest_arbiter.store.entry.finish_read`) makes each reference into a table (a row
-index) the shared object.
+document is decoded, :data:`_READING` holds its tables, and an entry's reference into
+one (a row index) becomes the shared object as the entry is decoded; what is not an
+index into a table read already is left to :func:`pytest_arbiter.store.entry.finish_read`.
 """
 
 from __future__ import annotations
@@ -240,6 +239,9 @@ class _Tables:
         self.considered = considered
         self.strings: dict[Any, Any] = {}
         """Each repeated value of the document's entries, once."""
+        self.pending: list[Any] = []
+        """The entries decoded so far whose ``__post_init__`` left work to
+        :func:`pytest_arbiter.store.entry.finish_read`."""
         self.latest = datetime.datetime.now(_UTC) + FUTURE_SLACK
         """The latest ``since`` an entry may carry: a later one is a runner's clock
         ahead, and would win every merge against the truth."""
