@@ -241,10 +241,22 @@ class GateTrials:
         """After a gate: stop keeping these trials for their region if what they now hold
         (:func:`held_bytes`) is over REGION_TRIALS_BYTES."""
         if self.kept_as is not None and held_bytes(self) > REGION_TRIALS_BYTES:
+            self.forget()
+
+    def forget(self) -> None:
+        """Stop keeping these trials for their region."""
+        if self.kept_as is not None:
             with _REGION_LOCK:
                 if _REGION_TRIALS.get(self.kept_as) is self:
                     del _REGION_TRIALS[self.kept_as]
             self.kept_as = None
+
+    def intact(self) -> bool:
+        """Whether every trial's inputs are still, bit for bit, what the reference and the
+        budget were made from (a candidate's ``accepts()`` sees the trial's own arrays)."""
+        return all(prep.copies is None or all(prep.unchanged(i, x) for i, x in
+                                               enumerate(prep.trial.inputs))
+                   for prep in self.trials)
 
     def regated(self, patterns: Sequence[Pattern]) -> list[PreparedTrial]:
         """Each of ``patterns`` (derived trials that failed a candidate on another key of
@@ -325,7 +337,10 @@ def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
             kept = _REGION_TRIALS.get(key)
             if kept is not None and kept.op is op:
                 _REGION_TRIALS.move_to_end(key)
+        if kept is not None and kept.op is op:
+            if kept.intact():
                 return kept
+            kept.forget()  # written to (by an accepts()): made again
         made = _prepared(op, None, region, seed)
         if sum(_nbytes(t.trial.inputs) for t in made.trials) <= REGION_TRIALS_BYTES // 2:
             made.kept_as = key

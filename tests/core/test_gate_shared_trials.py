@@ -281,6 +281,28 @@ def test_region_trials_holding_more_than_the_bound_after_a_gate_are_not_kept(
     assert len(calls) == 3 * once
 
 
+def test_region_trials_an_accepts_wrote_to_are_made_again_for_the_next_gate(
+        registry: CandidateRegistry) -> None:
+    """``accepts()`` sees a trial's own arrays: one that writes to them does not leave
+    the region's kept trials wrong for the candidates gated on it later."""
+    from pytest_arbiter.core.trials import forget_region_trials
+
+    forget_region_trials()
+    op = OPS.get("softmax")
+    region = SoftmaxRegion.of((4, 24), "float32")
+    kernel = registry.get("stable_softmax")
+
+    def nudges(x: np.ndarray) -> bool:
+        x.reshape(-1)[0] += np.float32(1.0)
+        return True
+
+    nudging = FunctionCandidate(kernel.run, "nudging", "softmax", "cpu", 0, nudges, None)
+    first = f4_gate(kernel, op, region=region)
+    assert first.passed
+    f4_gate(nudging, op, region=region)
+    assert f4_gate(kernel, op, region=region) == first
+
+
 def writes_one(index: int, value: float) -> Callable[[np.ndarray], np.ndarray]:
     def kernel(x: np.ndarray) -> np.ndarray:
         out = x * np.float32(2.0)
