@@ -343,8 +343,14 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
             return False
         return selection.picks(entry)
 
-    gone, remain = artifacts.forget_entries(args.cache, picks, dry_run=args.dry_run,
-                                            timeout=args.lock_timeout)
+    def again() -> None:
+        nonlocal undated
+        undated = 0
+
+    # without a time filter, the filter itself: one call an entry, not two
+    chooser = picks if selection.measured_before is not None else selection.picks
+    gone, remain = artifacts.forget_entries(args.cache, chooser, dry_run=args.dry_run,
+                                            timeout=args.lock_timeout, again=again)
     verb = "would forget" if args.dry_run else "forgot"
     _say_all(out, (f"{verb} {_key_text(plain_key(entry))}: winner {entry.winner}, measured "
                    f"{entry.provenance.measured_at or 'at an unknown time'}" for entry in gone))

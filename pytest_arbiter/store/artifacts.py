@@ -239,13 +239,14 @@ def read_entries(path: str | os.PathLike[str]) -> list[CacheEntry]:
     return read_cache(path).entries()
 
 
-def each_block(path: str | os.PathLike[str], work: Callable[[list[CacheEntry]], T]
-               ) -> list[T]:
+def each_block(path: str | os.PathLike[str], work: Callable[[list[CacheEntry]], T], *,
+               again: Callable[[], None] | None = None) -> list[T]:
     """``work`` of each block of :func:`read_entries`' entries, in key order, and the
     same errors; the results. A file in the writer's layout is read a block at a time,
     so its entries are never all in memory; ``work`` may be given the first blocks of a
-    file that turns out not to be (then its results go, and it is given every entry of
-    the whole read at once): it must keep what it finds in what it returns."""
+    file that turns out not to be (then its results go, ``again()`` is called, and it is
+    given every entry of the whole read at once): it should keep what it finds in what
+    it returns."""
     results: list[T] = []
     try:
         with open(path, "rb") as file:
@@ -254,7 +255,10 @@ def each_block(path: str | os.PathLike[str], work: Callable[[list[CacheEntry]], 
         return results
     except (OSError, Unstreamable):
         del results[:]  # read again whole, which names what is wrong
-    return [work(read_cache(path).entries())]
+    entries = read_cache(path).entries()
+    if again is not None:
+        again()
+    return [work(entries)]
 
 
 def ordered_blocks(path: str | os.PathLike[str]) -> Iterator[list[CacheEntry]]:
@@ -421,14 +425,17 @@ def _prefer_current_code(result: MergeResult, current: MeasureCache, measured: P
 
 
 def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], bool], *,
-                   dry_run: bool = False, timeout: float = LOCK_TIMEOUT_S
+                   dry_run: bool = False, timeout: float = LOCK_TIMEOUT_S,
+                   again: Callable[[], None] | None = None
                    ) -> tuple[list[CacheEntry], int]:
     """Remove the entries of the cache at ``path`` that ``picks``; returns them (sorted
     by key) and how many remain.
 
     Read, filtered and written under the cache's lock, so an entry another process adds
     meanwhile is kept; nothing is written when nothing goes. ``dry_run`` only reads (no
-    lock: readers see whole files). A missing or unreadable file is an
+    lock: readers see whole files), a block of entries at a time (:func:`each_block`:
+    ``picks`` may be asked about the first blocks again, after ``again()``, when the
+    file turns out not to be in the writer's order). A missing or unreadable file is an
     ``ArtifactError``, and is left untouched.
     """
 
@@ -440,9 +447,14 @@ def forget_entries(path: str | os.PathLike[str], picks: Callable[[CacheEntry], b
             _write_entries(path, [e for e in entries if id(e) not in chosen])
         return gone, len(entries) - len(gone)
 
+    def block_work(block: list[CacheEntry]) -> tuple[list[CacheEntry], int]:
+        return list(filter(picks, block)), len(block)
+
     if not os.path.exists(path):
         raise ArtifactError(f"cannot read {escape(path)}: no such file")
     if dry_run:
-        return work()
+        found = each_block(path, block_work, again=again)
+        gone = [e for block_gone, _ in found for e in block_gone]
+        return gone, sum(n for _, n in found) - len(gone)
     with cache_lock(path, timeout):
         return work()

@@ -206,3 +206,26 @@ def test_a_merged_file_reads_back_as_the_merge_of_the_shards(tmp_path: Path,
 
     assert artifacts.read_cache(out).entries() == merge(MeasureCache(a),
                                                         MeasureCache(b)).cache().entries()
+
+
+def test_a_dry_run_forget_reads_a_block_at_a_time_and_starts_again_when_it_must(
+        tmp_path: Path, small_blocks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``forget --dry-run`` asks ``picks`` about a block of entries at a time; a file
+    found out of order after some blocks is read whole, and ``again()`` tells the caller
+    to forget what it counted so far."""
+    lines = encode_document(corpus(100)).split(b"\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith(b'    {"device":'))
+    head, rows, tail = lines[:first], lines[first:first + 100], lines[first + 100:]
+    swapped = [*rows[:90], rows[99] + b",", *rows[90:98], rows[98].rstrip(b",")]
+    path = tmp_path / "late.json"
+    path.write_bytes(b"\n".join(head + swapped + tail))
+    asked: list[CacheEntry] = []
+    gone, remain = artifacts.forget_entries(path, lambda e: asked.append(e) or e.bucket < "b0050",
+                                            dry_run=True, again=asked.clear)
+    assert len(asked) == 100 and (len(gone), remain) == (50, 50)
+    assert gone == [e for e in artifacts.read_cache(path).entries() if e.bucket < "b0050"]
+    ordered = write(tmp_path / "c.json", corpus(100))
+    monkeypatch.setattr(artifacts, "read_cache", None)  # the blocks only
+    gone, remain = artifacts.forget_entries(ordered, lambda e: e.bucket < "b0050",
+                                            dry_run=True)
+    assert (len(gone), remain) == (50, 50)
