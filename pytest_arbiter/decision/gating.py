@@ -97,9 +97,11 @@ class SharedTrials:
     def __init__(self) -> None:
         self._last: GateTrials | None = None
 
-    def get(self, op: Op, inputs: Sequence[Any], region: Region, seed: int) -> GateTrials:
-        """The trials of ``op`` on ``inputs`` and ``region``: the last ones if they hold
-        for these (:meth:`~pytest_arbiter.core.trials.GateTrials.holds_for`), else new."""
+    def get(self, op: Op, inputs: Sequence[Any], region: Region | None,
+            seed: int) -> GateTrials:
+        """The trials of ``op`` on ``inputs`` and ``region`` (``None``: the inputs'): the
+        last ones if they hold for these
+        (:meth:`~pytest_arbiter.core.trials.GateTrials.holds_for`), else new."""
         last = self._last
         if last is not None and last.holds_for(op, inputs, region, seed):
             return last
@@ -194,10 +196,10 @@ class GateMemo:
         found = self.known(key, cand, inputs)
         if found is not None:
             return found
-        region = op.region_of(*inputs)
-        report = f4_gate(cand, op, inputs=inputs, region=region, seed=self.seed,
+        # the trials' region is the inputs' (made from them when the trials are)
+        report = f4_gate(cand, op, inputs=inputs, seed=self.seed,
                          call_timeout_s=self.call_timeout_s,
-                         trials=self._trials.get(op, inputs, region, self.seed),
+                         trials=self._trials.get(op, inputs, None, self.seed),
                          regate=self.regate(key, cand))
         found = verdict_of(report)
         if found.kind == "reject" and report.failing is not None and report.failing.regated:
