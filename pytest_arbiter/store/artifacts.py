@@ -10,6 +10,7 @@ to one cache at the same time lose none. A path that is a symbolic link is writt
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -32,7 +33,7 @@ from pytest_arbiter.store.cache_file import (
     read_document,
     read_with_tables,
 )
-from pytest_arbiter.store.cache_splice import Layout, spliced
+from pytest_arbiter.store.cache_splice import FileRange, Layout, close_sources, spliced
 from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
 from pytest_arbiter.store.safetext import escape
 
@@ -131,10 +132,11 @@ def target(path: str | os.PathLike[str]) -> Path:
     return real
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[bytes]) -> None:
+def write_bytes_atomic(path: str | os.PathLike[str],
+                       data: bytes | Iterable[bytes | FileRange]) -> None:
     """Replace the file at ``path`` (at its target if it is a symbolic link) with
-    ``data`` (bytes, or pieces of it written one after the other): a temporary file in
-    the same folder, fsync, ``os.replace``."""
+    ``data`` (bytes, or pieces of it written one after the other, a :class:`FileRange`
+    copied from its file): a temporary file in the same folder, fsync, ``os.replace``."""
     p = target(path)
     folder = p.parent if str(p.parent) else Path(".")
     try:
@@ -149,7 +151,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[byte
             if isinstance(data, bytes):
                 out.write(data)
             else:
-                out.writelines(data)
+                for piece in data:
+                    if isinstance(piece, FileRange):
+                        out.flush()
+                        _copy_range(piece, out.fileno())
+                    else:
+                        out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, p)
@@ -160,6 +167,36 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | Iterable[byte
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
+"""What ``os.copy_file_range`` says where it cannot copy between these two files."""
+
+
+def _copy_range(piece: FileRange, fd: int) -> None:
+    """Append ``piece`` to the file open at ``fd``: copied in the kernel (no pass through
+    this process's memory) where the system can, else read and written a block at a
+    time."""
+    source, offset, left = piece.source.fileno(), piece.offset, piece.length
+    copy = getattr(os, "copy_file_range", None)
+    while left and copy is not None:
+        try:
+            done = copy(source, fd, left, offset)
+        except OSError as exc:
+            if exc.errno not in _NO_KERNEL_COPY:
+                raise
+            break
+        if not done:
+            raise OSError(errno.EIO, "the file being copied is shorter than it was")
+        offset, left = offset + done, left - done
+    while left:
+        block = os.pread(source, min(left, 1 << 24), offset)
+        if not block:
+            raise OSError(errno.EIO, "the file being copied is shorter than it was")
+        view = memoryview(block)
+        while view:
+            view = view[os.write(fd, view):]
+        offset, left = offset + len(block), left - len(block)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -397,7 +434,10 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
         if pieces is None:
             _write_entries(path, result.entries.values())
         else:
-            write_bytes_atomic(path, pieces)
+            try:
+                write_bytes_atomic(path, pieces)
+            finally:
+                close_sources(pieces)
     return result
 
 

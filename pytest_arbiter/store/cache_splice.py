@@ -24,7 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 from msgspec import Struct
@@ -77,26 +77,47 @@ def stamp_of_file(file: Any) -> Stamp:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+class FileRange(NamedTuple):
+    """Bytes ``offset`` to ``offset + length`` of the open binary file ``source``: a piece
+    of a write that :func:`pytest_arbiter.store.artifacts.write_bytes_atomic` copies from
+    file to file in the kernel where it can (the unchanged lines of a big cache)."""
+
+    source: BinaryIO
+    offset: int
+    length: int
+
+
 def spliced(path: str | os.PathLike[str], stamp: Stamp, layout: Layout,
             changes: Mapping[KeyTuple, CacheEntry]) -> list[Any] | None:
     """The pieces of the file at ``path`` with ``changes`` (the entries of changed and
-    new keys) spliced in, to write one after the other; ``None`` if the file is not the
-    one read (``stamp``) in the writer's layout: then write the whole file."""
+    new keys) spliced in, to write one after the other (the unchanged lines as
+    :class:`FileRange` pieces of the open file: :func:`close_sources` closes it once they
+    are written); ``None`` if the file is not the one read (``stamp``) in the writer's
+    layout: then write the whole file."""
     try:
-        with open(path, "rb") as file:
-            if stamp_of_file(file) != stamp:
-                return None
-            data = file.read()
+        file = open(path, "rb")  # left open: the pieces copy from it
     except OSError:
         return None
+    pieces = None
     try:
-        return _splice(data, layout, changes)
-    except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
-        return None  # a line that is not one entry of the key it should hold
+        if stamp_of_file(file) == stamp:
+            pieces = _splice(file, file.read(), layout, changes)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError, TypeError):
+        pieces = None  # a line that is not one entry of the key it should hold
+    if pieces is None or not any(isinstance(p, FileRange) for p in pieces):
+        file.close()  # nothing copies from it (every old line replaced)
+    return pieces
 
 
-def _splice(data: bytes, layout: Layout, changes: Mapping[KeyTuple, CacheEntry]
-            ) -> list[Any] | None:
+def close_sources(pieces: list[Any]) -> None:
+    """Close the files the :class:`FileRange` pieces of ``pieces`` read from."""
+    for piece in pieces:
+        if isinstance(piece, FileRange):
+            piece.source.close()
+
+
+def _splice(file: BinaryIO, data: bytes, layout: Layout,
+            changes: Mapping[KeyTuple, CacheEntry]) -> list[Any] | None:
     old = layout.entries
     n = len(old)
     rows = layout.rows()
@@ -123,13 +144,18 @@ def _splice(data: bytes, layout: Layout, changes: Mapping[KeyTuple, CacheEntry]
     lines, tables = _encoded([entry for _, _, entry in ops], rows)
     items: list[Any] = []
     copied = 0  # the next old line to copy
+    base = len(head)
+
+    def lines_of(first: int, stop: int) -> FileRange:
+        return FileRange(file, base + first, stop - first)
+
     for (at, swap, _), text in zip(ops, lines, strict=True):
         if at > copied:
-            items.append(region[starts[copied]:starts[at] - len(_NEXT)])
+            items.append(lines_of(starts[copied], starts[at] - len(_NEXT)))
         items.append(text)
         copied = at + swap
     if copied < n:
-        items.append(region[starts[copied]:])
+        items.append(lines_of(starts[copied], end - base))
     pieces: list[Any] = [head_bytes(*(Rows.of(r, {}) for r in tables))]
     for item in items:
         pieces += (item, _NEXT)

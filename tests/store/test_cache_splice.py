@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,66 @@ def test_the_spliced_write_is_the_full_write_when_no_table_row_is_new(
     assert as_read is not None and as_read.layout is not None
     no_full_write(monkeypatch)
     tune(path, measured, as_read)
+    assert path.read_bytes() == expected
+
+
+@pytest.mark.parametrize("kernel", ["copies", "cannot copy", "copies in pieces"])
+def test_the_unchanged_lines_are_copied_file_to_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    """The old lines are not read into the process and written back: they go from file
+    to file in the kernel (``os.copy_file_range``), or, where the system cannot do that,
+    a block at a time; the bytes are the full write's either way, and the old file is
+    closed afterwards."""
+    import errno
+    import os
+
+    from pytest_arbiter.store import cache_splice
+
+    path = tmp_path / "c.json"
+    corpus(path)
+    measured = [cache_entry("b050", since=LATER), cache_entry("z")]
+    expected = full_merge(path.read_bytes(), measured, tmp_path)
+    _, as_read = artifacts.read_cache_as_read(path)
+    copied: list[int] = []
+    real = os.copy_file_range
+
+    def copy(src: int, dst: int, count: int, offset_src: int | None = None) -> int:
+        if kernel == "cannot copy":
+            raise OSError(errno.EXDEV, "not between these files")
+        done = real(src, dst, min(count, 1000) if kernel == "copies in pieces" else count,
+                    offset_src)
+        copied.append(done)
+        return done
+
+    monkeypatch.setattr(os, "copy_file_range", copy)
+    opened: list[Any] = []
+    real_close = cache_splice.close_sources
+    monkeypatch.setattr(artifacts, "close_sources",
+                        lambda pieces: (opened.extend(p.source for p in pieces if isinstance(
+                            p, cache_splice.FileRange)), real_close(pieces)))
+    no_full_write(monkeypatch)
+    tune(path, measured, as_read)
+    assert path.read_bytes() == expected
+    assert opened and all(f.closed for f in opened)
+    assert (sum(copied) > len(expected) // 2) is (kernel != "cannot copy")
+
+
+def test_a_splice_that_replaces_every_line_closes_the_old_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is copied from the old file when each of its lines is replaced: it is
+    closed at once (an open file left to the collector is a ResourceWarning)."""
+    import gc
+
+    path = tmp_path / "c.json"
+    (only,) = corpus(path, count=1)
+    measured = [cache_entry(only.bucket, since=LATER)]
+    expected = full_merge(path.read_bytes(), measured, tmp_path)
+    _, as_read = artifacts.read_cache_as_read(path)
+    no_full_write(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        tune(path, measured, as_read)
+        gc.collect()
     assert path.read_bytes() == expected
 
 
