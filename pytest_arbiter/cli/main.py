@@ -146,10 +146,14 @@ def _narrow_row(e: CacheEntry, low: bool) -> tuple[str, ...]:
         conf += " tie,low" if low else " tie"
     elif low:
         conf += " low"
-    key = "/".join(names[:4])
-    return (_cut(key, NARROW_CAPS[0], middle=True), _cut(names[4], NARROW_CAPS[1]),
-            _cut(format_ns(ranking[0].stats.median_ns), NARROW_CAPS[2]),
-            _cut(runner, NARROW_CAPS[3]), _cut(conf, NARROW_CAPS[4]))
+    key, winner = "/".join(names[:4]), names[4]
+    median = format_ns(ranking[0].stats.median_ns)
+    caps = NARROW_CAPS
+    return (key if len(key) <= caps[0] else _cut(key, caps[0], middle=True),
+            winner if len(winner) <= caps[1] else _cut(winner, caps[1]),
+            median if len(median) <= caps[2] else _cut(median, caps[2]),
+            runner if len(runner) <= caps[3] else _cut(runner, caps[3]),
+            conf if len(conf) <= caps[4] else _cut(conf, caps[4]))
 
 
 _CELLS = "\x00"  # never in an escaped cell
@@ -166,18 +170,18 @@ class _ShownBlock(NamedTuple):
     paired: bool
 
 
-def _table_lines(rows: Iterable[Sequence[str]]) -> tuple[list[str], list[int]]:
+def _table_lines(rows: Iterable[Sequence[str]], *, escaped: bool = False
+                 ) -> tuple[list[str], list[int]]:
     """Each row kept as one string until every width is known (a million rows as lists
-    of cells would double ``show``'s memory), and the widest cell of each column."""
-    widths: list[int] = []
-    lines: list[str] = []
-    for row in rows:
-        # one C call checks the whole row: most rows have nothing to escape
-        cells = list(row) if "".join(row).isprintable() else list(map(escape, row))
-        lengths = list(map(len, cells))
-        widths = list(map(max, widths, lengths)) if widths else lengths
-        lines.append(_CELLS.join(cells))
-    return lines, widths
+    of cells would double ``show``'s memory), and the widest cell of each column.
+    ``escaped``: the rows' cells need no escape (else each row is checked)."""
+    # one C call checks a whole row: most rows have nothing to escape
+    cells = list(rows) if escaped else [
+        row if "".join(row).isprintable() else tuple(map(escape, row)) for row in rows]
+    if not cells:
+        return [], []
+    return (list(map(_CELLS.join, cells)),
+            [max(map(len, column)) for column in zip(*cells, strict=True)])
 
 
 def _print_blocks(blocks: Sequence[tuple[list[str], list[int]]], out: TextIO) -> None:
@@ -221,8 +225,10 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         if args.device is not None or args.op is not None:
             block = [e for e in block if _shown(args, e)]
         lows = list(map(_LOW, block))
-        rows = map(_show_row, block) if wide else map(_narrow_row, block, lows)
-        lines, widths = _table_lines(rows)
+        if wide:
+            lines, widths = _table_lines(map(_show_row, block))
+        else:
+            lines, widths = _table_lines(map(_narrow_row, block, lows), escaped=True)
         return _ShownBlock(lines, widths, set(map(_DEVICE, block)), lows.count(True),
                            any(map(_paired_only, block)))
 
