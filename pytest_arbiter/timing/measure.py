@@ -7,6 +7,8 @@ its timer, a comparison reads :class:`Clocks` (wall and CPU time) to budget its 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import gc
 import math
 import random
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import msgspec
+import numpy as np
 
 from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing.watchdog import watched_calls
@@ -110,10 +113,10 @@ class LatencyStats(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=
             raise ValueError("no samples to summarise")
         ordered = sorted(samples)
         if len(ordered) >= 2:
-            q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+            q1, q3 = _quartile(ordered, 1), _quartile(ordered, 3)
         else:
             q1 = q3 = ordered[0]
-        return cls(statistics.median(ordered), ordered[0], q1, q3, ordered[-1], len(ordered))
+        return cls(_sorted_median(ordered), ordered[0], q1, q3, ordered[-1], len(ordered))
 
     @property
     def spread(self) -> float:
@@ -138,6 +141,19 @@ class LatencyStats(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=
         return cls(float(data["median_ns"]), float(data["min_ns"]), float(data["q1_ns"]),
                    float(data["q3_ns"]), float(data.get("max_ns", data["q3_ns"])),
                    int(data["samples"]))
+
+
+def _sorted_median(ordered: Sequence[float]) -> float:
+    """``statistics.median`` of data already sorted, by its own formula (no second sort)."""
+    half, odd = divmod(len(ordered), 2)
+    return ordered[half] if odd else (ordered[half - 1] + ordered[half]) / 2
+
+
+def _quartile(ordered: Sequence[float], i: int) -> float:
+    """The ``i``-th of ``statistics.quantiles(ordered, n=4, method="inclusive")``, by its
+    own formula, of at least two sorted values (no copy, no sort)."""
+    j, delta = divmod(i * (len(ordered) - 1), 4)
+    return (ordered[j] * (4 - delta) + ordered[j + 1] * delta) / 4
 
 
 def _whole(value: float) -> float:
@@ -250,6 +266,7 @@ class Comparison:
     discarded: int = 0
 
 
+@functools.lru_cache(maxsize=4096)
 def _sign_test_p(wins: int, trials: int) -> float:
     """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
     if trials == 0:
@@ -309,13 +326,19 @@ def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
     return contest.outcome(dict(tiers or {}))
 
 
+_Runner = Callable[[Callable[[Callable[[], object]], float], Callable[[], object]], float]
+"""The watchdog's runner (:func:`~pytest_arbiter.timing.watchdog.watched_calls`) as a
+comparison calls it: ``run(timer.sample, fn)``, the call's nanoseconds."""
+
+
 class _Contest:
     """One comparison's state: who is still timed, who failed or crawled, the rounds kept.
 
     Every call is timed (warmup calls too, so a crawler is caught on its first call)
-    under the watchdog, outside the timer's interval. Pairwise win counts are kept as
-    the rounds come in, so the per-round stop test costs O(candidates^2), not
-    O(rounds): the bookkeeping stays small beside the budget.
+    under the watchdog, outside the timer's interval. The bookkeeping stays small beside
+    the kernels: pairwise win counts are kept in NumPy as the rounds come in (one
+    vectorised update a round, :class:`_Wins`), the sign test is read from a table of
+    the wins it needs, and the kept rounds' times are held sorted for their median.
     """
 
     def __init__(self, fns: Mapping[str, Callable[[], object]], pol: ComparePolicy,
@@ -330,6 +353,8 @@ class _Contest:
         self.discarded_cpu = 0
         self.names = list(fns)
         self.alive = list(self.names)
+        self.out: set[str] = set()
+        """The names no longer in ``alive`` (failed, declined or dropped): a set to test."""
         self.failed: dict[str, str] = {}
         self.declined: dict[str, str] = {}
         self.declines: tuple[type[BaseException], ...] = ()
@@ -341,10 +366,11 @@ class _Contest:
         self.warm = 0.0
         self.timed = 0.0
         # a call over crawl_factor x the budget makes its candidate a suspect, checked
-        # after every later call too (a faster call elsewhere may convict it)
+        # after every later call too (a faster call elsewhere may convict it); each
+        # candidate's fastest and slowest call are kept from the first suspect on
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
-        self.watched: Callable[[Callable[[], float]], float] = lambda f: f()
+        self.watched: _Runner = lambda sample, fn: sample(fn)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
     def elapsed(self) -> float:
@@ -380,22 +406,30 @@ class _Contest:
 
     def call(self, name: str) -> float | None:
         """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
-        fn, sample = self.fns[name], self.clock.sample
         try:
-            took = self.watched(lambda: sample(fn))
+            took = self.watched(self.clock.sample, self.fns[name])
         except (Exception, CallTimeout) as exc:
             self.alive.remove(name)
+            self.out.add(name)
             if isinstance(exc, self.declines):
                 self.declined[name] = str(exc)
             else:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None
         self.calls[name].append(took)
-        self.fastest[name] = min(took, self.fastest.get(name, took))
-        self.slowest[name] = max(took, self.slowest.get(name, took))
-        if took > self.crawl_ns:
-            self.suspects = True
         if self.suspects:
+            # min(took, fastest) and max(took, slowest), as the builtins pick them
+            if not self.fastest.get(name, took) < took:
+                self.fastest[name] = took
+            if not self.slowest.get(name, took) > took:
+                self.slowest[name] = took
+            self._drop_crawlers()
+        elif took > self.crawl_ns:
+            # the first suspect: each call's extremes are kept from here on, and the
+            # calls so far give them (no bookkeeping per call while nobody crawls)
+            self.suspects = True
+            self.fastest = {n: min(c) for n, c in self.calls.items() if c}
+            self.slowest = {n: max(c) for n, c in self.calls.items() if c}
             self._drop_crawlers()
         return took
 
@@ -411,6 +445,7 @@ class _Contest:
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
             if others and slowest > factor * min(others):
                 self.alive.remove(name)
+                self.out.add(name)
                 self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "
                                       f"the {self.pol.budget_s:g} s budget and {factor:g}x "
                                       f"another candidate's {_human_ns(min(others))}")
@@ -419,57 +454,58 @@ class _Contest:
         """Time interleaved rounds into ``kept`` until a stop rule fires."""
         pol = self.pol
         shuffle = random.Random(pol.seed)
-        index = {n: i for i, n in enumerate(self.names)}
-        wins = [[0] * len(self.names) for _ in self.names]
-        round_times: list[float] = []
+        wins = _Wins(self.names)
+        round_times: list[float] = []  # the kept rounds' costs, sorted
         order = list(range(len(self.names)))
         while self.alive:
-            if self._enough(wins, index, round_times):
+            if self._enough(wins, round_times):
                 break
             round_start = self.wall()
             cpu_start = self.cpu() if self.cpu is not None else 0
             shuffle.shuffle(order)
-            times: dict[str, float] = {}
-            whole = True
-            for i in order:
-                name = self.names[i]
-                if name not in self.alive:
-                    continue
-                took = self.call(name)
-                if took is None:
-                    # a candidate raised: the round is void for everyone
-                    whole = False
-                    break
-                times[name] = took
-            self.timed += sum(times.values())
-            if not whole or not times:
+            times = self._round(order)
+            if times is None:
                 continue
             wall = float(self.wall() - round_start)
             if self.discard(wall, cpu_start):
                 continue  # preempted: timed again, as if it never ran
-            round_times.append(max(wall, sum(times.values())))
+            bisect.insort(round_times, max(wall, sum(times.values())))
             self.kept.append(times)
             if self.on_round is not None and self.on_round(times):
                 break
-            for a, ta in times.items():
-                row = wins[index[a]]
-                for b, tb in times.items():
-                    if ta < tb:
-                        row[index[b]] += 1
-            live = [index[n] for n in self.alive]
-            if (pol.alpha > 0 and len(live) > 1 and len(self.kept) >= pol.min_rounds
-                    and _leader_p(wins, live, len(self.kept)) < pol.alpha):
-                break  # a clear gap
+            wins.add(times)
+            rounds = len(self.kept)
+            if pol.alpha > 0 and len(self.alive) > 1 and rounds >= pol.min_rounds:
+                needed = _wins_needed(rounds, pol.alpha)
+                if needed <= rounds and wins.leader_record(self.alive) >= needed:
+                    break  # a clear gap
 
-    def _enough(self, wins: list[list[int]], index: Mapping[str, int],
-                round_times: list[float]) -> bool:
+    def _round(self, order: Sequence[int]) -> dict[str, float] | None:
+        """Time each live candidate once in ``order``: their times, or None for a void
+        round (a candidate raised, or none was left to time)."""
+        times: dict[str, float] = {}
+        whole = True
+        for i in order:
+            name = self.names[i]
+            if name in self.out:
+                continue
+            took = self.call(name)
+            if took is None:
+                # a candidate raised: the round is void for everyone
+                whole = False
+                break
+            times[name] = took
+        self.timed += sum(times.values())
+        return times if whole and times else None
+
+    def _enough(self, wins: _Wins, round_times: list[float]) -> bool:
         """Whether to stop before the next round (the rules of :class:`ComparePolicy`)."""
         pol, rounds = self.pol, len(self.kept)
         if rounds == 0:
             return False
         # the next round's cost: the median round (so one preempted round does not end
         # the comparison early); before three rounds, the sum of each one's median call
-        typical = (statistics.median(round_times) if len(round_times) >= 3 else
+        typical = (_sorted_median(round_times) if len(round_times) >= 3 else
                    sum(statistics.median(self.calls[n]) for n in self.alive))
         spent = self.elapsed()
         if spent + 1.5 * typical > pol.cap_s * 1e9:
@@ -482,8 +518,8 @@ class _Contest:
         if (rounds < pol.min_rounds
                 or self.budget_spent() + 3.0 * typical <= pol.budget_s * 1e9):
             return False
-        live = [index[n] for n in self.alive]
-        return _leader_p(wins, live, rounds) < pol.confident_p
+        needed = _wins_needed(rounds, pol.confident_p)
+        return needed <= rounds and wins.leader_record(self.alive) >= needed
 
     def samples(self, name: str) -> list[float]:
         """The kept rounds' times of ``name``; for a crawler with none, every call it
@@ -558,11 +594,40 @@ class _Contest:
         return statistics.median(self.samples(name)) / lead if lead > 0 else 1.0
 
 
-def _leader_p(wins: list[list[int]], live: list[int], rounds: int) -> float:
-    """The sign test's p-value of the candidate whose weakest pairwise record is best,
-    against its closest competitor."""
-    weakest = max(min(wins[i][j] for j in live if j != i) for i in live)
-    return _sign_test_p(weakest, rounds)
+class _Wins:
+    """Pairwise win counts over the kept rounds: ``counts[a, b]`` rounds in which ``a``
+    was faster than ``b``, both timed. One NumPy update a round instead of a Python
+    loop over every pair."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.counts = np.zeros((len(self.names), len(self.names)), dtype=np.int64)
+
+    def add(self, times: Mapping[str, float]) -> None:
+        """Count one kept round: NaN for a candidate not in it, which wins no pair and
+        loses none (every comparison with NaN is false)."""
+        row = np.array([times.get(n, math.nan) for n in self.names], dtype=np.float64)
+        self.counts += row[:, None] < row[None, :]
+
+    def leader_record(self, live: Sequence[str]) -> int:
+        """The weakest pairwise record (fewest wins against any other live candidate) of
+        the live candidate whose weakest record is best; at least two live."""
+        at = [self.index[n] for n in live]
+        among = self.counts[np.ix_(at, at)]
+        np.fill_diagonal(among, np.iinfo(np.int64).max)
+        return int(among.min(axis=1).max())
+
+
+@functools.lru_cache(maxsize=4096)
+def _wins_needed(trials: int, below: float) -> int:
+    """The fewest wins of ``trials`` paired rounds whose sign-test p-value is under
+    ``below`` (``trials + 1`` when none is). The p-value only falls as the wins grow, so
+    a record has ``p < below`` exactly when it has at least this many wins."""
+    needed = trials + 1
+    while needed > 0 and _sign_test_p(needed - 1, trials) < below:
+        needed -= 1
+    return needed
 
 
 def _human_ns(ns: float) -> str:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from pytest_arbiter.errors import CallTimeout
 
+A = TypeVar("A")
 T = TypeVar("T")
 
 def watchdog_available() -> bool:
@@ -183,13 +184,14 @@ def watch_session(seconds: float | None) -> Iterator[None]:
             _watch.session = False
 
 
-def _unwatched(fn: Callable[[], T]) -> T:
-    return fn()
+def _unwatched(fn: Callable[[A], T], arg: A) -> T:
+    return fn(arg)
 
 
 @contextlib.contextmanager
-def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]], T]]:
-    """A runner that calls each function it is given under a ``seconds`` watchdog.
+def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[A], T], A], T]]:
+    """A runner that calls ``fn(arg)`` for each ``(fn, arg)`` it is given under a
+    ``seconds`` watchdog (the argument spares a timing loop a closure per call).
 
     For many short calls (the timed rounds): the handler is installed once for the
     body, and each call only sets its deadline; the timer is set once, and again only
@@ -201,14 +203,18 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[], T]],
     if seconds is None or seconds <= 0 or not watchdog_available():
         yield _unwatched
         return
-    limit = seconds
+    limit, watch, monotonic = seconds, _watch, time.monotonic
 
-    def watched(fn: Callable[[], T]) -> T:
-        _start_call(limit)
+    def watched(fn: Callable[[A], T], arg: A) -> T:
+        # _start_call and _end_call inlined: this runs once per timed call
+        now = monotonic()
+        watch.limit, watch.deadline = limit, now + limit
+        if not watch.ticking:
+            _tick(now)
         try:
-            return fn()
+            return fn(arg)
         finally:
-            _end_call()
+            watch.limit = None
 
     with _installed():
         yield watched
