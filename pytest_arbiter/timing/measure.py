@@ -363,6 +363,7 @@ class _Contest:
         self.fastest: dict[str, float] = {}
         self.slowest: dict[str, float] = {}
         self.kept: list[dict[str, float]] = []
+        self.summaries: dict[str, LatencyStats] = {}
         self.warm = 0.0
         self.timed = 0.0
         # a call over crawl_factor x the budget makes its candidate a suspect, checked
@@ -527,6 +528,14 @@ class _Contest:
         kept = [r[name] for r in self.kept if name in r]
         return kept or list(self.calls[name])
 
+    def stats_of(self, name: str) -> LatencyStats:
+        """The statistics of :meth:`samples`, summarised once per name: the rounds are
+        over when they are asked for."""
+        found = self.summaries.get(name)
+        if found is None:
+            found = self.summaries[name] = LatencyStats.of(self.samples(name))
+        return found
+
     def outcome(self, tier_of: Mapping[str, int]) -> Comparison:
         """Rank the finishers as the rounds say, then the crawlers after them."""
         spent = float(self.wall() - self.started)
@@ -552,7 +561,7 @@ class _Contest:
         else:
             ranked, ratios, tie, p_worst = self._rank(finishers, tier_of)
             confidence = 1.0 - p_worst
-        stats = {n: LatencyStats.of(self.samples(n)) for n in ranked + crawlers}
+        stats = {n: self.stats_of(n) for n in ranked + crawlers}
         pick = ranked[0]
         for n in ranked + crawlers:
             if n not in ratios:
@@ -566,13 +575,15 @@ class _Contest:
               ) -> tuple[list[str], dict[str, float], bool, float]:
         """The paired-ratio ranking of candidates timed in every kept round, the tie rule
         applied: ranking, ratios to the pick, tie, the sign test's worst p-value."""
-        samples = {n: [r[n] for r in self.kept] for n in names}
-        stats = {n: LatencyStats.of(samples[n]) for n in names}
-        leader = _paired_leader(names, samples)
-        ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
+        # each was timed in every kept round: its samples are its column
+        stats = {n: self.stats_of(n) for n in names}
+        table = np.array([[r[n] for n in names] for r in self.kept], dtype=np.float64)
+        lead = _paired_leader(table, [stats[n].median_ns for n in names])
+        ratios = dict(zip(names, _paired_ratios(table, lead).tolist(), strict=True))
+        leader = names[lead]
         ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
                                               -tier_of.get(n, 0), n))
-        p_worst = _worst_p(leader, names, samples)
+        p_worst = _worst_p(table, lead)
         runner_up = ranked[1]
         tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
         if tie:
@@ -581,7 +592,8 @@ class _Contest:
             ranked.remove(preferred)
             ranked.insert(0, preferred)
             if preferred != leader:
-                ratios = {n: _paired_ratio(samples[n], samples[preferred]) for n in names}
+                ratios = dict(zip(names, _paired_ratios(table, names.index(preferred)).tolist(),
+                                  strict=True))
         return ranked, ratios, tie, p_worst
 
     def _ratio_to(self, name: str, pick: str) -> float:
@@ -603,6 +615,12 @@ class _Wins:
         self.names = list(names)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.counts = np.zeros((len(self.names), len(self.names)), dtype=np.int64)
+        # nobody beats themself, so the diagonal never counts: set out of reach, a row's
+        # minimum is its record against the others
+        np.fill_diagonal(self.counts, 2**62)
+        self._among: tuple[int, tuple[np.ndarray, ...]] | None = None
+        """The live candidates' rows and columns, by how many are live (they only
+        ever leave, so the count names the set)."""
 
     def add(self, times: Mapping[str, float]) -> None:
         """Count one kept round: NaN for a candidate not in it, which wins no pair and
@@ -613,9 +631,11 @@ class _Wins:
     def leader_record(self, live: Sequence[str]) -> int:
         """The weakest pairwise record (fewest wins against any other live candidate) of
         the live candidate whose weakest record is best; at least two live."""
-        at = [self.index[n] for n in live]
-        among = self.counts[np.ix_(at, at)]
-        np.fill_diagonal(among, np.iinfo(np.int64).max)
+        among = self.counts
+        if len(live) < len(self.names):
+            if self._among is None or self._among[0] != len(live):
+                self._among = (len(live), np.ix_(*[[self.index[n] for n in live]] * 2))
+            among = among[self._among[1]]
         return int(among.min(axis=1).max())
 
 
@@ -638,30 +658,37 @@ def _human_ns(ns: float) -> str:
     return f"{ns:.3g} ns"
 
 
-def _paired_leader(names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> str:
-    """The candidate that no other beats on the median paired ratio."""
-    leader = min(names, key=lambda n: statistics.median(samples[n]))
-    for _ in range(len(names)):
-        challenger = min(names, key=lambda n: _paired_ratio(samples[n], samples[leader]))
-        if challenger == leader or _paired_ratio(samples[challenger], samples[leader]) >= 1.0:
+def _paired_leader(table: np.ndarray, medians: Sequence[float]) -> int:
+    """The column (candidate) of ``table`` (rounds x candidates) that no other beats on
+    the median paired ratio, starting from the lowest median (the first, on a tie)."""
+    leader = min(range(len(medians)), key=medians.__getitem__)
+    for _ in range(len(medians)):
+        ratios = _paired_ratios(table, leader)
+        challenger = int(np.argmin(ratios))  # the first of equal ratios, as min() picks
+        if challenger == leader or ratios[challenger] >= 1.0:
             return leader
         leader = challenger
     return leader
 
 
-def _paired_ratio(mine: Sequence[float], leader: Sequence[float]) -> float:
-    """Median over rounds of my time over the leader's time in the same round."""
-    pairs = [m / lead for m, lead in zip(mine, leader, strict=True) if lead > 0]
-    return statistics.median(pairs) if pairs else 1.0
+def _paired_ratios(table: np.ndarray, leader: int) -> np.ndarray:
+    """Each column's median over rounds of its time over column ``leader``'s time in the
+    same round, the rounds where the leader took no time left out (1 with none left).
+    ``np.median`` takes the middle value, or the two middle values' sum over 2: the
+    ``statistics.median`` of the same ratios, bit for bit."""
+    lead = table[:, leader]
+    timed = lead > 0
+    if not timed.any():
+        return np.ones(table.shape[1])
+    if not timed.all():
+        table, lead = table[timed], lead[timed]
+    result: np.ndarray = np.median(table / lead[:, None], axis=0)
+    return result
 
 
-def _worst_p(leader: str, names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> float:
-    """The sign test's p-value of ``leader`` against its closest competitor."""
-    worst = 0.0
-    lead = samples[leader]
-    for other in names:
-        if other == leader:
-            continue
-        wins = sum(1 for a, b in zip(lead, samples[other], strict=True) if a < b)
-        worst = max(worst, _sign_test_p(wins, len(lead)))
-    return worst
+def _worst_p(table: np.ndarray, leader: int) -> float:
+    """The sign test's p-value of column ``leader`` against its closest competitor."""
+    wins = (table[:, leader][:, None] < table).sum(axis=0).tolist()
+    rounds = table.shape[0]
+    return max((_sign_test_p(w, rounds) for i, w in enumerate(wins) if i != leader),
+               default=0.0)
