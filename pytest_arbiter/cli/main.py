@@ -37,10 +37,18 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
 
 def format_ns(ns: float) -> str:
+    """A latency to three significant digits, in the unit that reads best (``4.00 ms``
+    beside ``13.5 us``, never ``4 ms``)."""
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.3g} ns"
+            return f"{_three_digits(ns / scale)} {unit}"
+    return f"{_three_digits(ns)} ns"
+
+
+def _three_digits(value: float) -> str:
+    if round(value, 1) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if round(value, 2) >= 10 else f"{value:.2f}"
 
 
 def _key_text(key: Sequence[str]) -> str:
@@ -146,15 +154,35 @@ def _narrow_row(e: CacheEntry, low: bool) -> tuple[str, ...]:
         conf += " tie,low" if low else " tie"
     elif low:
         conf += " low"
-    key, winner = "/".join(names[:4]), names[4]
+    winner = names[4]
     median = format_ns(ranking[0].stats.median_ns)
     caps = NARROW_CAPS
-    return (key if len(key) <= caps[0] else _cut(key, caps[0], middle=True),
+    return (_key_cell(*names[:4]),
             winner if len(winner) <= caps[1] else _cut(winner, caps[1]),
             median if len(median) <= caps[2] else _cut(median, caps[2]),
             runner if len(runner) <= caps[3] else _cut(runner, caps[3]),
             conf if len(conf) <= caps[4] else _cut(conf, caps[4]))
 
+
+def _key_cell(device: str, op: str, bucket: str, dtype: str) -> str:
+    """``device/op/bucket/dtype`` in the key column. Too long, the device tag and the op
+    are cut first (a long CPU tag is the same on every row of a runner): the bucket and
+    dtype, what tells one row from the next, stay whole while they fit."""
+    key = f"{device}/{op}/{bucket}/{dtype}"
+    width = NARROW_CAPS[0]
+    if len(key) <= width:
+        return key
+    tail = f"{bucket}/{dtype}"
+    room = width - len(tail) - 2  # the two slashes
+    if room < 2 * MIN_KEY_PART:
+        return _cut(key, width, middle=True)
+    op_width = max(min(len(op), room - MIN_KEY_PART), room // 2)
+    op_width = min(op_width, len(op))
+    return f"{_cut(device, room - op_width)}/{_cut(op, op_width)}/{tail}"
+
+
+MIN_KEY_PART = 6
+"""The fewest characters a cut device tag or op keeps in ``show``'s key column."""
 
 _CELLS = "\x00"  # never in an escaped cell
 
@@ -244,10 +272,16 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, PAIRED_NOTE)
     devices = sorted(set().union(*(b.devices for b in blocks)))
     low = sum(b.low for b in blocks)
-    _say(out, f"{count} entries on {len(devices)} devices ({', '.join(devices)})"
-         + (f"; {low} low-confidence (the next --arbiter-tune measures them again)"
-            if low else ""))
+    _say(out, f"{_count(count, 'entry', 'entries')} on "
+         f"{_count(len(devices), 'device')} ({', '.join(devices)})")
+    if low:
+        _say(out, f"{_count(low, 'entry', 'entries')} low-confidence: the next "
+             "--arbiter-tune measures them again")
     return EXIT_OK
+
+
+def _count(n: int, noun: str, many: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
 
 
 _LOW = attrgetter("low_confidence")
@@ -256,7 +290,7 @@ _DEVICE = attrgetter("device")
 
 def _shown(args: argparse.Namespace, e: CacheEntry) -> bool:
     """Whether ``show``'s ``--device`` and ``--op`` pick ``e``."""
-    return ((args.device is None or e.device == args.device)
+    return ((args.device is None or args.device in (e.device, e.target))
             and (args.op is None or e.op == args.op))
 
 

@@ -117,7 +117,9 @@ def _add_cache_commands(sub: Subparsers, commands: Mapping[str, Command]) -> Non
     show.add_argument("cache", metavar="CACHE", help="a cache artifact (JSON)")
     show.add_argument("--json", action="store_true",
                       help="print the entries as JSON (self-contained, one object each)")
-    show.add_argument("--device", help="only entries of this device tag")
+    show.add_argument("--device", metavar="TAG",
+                      help="only entries of this device tag, or of this target (cpu, "
+                           "nvidia, amd: all its devices)")
     show.add_argument("--op", help="only entries of this op")
     show.add_argument("--wide", action="store_true",
                       help="every column (target, samples, spread, host, measured), "

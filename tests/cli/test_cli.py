@@ -75,8 +75,8 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
     assert code == 0
     lines = text.splitlines()
     assert lines[0].split()[:6] == ["device", "target", "op", "bucket", "dtype", "winner"]
-    assert "wmma" in lines[2] and "cublas +50.0%" in lines[2] and "1 us" in lines[2]
-    assert lines[-1] == "2 entries on 1 devices (sm_90)"
+    assert "wmma" in lines[2] and "cublas +50.0%" in lines[2] and "1.00 us" in lines[2]
+    assert lines[-1] == "2 entries on 1 device (sm_90)"
     code, text = run("show", "--json", path)
     data = json.loads(text)
     assert code == 0 and [d["winner"] for d in data] == ["cublas", "wmma"]
@@ -86,18 +86,29 @@ def test_show_prints_a_table_and_json(tmp_path: Path) -> None:
 
 def test_show_with_a_filter_that_matches_nothing_names_what_the_file_holds(
         tmp_path: Path) -> None:
-    """A user passes the target (``cpu``) where the tag is longer: the output says the
-    filter matched nothing and which devices and ops there are, not "no entries"."""
+    """A filter that matches nothing says so, and which devices and ops there are, not
+    "no entries"; ``--device`` takes a target (``cpu``) for all its devices, whose tags
+    are longer; a long tag is cut before the bucket and dtype in the key column."""
+    import msgspec
+
     from tests.factories import cache_entry
 
     path = tmp_path / "c.json"
-    artifacts.write_cache(path, MeasureCache([cache_entry(device="cpu-x86_64-some-cpu")]))
-    code, text = run("show", "--device", "cpu", path)
+    tag = "cpu-x86_64-intel-r-xeon-r-processor"
+    artifacts.write_cache(path, MeasureCache([
+        msgspec.structs.replace(cache_entry(device=tag, bucket=f"a2.1-b3.{n}"),
+                                op="scaled_matmul") for n in range(2)]))
+    code, text = run("show", "--device", "gpu", path)
     assert code == 0
-    assert text.strip() == (f"{path}: no entry matches --device cpu (devices: "
-                            "cpu-x86_64-some-cpu; ops: matmul)")
-    code, text = run("show", "--op", "matmul", "--device", "cpu-x86_64-some-cpu", path)
-    assert code == 0 and "1 entries" in text
+    assert text.strip() == (f"{path}: no entry matches --device gpu (devices: "
+                            f"{tag}; ops: scaled_matmul)")
+    for device in ("cpu", tag):
+        code, text = run("show", "--op", "scaled_matmul", "--device", device, path)
+        assert code == 0 and "2 entries on 1 device" in text
+        keys = [line.split()[0] for line in text.splitlines()[1:3]]
+        assert [k.rsplit("/", 2)[1:] for k in keys] == [["a2.1-b3.0", "float32"],
+                                                        ["a2.1-b3.1", "float32"]]
+        assert all("/scaled_matmul/" in k and len(k) <= 44 for k in keys)
 
 
 def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
@@ -188,7 +199,7 @@ def test_diff_names_changed_winners_and_by_how_much(tmp_path: Path) -> None:
         ranked_entry("k", "cublas", "wmma", medians=(800.0, 1200.0)), ranked_entry("added", "x")]))
     code, text = run("diff", old, new)
     assert code == 0
-    assert ("changed sm_90/nvidia/matmul/k/float16: wmma (1 us) -> cublas (800 ns, -20.0%); "
+    assert ("changed sm_90/nvidia/matmul/k/float16: wmma (1.00 us) -> cublas (800 ns, -20.0%); "
             "wmma now +50.0% slower") in text
     assert "added sm_90/nvidia/matmul/added/float16: x" in text
     assert "removed sm_90/nvidia/matmul/gone/float16: x" in text

@@ -1,8 +1,9 @@
 """The store's commands on a realistic 10,000-entry corpus print, and write, byte for byte
 what they did before the streamed reads, diff and merge (the digests were taken from
-that code): ``show`` (narrow, wide, JSON, filtered), ``diff`` both ways, ``merge`` (with
-and without conflicts, and the merged files), ``forget`` (dry runs and one that
-writes)."""
+that code, then again when latencies began to print three significant digits and the
+summary line its singulars): ``show`` (narrow, wide, JSON, filtered), ``diff`` both
+ways, ``merge`` (with and without conflicts, and the merged files), ``forget`` (dry runs
+and one that writes)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ from tests.factories import ROOT
 
 DIGESTS = {
     "file a": (0, "22dfe135be8ea17b3e4b505d958c8462eea14df6a9b7f25f3c0ce8520573006e"),
-    "show": (0, "220fec87bf81df4803d06604bfeeeefb96a4ae1fd59538419d9478040ca0ea76"),
-    "show --wide": (0, "22cb24db79441977ad995f31f5d803dfda6aad1d863e0a2902592c57d345450d"),
+    "show": (0, "e57b7581b303ce6362a70a86731aa3749a46d1fce2ca57e9763e37a4f1bed6fe"),
+    "show --wide": (0, "e01358c64ad37f567243a841ae5ac682c134d15055905d4665ed30d393fe8636"),
     "show --json": (0, "be35d42a602ec47a6e49d9542c37ae1f80f8cf46bd3e4d309617c43520568bde"),
     "show --device --op": (
-        0, "2806080841455cf500bab76670c3d59449ba81be2a6dc02934deb6a4a3793cd9"),
-    "diff a b": (0, "4762d2ee318153996621b31e7a04a44d5ea7ef8bf7d90d658c1673031ae0799e"),
-    "diff b a": (0, "5be392a40912b891a6d60fd8a888e731af9817c689a345a09e1a1e3569612fce"),
+        0, "c76be311a34dadf62037c4fd94c96689ac1b7ba763b28179f03d451d705a2b1e"),
+    "diff a b": (0, "06904880af5dc8500c8f27427270072c3a4ad7da5faacf0835d6b5384ed50630"),
+    "diff b a": (0, "4d63a3b3e56e95b83e4a707947e1e1262605078b698c18e9c3d86ade1809b941"),
     "merge": (0, "79bbdb148b7328449b00bf959796120ee5f518f5a5a3aafe337283bc5b669ad7"),
     "merged file": (0, "54cd2c922405a140997e0b91acc559b0cfb4173c95457a9eebffc4ad6386944f"),
     "forget dry": (0, "87f499f627e92575101f8f12ea58ab345085e5447162a2db1650f6cdc515fdbb"),
