@@ -343,9 +343,10 @@ def _diff_line(change: WinnerChange | KeyChange) -> str:
         margin = change.margin
         beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
                 else f"; {change.old.winner} not timed in NEW")
+        low = "; new pick low-confidence" if change.new.low_confidence else ""
         return (f"changed {_key_text(change.key)}: {change.old.winner} "
                 f"({format_ns(change.old_ns)}) -> {change.new.winner} "
-                f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}")
+                f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}{low}")
     entry = change.entry
     if change.old is None:
         return (f"added {_key_text(plain_key(entry))}: {entry.winner} "

@@ -52,6 +52,13 @@ def test_show_and_diff_say_the_paired_ratio_that_ranked_the_rows(tmp_path: Path)
     out = io.StringIO()
     assert main(["diff", str(old), str(new)], out=out) == 0
     assert "cublas now +3.1% slower" in out.getvalue()
+    assert "low-confidence" not in out.getvalue()
+    artifacts.write_cache(new, MeasureCache([ranked_entry(
+        "m1", "wmma", "cublas", medians=(1000.0, 950.0), ratios=(1.0, 1.031),
+        confidence=0.6)]))
+    out = io.StringIO()
+    assert main(["diff", str(old), str(new)], out=out) == 0
+    assert "+3.1% slower; new pick low-confidence" in out.getvalue()
     (row,) = [r for r in artifacts.read_entries(new)[0].ranking if r.name == "cublas"]
     assert row.ratio == 1.031
     out = io.StringIO()

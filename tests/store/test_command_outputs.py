@@ -1,9 +1,9 @@
 """The store's commands on a realistic 10,000-entry corpus print, and write, byte for byte
 what they did before the streamed reads, diff and merge (the digests were taken from
-that code, then again when latencies began to print three significant digits and the
-summary line its singulars): ``show`` (narrow, wide, JSON, filtered), ``diff`` both
-ways, ``merge`` (with and without conflicts, and the merged files), ``forget`` (dry runs
-and one that writes)."""
+that code; again when latencies took three significant digits, the summary line its
+singulars and diff a mark on low-confidence picks): ``show`` (narrow, wide, JSON,
+filtered), ``diff`` both ways, ``merge`` (with and without conflicts, and the merged
+files), ``forget`` (dry runs and one that writes)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ DIGESTS = {
     "show --json": (0, "be35d42a602ec47a6e49d9542c37ae1f80f8cf46bd3e4d309617c43520568bde"),
     "show --device --op": (
         0, "c76be311a34dadf62037c4fd94c96689ac1b7ba763b28179f03d451d705a2b1e"),
-    "diff a b": (0, "06904880af5dc8500c8f27427270072c3a4ad7da5faacf0835d6b5384ed50630"),
-    "diff b a": (0, "4d63a3b3e56e95b83e4a707947e1e1262605078b698c18e9c3d86ade1809b941"),
+    "diff a b": (0, "88c5cee79f311a6071ab2091cba6ebfb634fd353c684f477c210ae7c61717f80"),
+    "diff b a": (0, "2a012920d0f57bb44aadc0edbb52817199ea767ebf182e7109e717c4f87d5860"),
     "merge": (0, "79bbdb148b7328449b00bf959796120ee5f518f5a5a3aafe337283bc5b669ad7"),
     "merged file": (0, "54cd2c922405a140997e0b91acc559b0cfb4173c95457a9eebffc4ad6386944f"),
     "forget dry": (0, "87f499f627e92575101f8f12ea58ab345085e5447162a2db1650f6cdc515fdbb"),
