@@ -126,7 +126,7 @@ def test_show_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> No
     assert max(map(len, lines[:-1])) <= 100, text  # the last line: the count, prose
     assert lines[0].split() == ["key", "winner", "median", "runner-up", "confidence"]
     row = next(line for line in lines if line.startswith("sm_90/matmul/128x128x128"))
-    assert "wmma" in row and "1 us" in row and "cublas +50.0%" in row
+    assert "wmma" in row and "1.00 us" in row and "cublas +50.0%" in row
     # the runner-up whose median is lower, ranked second by the paired rounds, is marked
     # and the mark explained
     row = next(line for line in lines if line.startswith("sm_90/matmul/64x64x64"))
