@@ -11,8 +11,8 @@ comparisons must agree, as must the sequence of calls made (the stop point).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -83,24 +83,26 @@ class Machine:
 
 
 US = 1_000
-# small and large scales: ties, clear gaps, and calls past the crawl threshold
-SCALES = st.sampled_from([1, 100, 1 * US, 50 * US, 1_000 * US, 200_000 * US])
+# small and large scales: ties, clear gaps, and (rarer) calls past the crawl threshold
+SCALES = st.sampled_from([1, 100, 1 * US, 1 * US, 50 * US, 50 * US, 1_000 * US, 200_000 * US])
 
 
 @st.composite
-def scripts(draw: st.DrawFn) -> Script:
+def scripts(draw: st.DrawFn, scales: st.SearchStrategy[int] = SCALES,
+            slowdowns: Sequence[int] = (2, 3, 10, 100, 1000)) -> Script:
     count = draw(st.integers(1, 7))
     names = [f"k{i}" for i in range(count)]
     times = {}
     for name in names:
-        scale = draw(SCALES)
+        scale = draw(scales)
         steps = draw(st.lists(st.integers(0, 12), min_size=1, max_size=40))
         times[name] = tuple(scale * (10 + s) if scale > 1 else s for s in steps)
     raisers = draw(st.lists(st.sampled_from(names), unique=True, max_size=2))
     raise_on = {n: draw(st.integers(0, 30)) for n in raisers}
     declines = frozenset(draw(st.lists(st.sampled_from(names), unique=True, max_size=1)))
-    preempted = frozenset(draw(st.lists(st.integers(0, 400), max_size=12)))
-    return Script(times, raise_on, declines, preempted, draw(st.sampled_from([2, 3, 10])))
+    preempted = frozenset(draw(st.lists(st.integers(0, 150), max_size=20)))
+    slowdown = draw(st.sampled_from(slowdowns))
+    return Script(times, raise_on, declines, preempted, slowdown)
 
 
 @st.composite
@@ -109,7 +111,7 @@ def policies(draw: st.DrawFn) -> ComparePolicy:
         warmup=draw(st.integers(0, 3)),
         min_rounds=draw(st.integers(0, 14)),
         max_rounds=draw(st.integers(0, 80)),
-        budget_s=draw(st.sampled_from([1e-6, 1e-4, 1e-3, 0.01, 0.04, 1.0])),
+        budget_s=draw(st.sampled_from([1e-6, 1e-4, 1e-3, 0.01, 0.04, 1.0, 1.0, 1.0])),
         cap_s=draw(st.sampled_from([1e-5, 0.01, 0.2, 2.0, float("inf")])),
         alpha=draw(st.sampled_from([0.0, 1e-3, 0.05, 0.5])),
         confident_p=draw(st.sampled_from([0.0, 0.01, 0.2, 1.0])),
@@ -157,19 +159,37 @@ def test_the_cheap_bookkeeping_decides_as_the_frozen_round_logic(
     assert new == old
 
 
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(script=scripts(st.sampled_from([1 * US, 50 * US]), (100, 1000)), policy=policies(),
+       budget_s=st.floats(1e-5, 0.05))
+def test_preempted_rounds_are_discarded_as_the_frozen_round_logic_discards_them(
+        script: Script, policy: ComparePolicy, budget_s: float) -> None:
+    """Calls of microseconds preempted at 100x or more, on the CPU clock, no cap in the
+    way, any budget: rounds discarded and timed again, the same ones in both, and the
+    budget's stop at the same round (a discarded round's time in no estimate)."""
+    policy = replace(policy, cap_s=float("inf"), budget_s=budget_s,
+                     max_discards=max(1, policy.max_discards))
+    new = _run(compare_latencies, script, policy, True, None, {})
+    old = _run(frozen_compare_latencies, script, policy, True, None, {})
+    assert new == old
+
+
 def test_many_candidates_and_long_comparisons_decide_as_the_frozen_round_logic() -> None:
     """Sixteen candidates, two hundred rounds, near ties: the win counts over many rounds
     and the stop rules at every round count agree."""
     for seed in range(12):
         times = {f"k{i}": tuple(1000 + ((i * 37 + c * (seed + 11)) % (50 + seed * 9))
                                 for c in range(97)) for i in range(16)}
-        script = Script(times, {}, frozenset(), frozenset({40, 41, 300}), 3)
+        # three calls preempted at 200x: their rounds discarded and timed again
+        script = Script(times, {}, frozenset(), frozenset({40, 41, 300}), 200)
         policy = ComparePolicy(min_rounds=7, max_rounds=200, budget_s=1.0, cap_s=10.0,
                                alpha=1e-3 if seed % 2 else 0.0, confident_p=0.01,
                                disable_gc=False, seed=seed)
         new = _run(compare_latencies, script, policy, True, None, {})
         old = _run(frozen_compare_latencies, script, policy, True, None, {})
         assert new == old
+        assert new[0]["discarded"] >= 1
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
@@ -188,3 +208,18 @@ def test_latency_stats_are_the_statistics_modules_median_and_quartiles(
     assert (got.median_ns, got.min_ns, got.q1_ns, got.q3_ns, got.max_ns, got.samples) == want
     assert [type(v) for v in want[:5]] == [type(v) for v in (got.median_ns, got.min_ns,
                                                               got.q1_ns, got.q3_ns, got.max_ns)]
+
+
+def test_a_burst_of_preempted_rounds_stays_out_of_the_next_rounds_cost() -> None:
+    """Three quiet rounds, then rounds 4 to 7 preempted at 1000x: discarded, their wall
+    time in no estimate of the next round's cost, so the budget stops both at the same
+    round (later than it would if the burst counted)."""
+    times = {"fast": (1 * US,), "slow": (2 * US,)}
+    script = Script(times, {}, frozenset(), frozenset(range(6, 14)), 1000)
+    policy = ComparePolicy(warmup=0, min_rounds=1, max_rounds=50, budget_s=30e-6,
+                           cap_s=float("inf"), alpha=0.0, confident_p=1.0,
+                           disable_gc=False, crawl_factor=1e6, max_discards=10)
+    new = _run(compare_latencies, script, policy, True, None, {})
+    old = _run(frozen_compare_latencies, script, policy, True, None, {})
+    assert new == old
+    assert new[0]["discarded"] == 4 and new[0]["rounds"] > 3
