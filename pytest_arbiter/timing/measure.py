@@ -8,9 +8,7 @@ its timer, a comparison reads :class:`Clocks` (wall and CPU time) to budget its 
 from __future__ import annotations
 
 import bisect
-import functools
 import gc
-import math
 import random
 import statistics
 import sys
@@ -23,6 +21,13 @@ import msgspec
 import numpy as np
 
 from pytest_arbiter.errors import CallTimeout
+from pytest_arbiter.timing.pairing import (
+    WinCounts,
+    paired_leader,
+    paired_ratios,
+    wins_needed,
+    worst_p,
+)
 from pytest_arbiter.timing.watchdog import watched_calls
 
 
@@ -266,17 +271,6 @@ class Comparison:
     discarded: int = 0
 
 
-@functools.lru_cache(maxsize=4096)
-def _sign_test_p(wins: int, trials: int) -> float:
-    """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
-    if trials == 0:
-        return 1.0
-    total = 0
-    for i in range(wins, trials + 1):
-        total += math.comb(trials, i)
-    return total / 2.0**trials
-
-
 def compare_latencies(fns: Mapping[str, Callable[[], object]], *,
                       tiers: Mapping[str, int] | None = None,
                       policy: ComparePolicy | None = None,
@@ -337,7 +331,7 @@ class _Contest:
     Every call is timed (warmup calls too, so a crawler is caught on its first call)
     under the watchdog, outside the timer's interval. The bookkeeping stays small beside
     the kernels: pairwise win counts are kept in NumPy as the rounds come in (one
-    vectorised update a round, :class:`_Wins`), the sign test is read from a table of
+    vectorised update a round, :class:`WinCounts`), the sign test is read from a table of
     the wins it needs, and the kept rounds' times are held sorted for their median.
     """
 
@@ -455,7 +449,7 @@ class _Contest:
         """Time interleaved rounds into ``kept`` until a stop rule fires."""
         pol = self.pol
         shuffle = random.Random(pol.seed)
-        wins = _Wins(self.names)
+        wins = WinCounts(self.names)
         round_times: list[float] = []  # the kept rounds' costs, sorted
         order = list(range(len(self.names)))
         while self.alive:
@@ -477,7 +471,7 @@ class _Contest:
             wins.add(times)
             rounds = len(self.kept)
             if pol.alpha > 0 and len(self.alive) > 1 and rounds >= pol.min_rounds:
-                needed = _wins_needed(rounds, pol.alpha)
+                needed = wins_needed(rounds, pol.alpha)
                 if needed <= rounds and wins.leader_record(self.alive) >= needed:
                     break  # a clear gap
 
@@ -499,7 +493,7 @@ class _Contest:
         self.timed += sum(times.values())
         return times if whole and times else None
 
-    def _enough(self, wins: _Wins, round_times: list[float]) -> bool:
+    def _enough(self, wins: WinCounts, round_times: list[float]) -> bool:
         """Whether to stop before the next round (the rules of :class:`ComparePolicy`)."""
         pol, rounds = self.pol, len(self.kept)
         if rounds == 0:
@@ -519,7 +513,7 @@ class _Contest:
         if (rounds < pol.min_rounds
                 or self.budget_spent() + 3.0 * typical <= pol.budget_s * 1e9):
             return False
-        needed = _wins_needed(rounds, pol.confident_p)
+        needed = wins_needed(rounds, pol.confident_p)
         return needed <= rounds and wins.leader_record(self.alive) >= needed
 
     def samples(self, name: str) -> list[float]:
@@ -578,12 +572,12 @@ class _Contest:
         # each was timed in every kept round: its samples are its column
         stats = {n: self.stats_of(n) for n in names}
         table = np.array([[r[n] for n in names] for r in self.kept], dtype=np.float64)
-        lead = _paired_leader(table, [stats[n].median_ns for n in names])
-        ratios = dict(zip(names, _paired_ratios(table, lead).tolist(), strict=True))
+        lead = paired_leader(table, [stats[n].median_ns for n in names])
+        ratios = dict(zip(names, paired_ratios(table, lead).tolist(), strict=True))
         leader = names[lead]
         ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
                                               -tier_of.get(n, 0), n))
-        p_worst = _worst_p(table, lead)
+        p_worst = worst_p(table, lead)
         runner_up = ranked[1]
         tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
         if tie:
@@ -592,7 +586,7 @@ class _Contest:
             ranked.remove(preferred)
             ranked.insert(0, preferred)
             if preferred != leader:
-                ratios = dict(zip(names, _paired_ratios(table, names.index(preferred)).tolist(),
+                ratios = dict(zip(names, paired_ratios(table, names.index(preferred)).tolist(),
                                   strict=True))
         return ranked, ratios, tie, p_worst
 
@@ -606,89 +600,9 @@ class _Contest:
         return statistics.median(self.samples(name)) / lead if lead > 0 else 1.0
 
 
-class _Wins:
-    """Pairwise win counts over the kept rounds: ``counts[a, b]`` rounds in which ``a``
-    was faster than ``b``, both timed. One NumPy update a round instead of a Python
-    loop over every pair."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = list(names)
-        self.index = {n: i for i, n in enumerate(self.names)}
-        self.counts = np.zeros((len(self.names), len(self.names)), dtype=np.int64)
-        # nobody beats themself, so the diagonal never counts: set out of reach, a row's
-        # minimum is its record against the others
-        np.fill_diagonal(self.counts, 2**62)
-        self._among: tuple[int, tuple[np.ndarray, ...]] | None = None
-        """The live candidates' rows and columns, by how many are live (they only
-        ever leave, so the count names the set)."""
-
-    def add(self, times: Mapping[str, float]) -> None:
-        """Count one kept round: NaN for a candidate not in it, which wins no pair and
-        loses none (every comparison with NaN is false)."""
-        row = np.array([times.get(n, math.nan) for n in self.names], dtype=np.float64)
-        self.counts += row[:, None] < row[None, :]
-
-    def leader_record(self, live: Sequence[str]) -> int:
-        """The weakest pairwise record (fewest wins against any other live candidate) of
-        the live candidate whose weakest record is best; at least two live."""
-        among = self.counts
-        if len(live) < len(self.names):
-            if self._among is None or self._among[0] != len(live):
-                self._among = (len(live), np.ix_(*[[self.index[n] for n in live]] * 2))
-            among = among[self._among[1]]
-        return int(among.min(axis=1).max())
-
-
-@functools.lru_cache(maxsize=4096)
-def _wins_needed(trials: int, below: float) -> int:
-    """The fewest wins of ``trials`` paired rounds whose sign-test p-value is under
-    ``below`` (``trials + 1`` when none is). The p-value only falls as the wins grow, so
-    a record has ``p < below`` exactly when it has at least this many wins."""
-    needed = trials + 1
-    while needed > 0 and _sign_test_p(needed - 1, trials) < below:
-        needed -= 1
-    return needed
-
-
 def _human_ns(ns: float) -> str:
     """A duration in nanoseconds, in the unit that reads best."""
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= scale:
             return f"{ns / scale:.3g} {unit}"
     return f"{ns:.3g} ns"
-
-
-def _paired_leader(table: np.ndarray, medians: Sequence[float]) -> int:
-    """The column (candidate) of ``table`` (rounds x candidates) that no other beats on
-    the median paired ratio, starting from the lowest median (the first, on a tie)."""
-    leader = min(range(len(medians)), key=medians.__getitem__)
-    for _ in range(len(medians)):
-        ratios = _paired_ratios(table, leader)
-        challenger = int(np.argmin(ratios))  # the first of equal ratios, as min() picks
-        if challenger == leader or ratios[challenger] >= 1.0:
-            return leader
-        leader = challenger
-    return leader
-
-
-def _paired_ratios(table: np.ndarray, leader: int) -> np.ndarray:
-    """Each column's median over rounds of its time over column ``leader``'s time in the
-    same round, the rounds where the leader took no time left out (1 with none left).
-    ``np.median`` takes the middle value, or the two middle values' sum over 2: the
-    ``statistics.median`` of the same ratios, bit for bit."""
-    lead = table[:, leader]
-    timed = lead > 0
-    if not timed.any():
-        return np.ones(table.shape[1])
-    if not timed.all():
-        table, lead = table[timed], lead[timed]
-    result: np.ndarray = np.median(table / lead[:, None], axis=0)
-    return result
-
-
-def _worst_p(table: np.ndarray, leader: int) -> float:
-    """The sign test's p-value of column ``leader`` against its closest competitor."""
-    wins = (table[:, leader][:, None] < table).sum(axis=0).tolist()
-    rounds = table.shape[0]
-    return max((_sign_test_p(w, rounds) for i, w in enumerate(wins) if i != leader),
-               default=0.0)

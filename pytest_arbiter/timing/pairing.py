@@ -1,0 +1,106 @@
+"""The paired rounds' statistics of an interleaved comparison (``timing.measure``).
+
+Pairwise win counts kept in NumPy as the rounds come in, the one-sided sign test and the
+fewest wins it needs at a given number of rounds, and the paired ratios that rank the
+candidates: a round times every candidate once, so each is compared with the others in
+the same round, which cancels what the round's neighbours did to all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=4096)
+def sign_test_p(wins: int, trials: int) -> float:
+    """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
+    if trials == 0:
+        return 1.0
+    total = 0
+    for i in range(wins, trials + 1):
+        total += math.comb(trials, i)
+    return total / 2.0**trials
+
+
+@functools.lru_cache(maxsize=4096)
+def wins_needed(trials: int, below: float) -> int:
+    """The fewest wins of ``trials`` paired rounds whose sign-test p-value is under
+    ``below`` (``trials + 1`` when none is). The p-value only falls as the wins grow, so
+    a record has ``p < below`` exactly when it has at least this many wins."""
+    needed = trials + 1
+    while needed > 0 and sign_test_p(needed - 1, trials) < below:
+        needed -= 1
+    return needed
+
+
+class WinCounts:
+    """Pairwise win counts over the kept rounds: ``counts[a, b]`` rounds in which ``a``
+    was faster than ``b``, both timed. One NumPy update a round instead of a Python
+    loop over every pair."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.counts = np.zeros((len(self.names), len(self.names)), dtype=np.int64)
+        # nobody beats themself, so the diagonal never counts: set out of reach, a row's
+        # minimum is its record against the others
+        np.fill_diagonal(self.counts, 2**62)
+        self._among: tuple[int, tuple[np.ndarray, ...]] | None = None
+        """The live candidates' rows and columns, by how many are live (they only
+        ever leave, so the count names the set)."""
+
+    def add(self, times: Mapping[str, float]) -> None:
+        """Count one kept round: NaN for a candidate not in it, which wins no pair and
+        loses none (every comparison with NaN is false)."""
+        row = np.array([times.get(n, math.nan) for n in self.names], dtype=np.float64)
+        self.counts += row[:, None] < row[None, :]
+
+    def leader_record(self, live: Sequence[str]) -> int:
+        """The weakest pairwise record (fewest wins against any other live candidate) of
+        the live candidate whose weakest record is best; at least two live."""
+        among = self.counts
+        if len(live) < len(self.names):
+            if self._among is None or self._among[0] != len(live):
+                self._among = (len(live), np.ix_(*[[self.index[n] for n in live]] * 2))
+            among = among[self._among[1]]
+        return int(among.min(axis=1).max())
+
+
+def paired_leader(table: np.ndarray, medians: Sequence[float]) -> int:
+    """The column (candidate) of ``table`` (rounds x candidates) that no other beats on
+    the median paired ratio, starting from the lowest median (the first, on a tie)."""
+    leader = min(range(len(medians)), key=medians.__getitem__)
+    for _ in range(len(medians)):
+        ratios = paired_ratios(table, leader)
+        challenger = int(np.argmin(ratios))  # the first of equal ratios, as min() picks
+        if challenger == leader or ratios[challenger] >= 1.0:
+            return leader
+        leader = challenger
+    return leader
+
+
+def paired_ratios(table: np.ndarray, leader: int) -> np.ndarray:
+    """Each column's median over rounds of its time over column ``leader``'s time in the
+    same round, the rounds where the leader took no time left out (1 with none left).
+    ``np.median`` takes the middle value, or the two middle values' sum over 2: the
+    ``statistics.median`` of the same ratios, bit for bit."""
+    lead = table[:, leader]
+    timed = lead > 0
+    if not timed.any():
+        return np.ones(table.shape[1])
+    if not timed.all():
+        table, lead = table[timed], lead[timed]
+    result: np.ndarray = np.median(table / lead[:, None], axis=0)
+    return result
+
+
+def worst_p(table: np.ndarray, leader: int) -> float:
+    """The sign test's p-value of column ``leader`` against its closest competitor."""
+    wins = (table[:, leader][:, None] < table).sum(axis=0).tolist()
+    rounds = table.shape[0]
+    return max((sign_test_p(w, rounds) for i, w in enumerate(wins) if i != leader),
+               default=0.0)
