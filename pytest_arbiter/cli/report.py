@@ -181,9 +181,13 @@ def _legend() -> list[str]:
 
 def _due(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list[str]:
     rows = []
+    due = 0
     for e in entries:
         why = due_for_remeasurement(e)
         if why is not None:
+            due += 1
+            if due > MAX_TABLE_ROWS:
+                continue
             key = breakable(key_text(e))
             rows.append(f'<tr><td><a href="#{anchors[e.key]}">{key}</a></td>'
                         f"{cell(e.winner)}{cell(why)}</tr>")
@@ -191,10 +195,12 @@ def _due(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list
     if not rows:
         out.append('<p class="ok">No entry.</p>')
         return [*out, "</section>"]
-    whose, them = ("its", "it") if len(rows) == 1 else ("their", "them")
-    out.append(f"<p>{plural(len(rows), 'entry', 'entries')}: the next <code>pytest "
+    whose, them = ("its", "it") if due == 1 else ("their", "them")
+    out.append(f"<p>{plural(due, 'entry', 'entries')}: the next <code>pytest "
                f"--arbiter-tune</code> on {whose} device measures {them} again.</p>")
-    return [*out, *table(["key", "winner", "why"], rows, "due"), "</section>"]
+    return [*out, *table(["key", "winner", "why"], rows, "due"),
+            *_cut_note(len(rows), due, "due entries", "pytest-arbiter show CACHE"),
+            "</section>"]
 
 
 def _entry_row(e: CacheEntry, anchor: str, stale: set[StaleKey]) -> str:
@@ -231,8 +237,10 @@ def _group(device: str, op: str, anchor: str, group: Sequence[CacheEntry],
                    "shapes; the table lists them all.</p>")
     out.append(f'<figure class="heatmap">{heatmap_svg(group, anchor, anchors, stale)}'
                "</figure>")
-    rows = [_entry_row(e, anchors[e.key], stale) for e in group]
-    return [*out, *table(ENTRY_COLUMNS, rows, "entries"), "</section>"]
+    rows = [_entry_row(e, anchors[e.key], stale) for e in group[:MAX_TABLE_ROWS]]
+    where = f"pytest-arbiter show --device {device} --op {op} CACHE"
+    return [*out, *table(ENTRY_COLUMNS, rows, "entries"),
+            *_cut_note(len(rows), len(group), "entries", text(where)), "</section>"]
 
 
 def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list[str]:
@@ -251,7 +259,7 @@ def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> 
                "device's winner and median, and how much slower than the fastest device "
                "for the key.</p>")
     rows = []
-    for key in keys:
+    for key in keys[:MAX_TABLE_ROWS]:
         found = shared[key]
         best = min(e.ranking[0].stats.median_ns for e in found.values())
         cells = [f"<td>{breakable('/'.join(key))}</td>"]
@@ -267,7 +275,38 @@ def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> 
         same = len({e.winner for e in found.values()}) == 1
         rows.append("<tr>" + "".join(cells) + cell("same" if same else "differs") + "</tr>")
     header = ["target/op/bucket/dtype", *(text(d) for d in devices), "winner"]
-    return [*out, *table(header, rows, "devices"), "</section>"]
+    return [*out, *table(header, rows, "devices"),
+            *_cut_note(len(rows), len(keys), "keys", "pytest-arbiter show --wide CACHE"),
+            "</section>"]
+
+
+MAX_TABLE_ROWS = 1000
+"""Rows a table of the page lists at most (a group's entries, the due entries, the keys
+of several devices): a page of a million rows is no page a browser opens; ``show``
+lists every entry."""
+
+
+def _anchors(groups: Mapping[tuple[str, str], Sequence[CacheEntry]],
+             named: Sequence[tuple[str, str, str]]) -> dict[CacheKey, str]:
+    """Where a link to an entry goes: its row, or its group's section when its group's
+    table is cut (:data:`MAX_TABLE_ROWS`)."""
+    anchors: dict[CacheKey, str] = {}
+    number = 0
+    for device, op, anchor in named:
+        group = groups[(device, op)]
+        for e in group[:MAX_TABLE_ROWS]:
+            anchors[e.key] = f"e-{number}"
+            number += 1
+        anchors.update((e.key, anchor) for e in group[MAX_TABLE_ROWS:])
+    return anchors
+
+
+def _cut_note(shown: int, total: int, what: str, where: str) -> list[str]:
+    """The line under a table cut at :data:`MAX_TABLE_ROWS`, saying what lists the rest."""
+    if shown >= total:
+        return []
+    return [f'<p class="cut">The table lists the first {shown:,} of {total:,} {what}; '
+            f"<code>{where}</code> lists them all.</p>"]
 
 
 def render(cache: MeasureCache, histograms: Sequence[HistogramInput] = (),
@@ -277,12 +316,12 @@ def render(cache: MeasureCache, histograms: Sequence[HistogramInput] = (),
     matplotlib()
     entries = sorted(cache.entries(), key=lambda e: (e.device, e.op, natural(e.bucket),
                                                      e.dtype, e.target))
-    anchors = {e.key: f"e-{n}" for n, e in enumerate(entries)}
     stale = report_problems.stale_keys(histograms)
     groups: dict[tuple[str, str], list[CacheEntry]] = {}
     for e in entries:
         groups.setdefault((e.device, e.op), []).append(e)
     named = [(d, o, f"g-{n}") for n, (d, o) in enumerate(groups)]
+    anchors = _anchors(groups, named)
     when = now or datetime.datetime.now(datetime.timezone.utc)
     body = _header(title, _header_rows(entries, corpus, histograms, when), named)
     body += _legend()

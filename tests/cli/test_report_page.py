@@ -213,6 +213,33 @@ def test_devices_side_by_side(tmp_path: Path) -> None:
     assert "differs" in devices
 
 
+def test_a_long_group_is_cut_and_every_link_still_lands(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table lists at most ``MAX_TABLE_ROWS`` rows (a million-row page opens in no
+    browser), says how many it left out and which command lists them; a link to an
+    entry left out (a due entry) goes to its group's section: no link points nowhere."""
+    pytest.importorskip("matplotlib")
+    from pytest_arbiter.cli import report
+
+    monkeypatch.setattr(report, "MAX_TABLE_ROWS", 3)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, MeasureCache([
+        entry("sm_90", f"{n}x64x64", ("wmma", 1000.0), ("cublas", 1500.0),
+              confidence=0.9 if n >= 4 else 0.999) for n in range(1, 8)]))
+    page = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(page)], out=io.StringIO()) == 0
+    html = page.read_text(encoding="utf-8")
+    group = section(html, "g-0")
+    assert group.count('<tr id="e-') == 3
+    assert ("first 3 of 7 entries; <code>pytest-arbiter show --device sm_90 --op matmul "
+            "CACHE</code> lists them all") in group
+    due = section(html, "due")
+    assert "4 entries: the next" in due and "first 3 of 4 due entries" in due
+    ids = set(re.findall(r'id="([^"]+)"', html))
+    links = set(re.findall(r'href="#([^"]+)"', html))
+    assert "g-0" in links and links <= ids, links - ids
+
+
 def test_hostile_names_are_text_and_nothing_loads(tmp_path: Path) -> None:
     _, html = render(tmp_path)
     assert "<img" not in html and "<b>" not in html and "\x1b" not in html and "<script" not in html
