@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import msgspec
-import numpy as np
 
 from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing.pairing import (
@@ -569,6 +568,8 @@ class _Contest:
               ) -> tuple[list[str], dict[str, float], bool, float]:
         """The paired-ratio ranking of candidates timed in every kept round, the tie rule
         applied: ranking, ratios to the pick, tie, the sign test's worst p-value."""
+        import numpy as np  # here, not at import: reading a corpus needs no NumPy
+
         # each was timed in every kept round: its samples are its column
         stats = {n: self.stats_of(n) for n in names}
         table = np.array([[r[n] for n in names] for r in self.kept], dtype=np.float64)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # NumPy is imported where a comparison runs: reading a corpus needs none
+    import numpy as np
 
 
 @functools.lru_cache(maxsize=4096)
@@ -23,7 +25,7 @@ def sign_test_p(wins: int, trials: int) -> float:
     total = 0
     for i in range(wins, trials + 1):
         total += math.comb(trials, i)
-    return total / 2.0**trials
+    return total / (1 << trials)  # whole numbers: no float overflow past 1,023 rounds
 
 
 @functools.lru_cache(maxsize=4096)
@@ -43,6 +45,8 @@ class WinCounts:
     loop over every pair."""
 
     def __init__(self, names: Sequence[str]) -> None:
+        import numpy as np
+
         self.names = list(names)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.counts = np.zeros((len(self.names), len(self.names)), dtype=np.int64)
@@ -56,12 +60,16 @@ class WinCounts:
     def add(self, times: Mapping[str, float]) -> None:
         """Count one kept round: NaN for a candidate not in it, which wins no pair and
         loses none (every comparison with NaN is false)."""
+        import numpy as np
+
         row = np.array([times.get(n, math.nan) for n in self.names], dtype=np.float64)
         self.counts += row[:, None] < row[None, :]
 
     def leader_record(self, live: Sequence[str]) -> int:
         """The weakest pairwise record (fewest wins against any other live candidate) of
         the live candidate whose weakest record is best; at least two live."""
+        import numpy as np
+
         among = self.counts
         if len(live) < len(self.names):
             if self._among is None or self._among[0] != len(live):
@@ -73,6 +81,8 @@ class WinCounts:
 def paired_leader(table: np.ndarray, medians: Sequence[float]) -> int:
     """The column (candidate) of ``table`` (rounds x candidates) that no other beats on
     the median paired ratio, starting from the lowest median (the first, on a tie)."""
+    import numpy as np
+
     leader = min(range(len(medians)), key=medians.__getitem__)
     for _ in range(len(medians)):
         ratios = paired_ratios(table, leader)
@@ -88,6 +98,8 @@ def paired_ratios(table: np.ndarray, leader: int) -> np.ndarray:
     same round, the rounds where the leader took no time left out (1 with none left).
     ``np.median`` takes the middle value, or the two middle values' sum over 2: the
     ``statistics.median`` of the same ratios, bit for bit."""
+    import numpy as np
+
     lead = table[:, leader]
     timed = lead > 0
     if not timed.any():
@@ -100,6 +112,7 @@ def paired_ratios(table: np.ndarray, leader: int) -> np.ndarray:
 
 def worst_p(table: np.ndarray, leader: int) -> float:
     """The sign test's p-value of column ``leader`` against its closest competitor."""
+
     wins = (table[:, leader][:, None] < table).sum(axis=0).tolist()
     rounds = table.shape[0]
     return max((sign_test_p(w, rounds) for i, w in enumerate(wins) if i != leader),

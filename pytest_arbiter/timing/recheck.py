@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_arbiter.timing.measure import ComparePolicy, LatencyStats, Timer, compare_latencies
+from pytest_arbiter.timing.pairing import sign_test_p
 
 _BOOKKEEPING = 0.06
 """The share of a key's budget kept for the work after the last round."""
@@ -159,9 +160,7 @@ def _critical(trials: int, alpha: float) -> int:
 
 
 def _sign_p(successes: int, trials: int) -> float:
-    if trials == 0:
-        return 1.0
-    return sum(math.comb(trials, i) for i in range(successes, trials + 1)) / 2.0**trials
+    return sign_test_p(successes, trials)
 
 
 @functools.lru_cache(maxsize=256)

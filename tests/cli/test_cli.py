@@ -623,8 +623,11 @@ def test_forget_gives_up_on_a_held_lock_and_leaves_the_file(
 
 
 def test_console_script_and_no_pytest_import(tmp_path: Path) -> None:
+    # nor NumPy: the commands read and write artifacts, a second's start-up each time
     code = ("import sys, pytest_arbiter.cli.main, pytest_arbiter.gating.junit\n"
+            "import pytest_arbiter.store.artifacts, pytest_arbiter.timing.measure\n"
             "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules\n"
+            "assert 'numpy' not in sys.modules\n"
             "sys.exit(pytest_arbiter.cli.main.main(['--version']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

@@ -245,3 +245,16 @@ def test_gc_is_restored_after_a_comparison() -> None:
     failed = compare_latencies({"a": boom, "b": boom}, timer=timer)
     assert failed.ranking == [] and set(failed.failed) == {"a", "b"}
     assert gc.isenabled()
+
+
+def test_the_sign_test_holds_past_a_thousand_rounds() -> None:
+    """2.0 ** 1024 overflows a float: the p-value is computed on whole numbers."""
+    from fractions import Fraction
+    from math import comb
+
+    from pytest_arbiter.timing.pairing import sign_test_p, wins_needed
+
+    assert sign_test_p(0, 2000) == 1.0
+    exact = Fraction(sum(comb(2000, k) for k in range(1050, 2001)), 2**2000)
+    assert sign_test_p(1050, 2000) == float(exact)
+    assert 1000 < wins_needed(2000, 0.05) < 1100
