@@ -15,6 +15,7 @@ import pytest
 
 from pytest_arbiter import MeasureCache, measured_arbitrate
 from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.timing import device_lock
 from pytest_arbiter.timing.device_lock import LOCK_DIR_ENV, lock_path, measurement_lock
 from pytest_arbiter.timing.measure import ComparePolicy
 
@@ -120,3 +121,57 @@ def test_a_measured_entry_records_that_it_was_timed_alone(lock_dir: Path) -> Non
     assert entry.provenance.timed_alone is True
     assert json.loads(json.dumps(entry.to_dict()))["provenance"]["timed_alone"] is True
     assert lock_dir.is_dir()
+
+
+def _other_process_holds(tag: str) -> bool:
+    """Whether a fresh process gets ``tag``'s lock at once."""
+    code = ("import sys\nfrom pytest_arbiter.timing.device_lock import measurement_lock\n"
+            "with measurement_lock(sys.argv[1], timeout_s=0) as alone:\n"
+            "    print(alone)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code, tag], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout.strip() == "True"
+
+
+def test_the_lock_file_stays_open_between_holds_and_still_excludes() -> None:
+    with measurement_lock("cpu-reused") as first:
+        fd = device_lock._LOCKS[str(lock_path("cpu-reused"))].fd
+        assert first and not _other_process_holds("cpu-reused")
+    assert _other_process_holds("cpu-reused")  # released between holds
+    with measurement_lock("cpu-reused") as second:
+        assert second and device_lock._LOCKS[str(lock_path("cpu-reused"))].fd == fd
+        assert not _other_process_holds("cpu-reused")
+
+
+def test_a_removed_lock_file_is_made_again(lock_dir: Path) -> None:
+    with measurement_lock("cpu-removed"):
+        pass
+    lock_path("cpu-removed").unlink()
+    with measurement_lock("cpu-removed") as alone:
+        assert alone and lock_path("cpu-removed").exists()
+        assert not _other_process_holds("cpu-removed")
+    for path in lock_dir.iterdir():
+        path.unlink()
+    lock_dir.rmdir()
+    with measurement_lock("cpu-removed") as alone:
+        assert alone and not _other_process_holds("cpu-removed")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_does_not_share_its_parents_hold() -> None:
+    with measurement_lock("cpu-forked") as held:
+        assert held
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its own hold, not its parent's (which it must wait for)
+            try:
+                with measurement_lock("cpu-forked", timeout_s=0.05) as child:
+                    os.write(write, b"1" if child else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        got = os.read(read, 1)
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert got == b"0"
