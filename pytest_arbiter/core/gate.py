@@ -214,15 +214,18 @@ def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorMode
     keep = np.isfinite(sampled)
     if flat_got is not None:
         keep &= np.isfinite(flat_got[index])
+    gaps = None
     if model.flush:
         # where flushing float32 subnormals to zero (allowed) could move an output by more
         # than 1/64 of its spacing, its error says nothing about rounding
-        keep &= spacing(np.where(keep, sampled, 0.0), dtype) >= _FLUSH_MARGIN * model.flush
+        gaps = spacing(np.where(keep, sampled, 0.0), dtype)
+        keep &= gaps >= _FLUSH_MARGIN * model.flush
+        gaps = gaps[keep]  # the kept outputs' spacing, made once
     index = index[keep]
     e = flat_exact[index]
     if model.group_size:
         groups = index // model.group_size
-        order = np.lexsort((e, groups))
+        order = _by_group_then_value(groups, e)
         groups = groups[order]
         same = (np.diff(e[order]) == 0) & (np.diff(groups) == 0)
     else:
@@ -231,7 +234,7 @@ def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorMode
     index, e = index[order], e[order]
     if not model.group_size:
         groups = np.arange(e.size)
-    ulp = spacing(e, dtype)
+    ulp = spacing(e, dtype) if gaps is None else gaps[order]
     ideal = round_to(e, dtype)
     scales = model.scales(index)
     z_ideal = (ideal - e) / ulp
@@ -252,6 +255,17 @@ def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorMode
     return _Frame(index, e, ulp, ideal, starts, counts, units,
                   _bias_terms(units) if enough else None,
                   _spread_terms(units) if enough else None)
+
+
+def _by_group_then_value(groups: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``np.lexsort((e, groups))`` for finite ``e``, a few times faster: a stable sort of
+    complex numbers orders by the real part (the group, exact in float64), then the
+    imaginary (the value), ties kept in place."""
+    pairs = np.empty(e.size, dtype=np.complex128)
+    pairs.real = groups
+    pairs.imag = e
+    order: np.ndarray = np.argsort(pairs, kind="stable")
+    return order
 
 
 def _units(frame: _Frame, flat_got: np.ndarray) -> _Units:
@@ -323,19 +337,21 @@ class _SpreadTerms(NamedTuple):
 def _spread_terms(u: _Units) -> _SpreadTerms:
     """The spread check's weights, the shared error's fit, the expected statistic, its
     threshold and the total weight: see :func:`_spread_check`."""
-    expected = u.sd ** 2 + u.systematic ** 2
+    sd2 = u.sd ** 2
+    expected = sd2 + u.systematic ** 2
     w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
     reach = u.bound + 0.5
     fit = None
     if u.common.any():
         h = u.common * u.sign
-        fit_w = w * u.common ** 2
-        fit = (w * h, np.maximum(_group_sums(fit_w, u.group), 1e-300), h)
-        noise = _group_sums(w * w * u.common ** 2 * (expected + 0.25), u.group) / np.maximum(
-            _group_sums(fit_w, u.group), 1e-300) ** 2
-        expected = expected + u.common ** 2 * noise[u.group]
+        common2 = u.common ** 2
+        fit_w = w * common2
+        fit_total = np.maximum(_group_sums(fit_w, u.group), 1e-300)
+        fit = (w * h, fit_total, h)
+        noise = _group_sums(w * w * common2 * (expected + 0.25), u.group) / fit_total ** 2
+        expected = expected + common2 * noise[u.group]
         reach = reach + ERROR_LAMBDA * u.common
-    flips = u.sd + u.sd ** 2 + u.systematic + u.common + expected
+    flips = u.sd + sd2 + u.systematic + u.common + expected
     variance = float(np.sum(w * w * flips * reach ** 2))
     threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
     return _SpreadTerms(w, fit, float(np.sum(w * expected)), threshold, float(np.sum(w)))

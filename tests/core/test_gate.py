@@ -615,3 +615,15 @@ def test_flushing_float16_subnormal_results_fails() -> None:
     report = _gate(flushing, "matmul", MatmulRegion.of(48, 40, 96, "float16"))
     assert not report.passed and report.failing is not None
     assert "special values" in report.failing.input, report.summary()
+
+
+def test_the_frames_order_is_lexsorts_by_group_then_value(rng: np.random.Generator) -> None:
+    """The statistical frame orders its outputs by group, then value, ties (equal values,
+    a zero and a negative zero) in place: as ``np.lexsort`` did."""
+    for size, group in ((1, 1), (40, 7), (1200, 300), (2048, 2048)):
+        index = np.sort(rng.choice(4 * size, size, replace=False))
+        values = rng.choice([-1.5, -0.0, 0.0, 2.0 ** -140, 1.0, 3.25], size)
+        values[::5] = rng.standard_normal(values[::5].size)
+        groups = index // group
+        order = gate_module._by_group_then_value(groups, values)
+        assert order.tolist() == np.lexsort((values, groups)).tolist()
