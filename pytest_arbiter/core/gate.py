@@ -474,15 +474,15 @@ def _outputs(cand: Candidate, prepared: Sequence[Any]) -> tuple[np.ndarray, list
     wait for a device candidate's work: under the watchdog, so a fault or a hang there is
     this candidate's, never escapes nor blames the next)."""
     out = np.asarray(to_host(cand.run(*prepared)))
-    return out, [host(x) for x in prepared]
+    return out, [x if type(x) is np.ndarray else host(x) for x in prepared]
 
 
 def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
     """Whether the kernel's inputs are after its run as they were copied: compared with
     the trial's own copies directly, no copy of the kernel's taken before the run."""
-    if len(afterwards) != len(prep.originals()):
-        raise ValueError(f"{len(afterwards)} inputs after the run, "
-                         f"{len(prep.originals())} before")
+    count = len(prep.originals())
+    if len(afterwards) != count:
+        raise ValueError(f"{len(afterwards)} inputs after the run, {count} before")
     return all(prep.unchanged(i, after) for i, after in enumerate(afterwards))
 
 

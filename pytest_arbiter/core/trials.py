@@ -145,8 +145,11 @@ class PreparedTrial:
     checks: Any = None
     """The statistical checks' part that reads no output (:mod:`pytest_arbiter.core.gate`'s)."""
     exact_facts: ExactFacts | None = None
-    judged: list[tuple[np.ndarray, Any]] = field(default_factory=list)
-    """Outputs judged on this trial (copies) and their verdicts, at most JUDGED_OUTPUTS."""
+    judged: list[tuple[np.ndarray, bytes | None, Any]] = field(default_factory=list)
+    """Outputs judged on this trial (copies, and their bytes in C order up to
+    CHECKSUM_BYTES) and their verdicts, at most JUDGED_OUTPUTS."""
+    raw: dict[int, bytes] = field(default_factory=dict)
+    """The inputs' copies' bytes in C order, for those compared so (made once)."""
 
     def facts(self) -> ExactFacts:
         """:class:`ExactFacts` of the reference's result, made once."""
@@ -162,16 +165,25 @@ class PreparedTrial:
     def judged_before(self, out: np.ndarray) -> Any:
         """The verdict already given on an output with ``out``'s bits, dtype and shape
         (``None``: none was)."""
-        for seen, verdict in self.judged:
-            if same_bits(seen, out):
-                return verdict
+        now: bytes | None = None
+        for seen, raw, verdict in self.judged:
+            if raw is None:
+                if same_bits(seen, out):
+                    return verdict
+            elif seen.dtype == out.dtype and seen.shape == out.shape:
+                if now is None:
+                    now = out.tobytes()  # in C order, whatever its layout
+                if raw == now:
+                    return verdict
         return None
 
     def remember(self, out: np.ndarray, verdict: Any) -> None:
         """Keep ``verdict`` for outputs with ``out``'s bits (a copy: a kernel may write
         into the array it returned later)."""
         if len(self.judged) < JUDGED_OUTPUTS and _bits(out) is not None:
-            self.judged.append((np.array(out, copy=True), verdict))
+            kept = np.array(out, copy=True)
+            raw = kept.tobytes() if kept.nbytes <= CHECKSUM_BYTES else None
+            self.judged.append((kept, raw, verdict))
 
     def originals(self) -> tuple[Any, ...]:
         if self.copies is None:
@@ -187,7 +199,10 @@ class PreparedTrial:
         if not _as_bits(before, now):
             return bool(np.array_equal(before, now, equal_nan=True))
         if before.nbytes <= CHECKSUM_BYTES:  # both in C order, whatever their layouts
-            return before.tobytes() == now.tobytes()
+            raw = self.raw.get(i)
+            if raw is None:
+                raw = self.raw[i] = before.tobytes()  # the copy is never written to
+            return raw == now.tobytes()
         if i not in self.sums:
             self.sums[i] = checksum(before)
         return self.sums[i] == checksum(now)
@@ -357,9 +372,9 @@ def _nbytes(inputs: Sequence[Any]) -> int:
 
 
 def held_bytes(trials: GateTrials) -> int:
-    """The bytes of the arrays ``trials`` hold: the inputs and their copies, the
-    reference's results (twice: an error model keeps arrays of their size too), the
-    budgets, the judged outputs."""
+    """The bytes of the arrays ``trials`` hold: the inputs and their copies (and the
+    copies' bytes), the reference's results (twice: an error model keeps arrays of their
+    size too), the budgets, the judged outputs (and their bytes)."""
     total = 0
     for prep in trials.trials:
         total += _nbytes(prep.trial.inputs) + _nbytes(prep.copies or ())
@@ -369,7 +384,8 @@ def held_bytes(trials: GateTrials) -> int:
             total += prep.budget[1].nbytes
         if prep.exact_facts is not None:
             total += prep.exact_facts.scale.nbytes
-        total += sum(out.nbytes for out, _ in prep.judged)
+        total += sum(out.nbytes + len(raw or b"") for out, raw, _ in prep.judged)
+        total += sum(len(raw) for raw in prep.raw.values())
     return total
 
 

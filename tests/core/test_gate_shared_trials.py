@@ -386,3 +386,25 @@ def test_a_kernel_sleeping_past_the_call_timeout_fails_with_the_watchdogs_error(
     assert len(report.trials) >= 3 and all(t.status == "error" for t in report.trials)
     assert len(installs) == 4  # installed and restored once per gate, not per trial
     assert signal.getsignal(signal.SIGALRM) is handler
+
+
+@pytest.mark.parametrize("size", [8, 1 << 20], ids=["8-elements", "1M-elements"])
+def test_a_writing_kernel_gated_after_a_correct_one_on_shared_trials_is_rejected(
+        size: int) -> None:
+    """The copies' bytes (or checksums) kept from the first candidate's checks still find
+    the second one's write, and the trials stay as they were made."""
+    from pytest_arbiter.core.trials import gate_trials, held_bytes
+
+    x = np.random.default_rng(8).standard_normal(size).astype(np.float32)
+    op = make_op(f"shared_writes_{size}", lambda a: np.asarray(a, dtype=np.float64) * 2.0)
+    shared = gate_trials(op, inputs=(x,), region=None, seed=GATE_SEED)
+    good = f4_gate(cand(lambda a: a * np.float32(2.0), op.name, "twice"), op, inputs=(x,),
+                   trials=shared)
+    assert good.passed
+    held = held_bytes(shared)
+    bad = f4_gate(cand(writes_one(size - 3, 7.0), op.name, "writes_one"), op, inputs=(x,),
+                  trials=shared)
+    assert bad.rejected and bad.reason == "the kernel modified its inputs"
+    assert shared.intact() and held_bytes(shared) >= held
+    if size == 8:
+        assert shared.trials[0].raw  # the small input compared by its kept bytes
