@@ -26,7 +26,7 @@ from pytest_arbiter.core.trials import (
 )
 from pytest_arbiter.core.user_inputs import Pattern, same_layout_copy
 from pytest_arbiter.errors import CallTimeout, Decline
-from pytest_arbiter.timing.watchdog import watch_session, watchdog
+from pytest_arbiter.timing.watchdog import CallWatch, watch_session
 
 GATE_SEED = 20240611
 
@@ -151,8 +151,10 @@ def _call_guard(call_timeout_s: float | None) -> Guard:
     nothing."""
     if call_timeout_s is None:
         return contextlib.nullcontext
-    seconds = call_timeout_s
-    return lambda: watchdog(seconds)
+    if call_timeout_s <= 0:
+        return contextlib.nullcontext  # what watchdog() does with it
+    watch = CallWatch(call_timeout_s)  # one object for the gate's calls
+    return lambda: watch
 
 
 STAT_ALPHA = 1e-9

@@ -199,6 +199,43 @@ class _CallWatch:
         return False
 
 
+class CallWatch:
+    """One watchdog for many calls, one after the other (the F4 gate's trial calls):
+    entered for each call, the same object each time. In a :func:`watch_session` on the
+    main thread a call only sets its deadline, with no object made; elsewhere each call
+    gets a :func:`watchdog` of its own."""
+
+    __slots__ = ("_alone", "_seconds", "_started")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._started = False
+        self._alone: _CallWatch | None = None
+
+    def __enter__(self) -> None:
+        if _watch.session and _watch.limit is None \
+                and threading.current_thread() is threading.main_thread():
+            seconds = self._seconds
+            now = time.monotonic()
+            _watch.limit, _watch.deadline = seconds, now + seconds
+            if not _watch.ticking:
+                _tick(now)
+            self._started = True
+            return
+        alone = _CallWatch(self._seconds)
+        alone.__enter__()
+        self._alone = alone
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        if self._started:
+            self._started = False
+            _watch.limit = None
+            return False
+        alone, self._alone = self._alone, None
+        return alone is not None and alone.__exit__(kind, exc, tb)
+
+
 @contextlib.contextmanager
 def watch_session(seconds: float | None) -> Iterator[None]:
     """Our handler installed once for the body, so that each :func:`watchdog` in it only

@@ -394,7 +394,7 @@ def test_call_timeout_runs_each_call_under_the_watchdog(monkeypatch: pytest.Monk
         def __exit__(self, *exc: object) -> None:
             raise Stuck(f"call took longer than {self.seconds}s")
 
-    monkeypatch.setattr(gate, "watchdog", Watchdog)
+    monkeypatch.setattr(gate, "CallWatch", Watchdog)
     inputs = (f32, f32.T.copy())
     blas = FunctionCandidate(np.matmul, "timed", "matmul", "cpu", 0, None, None)
     report = f4_gate(blas, ops.OPS.get("matmul"), inputs=inputs, call_timeout_s=0.5)

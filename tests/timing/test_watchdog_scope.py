@@ -1,6 +1,6 @@
 """A watch scope (one key's gates) installs the watchdog's handler once for all its
 sessions, still cuts a hanging call short in any of them, and puts back the handler
-and the timer it found."""
+and the timer it found; one CallWatch serves a gate's calls."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing import watchdog as watchdog_module
 from pytest_arbiter.timing.measure import ComparePolicy
-from pytest_arbiter.timing.watchdog import watch_scope, watch_session, watchdog
+from pytest_arbiter.timing.watchdog import CallWatch, watch_scope, watch_session, watchdog
 
 
 @pytest.fixture
@@ -90,3 +90,21 @@ def test_a_tune_installs_the_handler_once_for_its_gates_and_once_to_time(
                        verdict=lambda cand: memo.verdict(OPS.get("matmul"), key, cand, (a, a)))
     # the gates' handler in and out, the comparison's in and out: 4, not 2 per candidate
     assert len(installs) == 4, installs
+
+
+def test_one_call_watch_serves_every_call_in_a_session_and_alone(
+        installs: list[object]) -> None:
+    watch = CallWatch(0.1)
+    with watch_session(5.0):
+        for _ in range(3):
+            with watch:
+                pass
+        with pytest.raises(CallTimeout), watch:
+            time.sleep(5)
+        with watch:  # still usable after a cut
+            pass
+    assert len(installs) == 2  # the session's handler, in and out
+    with pytest.raises(CallTimeout), watch:
+        time.sleep(5)  # outside a session: a watchdog of its own
+    assert len(installs) == 4
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
