@@ -233,7 +233,7 @@ class ArbiterSession:
         self.as_read: AsRead | None = None
         read = self.loaded_cache
         if settings.tune and not self.is_worker and as_read is not None and read is not None:
-            self.as_read = as_read._replace(cache=type(read).of_keyed(read.by_key()))
+            self.as_read = as_read._replace(cache=read.copy())
         self.cache_note = _cache_note(settings, self.loaded_cache)
         self.ledger = RunLedger()
         self.end = RunVerdict()

@@ -48,8 +48,9 @@ class RunLedger:
         self.tests: dict[HistogramKey, list[str]] = {}
         """The tests behind each entry (in the order they ran; workers' appended)."""
         self.arbiter: Arbiter | None = None
-        self.read_entries: dict[KeyTuple, CacheEntry] = {}
-        """The cache entries the run read: what it measured is everything else."""
+        self.read_entries: dict[KeyTuple, CacheEntry | None] = {}
+        """The entries of the keys the cache had changed before :meth:`use`, as they
+        were then (any other key's entry at that time: :meth:`_read`)."""
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
         self.worker_events: list[DispatchEvent] = []
@@ -81,7 +82,19 @@ class RunLedger:
     def use(self, arbiter: Arbiter) -> None:
         """The run's arbiter, built at the first dispatch; its cache as read now."""
         self.arbiter = arbiter
-        self.read_entries = arbiter.cache.by_key()
+        cache = arbiter.cache
+        # the cache says which keys change from now on; no walk of a big corpus
+        self.read_entries = {key: cache.get(key) for key in cache.changes()}
+
+    def _read(self, key: KeyTuple, changes: Mapping[KeyTuple, CacheEntry | None]
+              ) -> CacheEntry | None:
+        """The entry ``key`` held at :meth:`use` (``changes``: the cache's)."""
+        if key in self.read_entries:
+            return self.read_entries[key]
+        if key in changes:
+            return changes[key]
+        assert self.arbiter is not None
+        return self.arbiter.cache.get(key)
 
     # -- counts -----------------------------------------------------------------------
 
@@ -260,8 +273,10 @@ class RunLedger:
         """The entries this run (and its workers) measured, not those it read."""
         if self.arbiter is None:
             return []
-        read = self.read_entries
-        return [e for key, e in self.arbiter.cache.by_key().items() if read.get(key) is not e]
+        cache = self.arbiter.cache
+        changes = cache.changes()
+        now = {key: cache.get(key) for key in changes}
+        return [e for key, e in now.items() if e is not None and self._read(key, changes) is not e]
 
     def rechecks(self) -> list[tuple[KeyTuple, str, dict[str, LatencyStats]]]:
         """Each key this run (and its workers) re-timed with a result, once: the key,
@@ -280,11 +295,11 @@ class RunLedger:
 
         assert self.arbiter is not None, "take_measured needs the run's arbiter"
         cache = self.arbiter.cache
-        read = self.read_entries
+        changes = cache.changes()
         taken: dict[KeyTuple, CacheEntry] = {}
         for entry in entries:
             held = taken.get(entry.key) or cache.get(entry.key)
-            if held is not None and read.get(entry.key) is not held:
+            if held is not None and self._read(entry.key, changes) is not held:
                 entry = prefer(held, entry)
             taken[entry.key] = entry
         cache.update(taken.values())  # one change: the plan tables are dropped once

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_arbiter.core.candidates import REGISTRY
+from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.store.safetext import line as safe_line
 
@@ -240,10 +241,16 @@ def _cached_winners(ledger: RunLedger, keys: set[EventKey]) -> dict[EventKey, st
     b@dev`` when several devices hold the key."""
     if ledger.arbiter is None:
         return {}
+    cache = ledger.arbiter.cache
     found: dict[EventKey, dict[str, str]] = {}
-    for cache_key, entry in ledger.arbiter.cache.by_key().items():
-        if cache_key[1:] in keys:
-            found.setdefault(cache_key[1:], {})[entry.device] = entry.winner
+    for device in sorted(cache.devices()):
+        for key in keys:
+            try:
+                entry = cache.get((device, *key))  # type: ignore[arg-type]
+            except ArtifactError:
+                continue  # damaged, and not this run's: named when a run needs it
+            if entry is not None:
+                found.setdefault(key, {})[device] = entry.winner
     return {key: (next(iter(by_device.values())) if len(set(by_device.values())) == 1
                   else ", ".join(f"{w}@{d}" for d, w in sorted(by_device.items())))
             for key, by_device in found.items()}

@@ -23,13 +23,14 @@ from typing import Any, NamedTuple, TypeVar
 import filelock
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.store.cache import CacheEntry, MeasureCache, plain_key
+from pytest_arbiter.store.cache import CacheEntry, KeyTuple, MeasureCache, plain_key
 from pytest_arbiter.store.cache_file import (
     Unstreamable,
     encode_chunks,
     encode_document,
     in_key_order,
     key_blocks,
+    lazy_entries,
     read_document,
     read_with_tables,
 )
@@ -350,23 +351,36 @@ class AsRead(NamedTuple):
 
 def read_cache_as_read(path: str | os.PathLike[str]
                        ) -> tuple[MeasureCache, AsRead | None]:
-    """:func:`read_cache` (the same errors: every entry is read and checked now), and the
-    file as read (``None`` if it changed while it was read): given back to
-    :func:`update_cache`, it spares the read under the lock, and the encoding of the
-    unchanged entries, while the file is still the one read."""
+    """:func:`read_cache`, and the file as read (``None`` if it changed while it was
+    read): given back to :func:`update_cache`, it spares the read under the lock, and
+    the encoding of the unchanged entries, while the file is still the one read.
+
+    A file in the writer's layout is read lazily (:mod:`pytest_arbiter.store.cache_lazy`):
+    its tables and each entry's key now, an entry's other fields when it is first looked
+    up, so a bad entry is an ``ArtifactError`` then; any other file is read and checked
+    whole now, with the same errors as :func:`read_cache`.
+    """
     before = stamp_of(path)
     try:
-        entries, tables = read_with_tables(path)
+        data = Path(path).read_bytes()
+        lazy = lazy_entries(data, str(path))
+        if lazy is None:
+            entries, tables = read_with_tables(path)
     except OSError as exc:
         raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
                             ) from None
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
-    cache = cache_of(entries)
+    if lazy is not None:
+        cache = MeasureCache.of_lazy(lazy)
+        layout: Layout | None = Layout(lazy.tables, lazy.keys, data)
+    else:
+        cache = cache_of(entries)
+        # one entry a key, in the file's order: the lines of the file
+        layout = (Layout(tables, list(map(plain_key, entries)))
+                  if tables and len(cache) == len(entries) else None)
     if before is None or stamp_of(path) != before:
         return cache, None
-    # one entry a key, in the file's order: the lines of the file
-    layout = Layout(tables, entries) if tables and len(cache) == len(entries) else None
     return cache, AsRead(before, cache, layout)
 
 
@@ -413,36 +427,57 @@ def update_cache(path: str | os.PathLike[str], *parts: Part,
     ``measured_now``: the last part was measured by this run, against the code that
     runs now: it replaces a file entry measured against other code whatever the two
     ``since`` say (a runner whose clock is ahead cannot keep a stale winner).
+    Returns the merge: of every key, or, where only the changed keys were written (a
+    splice), of the keys ``parts`` hold.
     """
     # a part may be a generator: the merge and the splice's changes both read it
     parts = tuple(p if isinstance(p, (MeasureCache, Mapping, list, tuple)) else list(p)
                   for p in parts)
     with cache_lock(path, timeout):
-        layout = None
         if known is not None and stamp_of(path) == known[0]:
             current = known[1]
-            layout = known.layout if isinstance(known, AsRead) else None
+            if isinstance(known, AsRead) and known.layout is not None:
+                spliced_result = _splice_write(path, known, parts, measured_now)
+                if spliced_result is not None:
+                    return spliced_result
         else:
             current = read_cache(path) if os.path.exists(path) else MeasureCache()
-        result = merge(current, *parts)
-        if measured_now and parts:
-            _prefer_current_code(result, current, parts[-1])
-        pieces = None
-        if layout is not None and isinstance(known, AsRead):
-            pieces = spliced(path, known.stamp, layout, _changes(result, current, parts))
+        result = _merged(current, parts, measured_now)
         del current
-        if pieces is None:
-            _write_entries(path, result.entries.values())
-        else:
-            try:
-                write_bytes_atomic(path, pieces)
-            finally:
-                close_sources(pieces)
+        _write_entries(path, result.entries.values())
     return result
 
 
-def _changes(result: MergeResult, current: MeasureCache, parts: tuple[Part, ...]
-             ) -> dict[Any, CacheEntry]:
+def _merged(current: MeasureCache | Mapping[KeyTuple, CacheEntry], parts: tuple[Part, ...],
+            measured_now: bool) -> MergeResult:
+    result = merge(current, *parts)
+    if measured_now and parts:
+        _prefer_current_code(result, current, parts[-1])
+    return result
+
+
+def _splice_write(path: str | os.PathLike[str], known: AsRead, parts: tuple[Part, ...],
+                  measured_now: bool) -> MergeResult | None:
+    """Write the file read as ``known`` with the merge of ``parts`` spliced in (only the
+    keys ``parts`` hold are looked up: a lazily read file's other entries stay
+    undecoded); the merge of those keys, or ``None`` if the file cannot be spliced."""
+    current = known.cache
+    assert known.layout is not None
+    keys = {plain_key(entry) for part in parts for entry in entries_of(part)}
+    held = {key: entry for key in keys if (entry := current.get(key)) is not None}
+    result = _merged(held, parts, measured_now)
+    pieces = spliced(path, known.stamp, known.layout, _changes(result, held, parts))
+    if pieces is None:
+        return None
+    try:
+        write_bytes_atomic(path, pieces)
+    finally:
+        close_sources(pieces)
+    return result
+
+
+def _changes(result: MergeResult, current: Mapping[KeyTuple, CacheEntry],
+             parts: tuple[Part, ...]) -> dict[Any, CacheEntry]:
     """The merged entries of the keys ``parts`` hold whose entry is not ``current``'s
     (only those keys can change in a merge)."""
     changes = {}
@@ -455,7 +490,9 @@ def _changes(result: MergeResult, current: MeasureCache, parts: tuple[Part, ...]
     return changes
 
 
-def _prefer_current_code(result: MergeResult, current: MeasureCache, measured: Part) -> None:
+def _prefer_current_code(result: MergeResult,
+                         current: MeasureCache | Mapping[KeyTuple, CacheEntry],
+                         measured: Part) -> None:
     """Each entry of ``measured`` over the file's entry of its key, when the two were
     measured against different code or environments."""
     for entry in entries_of(measured):

@@ -2,7 +2,8 @@
 copied as they lie, only the changed and new entries encoded.
 
 A file read in the writer's layout (one entry a line, sorted by key) is remembered as
-:class:`Layout`: its tables and its entries in the file's order. While the file is still
+:class:`Layout`: its tables and its entries' keys in the file's order (the entries need
+not have been decoded). While the file is still
 that one (its stamp, checked on the open file), the merged file is the old one with the
 changed entries' lines replaced and the new keys' lines inserted in key order; the table
 rows the new entries need that the tables lack are appended after the existing ones (in
@@ -30,7 +31,7 @@ import msgspec
 from msgspec import Struct
 
 from pytest_arbiter.store.cache_file import _NEXT, _TAIL, Rows, head_bytes
-from pytest_arbiter.store.entry import CacheEntry, KeyTuple, plain_key
+from pytest_arbiter.store.entry import CacheEntry, KeyTuple
 from pytest_arbiter.store.tables import (
     _CANONICAL,
     NO_CONSIDERED,
@@ -48,11 +49,13 @@ _EMPTY: tuple[FrozenMap[Any, Any], ...] = (NO_RUN, NO_ENVIRONMENT, NO_CONSIDERED
 
 @dataclass(frozen=True)
 class Layout:
-    """A file read in the writer's layout: its tables as read, and its entries in the
-    file's order, one per key."""
+    """A file read in the writer's layout: its tables as read, its entries' keys in the
+    file's order, one entry a key, and its bytes if they were kept (a lazy read keeps
+    them: a splice of the same file need not read it again)."""
 
     tables: _Tables
-    entries: list[CacheEntry]
+    keys: list[KeyTuple]
+    data: bytes | None = None
 
     def rows(self) -> tuple[list[Any], list[Any], list[Any]]:
         t = self.tables
@@ -101,7 +104,8 @@ def spliced(path: str | os.PathLike[str], stamp: Stamp, layout: Layout,
     pieces = None
     try:
         if stamp_of_file(file) == stamp:
-            pieces = _splice(file, file.read(), layout, changes)
+            data = file.read() if layout.data is None else layout.data
+            pieces = _splice(file, data, layout, changes)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError, TypeError):
         pieces = None  # a line that is not one entry of the key it should hold
     if pieces is None or not any(isinstance(p, FileRange) for p in pieces):
@@ -118,7 +122,7 @@ def close_sources(pieces: list[Any]) -> None:
 
 def _splice(file: BinaryIO, data: bytes, layout: Layout,
             changes: Mapping[KeyTuple, CacheEntry]) -> list[Any] | None:
-    old = layout.entries
+    old = layout.keys
     n = len(old)
     rows = layout.rows()
     head = head_bytes(*(Rows.of(r, {}) for r in rows))
@@ -130,15 +134,15 @@ def _splice(file: BinaryIO, data: bytes, layout: Layout,
         return None
     ops: list[tuple[int, bool, CacheEntry]] = []  # (line, replaces it, entry), key order
     for key in sorted(changes):
-        at = bisect_left(old, key, key=plain_key)
-        ops.append((at, at < n and plain_key(old[at]) == key, changes[key]))
+        at = bisect_left(old, key)
+        ops.append((at, at < n and old[at] == key, changes[key]))
     region = memoryview(data)[len(head):end]
     checked = {min(at, n - 1) for at, _, _ in ops}  # a line at each boundary
     starts = _line_starts(data, len(head), end, n, {*checked, *(i + 1 for i in checked),
                                                  *(at + swap for at, swap, _ in ops)})
     for line in checked:  # holds the entry it should: a boundary between entries
         stop = starts[line + 1] - len(_NEXT)
-        if plain_key(old[line]) != tuple(msgspec.structs.astuple(
+        if old[line] != tuple(msgspec.structs.astuple(
                 _KEY.decode(region[starts[line]:stop]))):
             return None
     lines, tables = _encoded([entry for _, _, entry in ops], rows)

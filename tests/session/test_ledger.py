@@ -15,6 +15,8 @@ from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
 from pytest_arbiter.session.settings import ArbiterSettings
 from pytest_arbiter.session.summary import render
+from pytest_arbiter.store.cache import MeasureCache
+from tests.factories import cache_entry
 
 KEY = ("cpu", "matmul", "64x64x64/a16.16.16", "float32")
 STALE_LINE = "stale: the cached winner a now takes 3x the time of b (sign test p=1e-9, 40 " \
@@ -79,3 +81,35 @@ def test_the_controller_writes_the_histogram_and_fails_on_a_new_stale_with_fail(
     report_only = ArbiterSettings(recheck="report")
     end = Controller(report_only, ledger, {}).finish(RunScope())
     assert end.verdict is not None and end.verdict.passed
+
+
+class _NoWalk(MeasureCache):
+    """A cache that refuses to be walked: a run finds what it measured by the keys put."""
+
+    def by_key(self) -> dict[Any, Any]:
+        raise AssertionError("the whole cache was walked")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the whole cache was walked")
+
+    def entries(self) -> list[Any]:
+        raise AssertionError("the whole cache was walked")
+
+
+def test_what_the_run_measured_is_found_without_walking_the_cache() -> None:
+    from types import SimpleNamespace
+
+    read = [cache_entry(f"b{i}") for i in range(5)]
+    cache = _NoWalk(read)
+    early = cache_entry("early")
+    cache.put(early)  # before the run's arbiter: what the run read
+    ledger = RunLedger()
+    ledger.use(SimpleNamespace(cache=cache))  # type: ignore[arg-type]
+    replaced, new = cache_entry("b1", winner="b"), cache_entry("new")
+    cache.put(replaced)
+    cache.put(new)
+    cache.put(read[3])  # the entry it held: nothing measured
+    ledger.take_measured([cache_entry("b2", winner="b"), cache_entry("worker")])
+    assert sorted(e.bucket for e in ledger.measured_entries()) == ["b1", "b2", "new",
+                                                                   "worker"]
+    assert early not in ledger.measured_entries()

@@ -131,3 +131,27 @@ def test_a_key_listed_twice_keeps_the_preferred_entry(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(doc))
     assert artifacts.read_cache(path).entries()[0].winner == "a"
+
+
+def test_a_lazily_read_cache_decodes_only_the_keys_looked_up(tmp_path: Path) -> None:
+    """A run's read of a file in the writer's layout decodes an entry when its key is
+    first looked up: the same entries and answers as the whole read, one object per
+    entry for the cache and its copy, and a walk decodes the rest."""
+    path = tmp_path / "c.json"
+    written = [cache_entry(f"b{i:02d}", device=f"d{i % 2}") for i in range(30)]
+    cache_bytes(path, *written)
+    cache, as_read = artifacts.read_cache_as_read(path)
+    assert as_read is not None and as_read.layout is not None
+    lazy = cache._lazy
+    assert lazy is not None and len(cache) == 30 and not lazy._decoded
+    key = ("d1", "cpu", "matmul", "b03", "float32")
+    assert key in cache and ("d0", *key[1:]) not in cache and cache.devices() == {"d0", "d1"}
+    copied = cache.copy()
+    assert cache.get(key) == written[3] and copied.get(key) is cache.get(key)
+    assert list(lazy._decoded) == [key]
+    new = cache_entry("b99")
+    cache.put(new)
+    assert len(cache) == 31 and len(copied) == 30 and copied.get(new.key) is None
+    assert cache.changes() == {new.key: None}
+    assert cache.entries() == sorted([*written, new]) and cache._lazy is None
+    assert copied.by_key() == artifacts.read_cache(path).by_key()

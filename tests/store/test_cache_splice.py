@@ -251,19 +251,30 @@ def test_a_file_in_another_layout_gets_the_full_write(tmp_path: Path, layout: st
     assert path.read_bytes() == expected
 
 
-def test_a_corrupt_entry_is_named_when_the_file_is_read(tmp_path: Path) -> None:
-    """Every entry is still read and checked at the start of the run: a bad value deep
-    in a big corpus is an error naming its JSON path."""
+def test_a_corrupt_entry_is_named_when_it_is_first_needed(tmp_path: Path) -> None:
+    """The file is read lazily: a bad value deep in a big corpus is an error naming the
+    file and its JSON path when its key is first looked up, or when every entry is
+    walked; the other keys read as before."""
     path = tmp_path / "c.json"
     corpus(path)
     data = path.read_bytes().split(b"\n")
     bad = next(i for i, line in enumerate(data) if b'"bucket":"b084"' in line)
     data[bad] = data[bad].replace(b'"confidence":0.999', b'"confidence":7', 1)
     path.write_bytes(b"\n".join(data))
-    with pytest.raises(ArtifactError, match=r"\$\.entries\[42\]\.confidence"):
-        artifacts.read_cache_as_read(path)
-    with pytest.raises(ArtifactError, match=r"\$\.entries\[42\]\.confidence"):
-        artifacts.read_cache_stamped(path)
+    where = r"c\.json: .*\$\.entries\[42\]\.confidence"
+    cache, as_read = artifacts.read_cache_as_read(path)
+    assert as_read is not None and len(cache) == 60
+    key = ("dev0", "cpu", "matmul", "b084", "float32")
+    assert cache.get(("dev0", "cpu", "matmul", "b082", "float32")) is not None
+    with pytest.raises(ArtifactError, match=where):
+        cache.get(key)
+    with pytest.raises(ArtifactError, match=where):
+        cache.entries()
+    stamped, _ = artifacts.read_cache_stamped(path)
+    with pytest.raises(ArtifactError, match=where):
+        stamped.by_key()
+    with pytest.raises(ArtifactError, match=where):
+        artifacts.read_cache(path)
 
 
 def test_nothing_measured_that_changes_a_key_leaves_the_bytes_alone(
