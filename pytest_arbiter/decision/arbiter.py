@@ -167,16 +167,16 @@ class Arbiter:
             plan = self.hot.get(sig) if sig is not None else None
         if plan is None:
             plan = self._find_plan(self.mode, op, inputs, target, sig)
-        plain, won, kp, start, run, _, _ = plan
+        plain = plan[0]  # by index: unpacking a NamedTuple takes the generic path
         if plain is None:
-            if run is None:
-                return self.run_steps(kp, inputs, -1, None)
+            if plan[4] is None:
+                return self.run_steps(plan[2], inputs, -1, None)
             return self._checked(plan, inputs)
         try:
             out = plain(*inputs)
         except Exception as exc:
-            return self.run_steps(kp, inputs, start, exc)
-        won()  # type: ignore[misc]  # set wherever run is
+            return self.run_steps(plan[2], inputs, plan[3], exc)
+        plan[1]()  # type: ignore[misc]  # set wherever run is
         return out
 
     def _checked(self, plan: Plan, inputs: tuple[Any, ...]) -> Any:
