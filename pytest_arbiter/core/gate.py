@@ -224,31 +224,34 @@ def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorMode
         keep &= gaps >= _FLUSH_MARGIN * model.flush
         gaps = gaps[keep]  # the kept outputs' spacing, made once
     index = index[keep]
-    e = flat_exact[index]
+    e = sampled[keep]
+    # sorted, and equal neighbours found (finite values: equal exactly when their
+    # difference is 0)
     if model.group_size:
         groups = index // model.group_size
         order = _by_group_then_value(groups, e)
-        groups = groups[order]
-        same = (np.diff(e[order]) == 0) & (np.diff(groups) == 0)
+        groups, e = groups[order], e[order]
+        same = (e[1:] == e[:-1]) & (groups[1:] == groups[:-1])
     else:
         order = np.argsort(e)
-        same = np.diff(e[order]) == 0
-    index, e = index[order], e[order]
-    if not model.group_size:
+        e = e[order]
+        same = e[1:] == e[:-1]
         groups = np.arange(e.size)
+    index = index[order]
     ulp = spacing(e, dtype) if gaps is None else gaps[order]
     ideal = round_to(e, dtype)
     scales = model.scales(index)
     z_ideal = (ideal - e) / ulp
-    maxima = [scales.sd / ulp, scales.common / ulp, scales.systematic / ulp,
-              model.allowed.reshape(-1)[index] / ulp]
+    # one array, each row divided and reduced as it would be alone
+    maxima = np.stack([scales.sd, scales.common, scales.systematic,
+                       model.allowed.reshape(-1)[index]]) / ulp
     sign = np.sign(e)
     starts = counts = None
     if same.any():
-        starts = np.flatnonzero(np.concatenate([[True], ~same]))
+        starts = np.concatenate(([0], np.flatnonzero(~same) + 1))
         counts = np.diff(np.append(starts, e.size))
         z_ideal = np.add.reduceat(z_ideal, starts) / counts
-        maxima = [np.maximum.reduceat(m, starts) for m in maxima]
+        maxima = np.maximum.reduceat(maxima, starts, axis=1)
         sign, groups = sign[starts], groups[starts]
     sd, common, systematic, bound = maxima
     units = _Units(sign, sign, z_ideal, sign, sd, common, systematic, bound,
@@ -278,13 +281,20 @@ def _units(frame: _Frame, flat_got: np.ndarray) -> _Units:
     if frame.starts is not None:
         d = np.add.reduceat(d, frame.starts) / frame.counts
         z = np.add.reduceat(z, frame.starts) / frame.counts
-    return replace(frame.units, d=d, z=z)
+    u = frame.units  # made field by field: dataclasses.replace costs more than the rest
+    return _Units(d, z, u.z_ideal, u.sign, u.sd, u.common, u.systematic, u.bound, u.group)
 
 
 def _bernstein(variance: float, largest: float) -> float:
     """The deviation a sum of independent zero-mean terms (total variance ``variance``,
     each within ``largest`` of its mean) exceeds with probability at most STAT_ALPHA."""
     return math.sqrt(2.0 * _LOG_TERM * variance) + 2.0 / 3.0 * _LOG_TERM * largest
+
+
+_total = np.add.reduce
+"""``np.sum`` of a 1-D array, without its wrapper (the checks' units are 1-D)."""
+_largest = np.maximum.reduce
+"""``np.max`` of a 1-D array, likewise."""
 
 
 def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -297,10 +307,10 @@ def _bias_terms(u: _Units) -> tuple[np.ndarray, np.ndarray, float, float, float]
     weight: see :func:`_bias_check`."""
     v = u.sd + u.sd ** 2 + u.common + u.systematic
     w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
-    independent = float(np.sum(w * w * v))
-    shared = float(np.sum(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
-    threshold = _bernstein(independent + shared, float(np.max(2.0 * w * (u.bound + 0.5))))
-    return w, w * u.sign, threshold, float(np.sum(w * u.systematic)), float(np.sum(w))
+    independent = float(_total(w * w * v))
+    shared = float(_total(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
+    threshold = _bernstein(independent + shared, float(_largest(2.0 * w * (u.bound + 0.5))))
+    return w, w * u.sign, threshold, float(_total(w * u.systematic)), float(_total(w))
 
 
 def _bias_check(u: _Units, terms: tuple[np.ndarray, np.ndarray, float, float, float]
@@ -315,8 +325,8 @@ def _bias_check(u: _Units, terms: tuple[np.ndarray, np.ndarray, float, float, fl
     """
     w, w_sign, threshold, allowance, total = terms
     worst_ratio, worst_text = 0.0, ""
-    for stat, lean in ((float(np.sum(w_sign * u.d)), ("away from zero", "toward zero")),
-                       (float(np.sum(w * u.d)), ("upward", "downward"))):
+    for stat, lean in ((float(_total(w_sign * u.d)), ("away from zero", "toward zero")),
+                       (float(_total(w * u.d)), ("upward", "downward"))):
         ratio = (abs(stat) - allowance) / threshold
         if ratio > worst_ratio:
             worst_ratio = ratio
@@ -354,9 +364,9 @@ def _spread_terms(u: _Units) -> _SpreadTerms:
         expected = expected + common2 * noise[u.group]
         reach = reach + ERROR_LAMBDA * u.common
     flips = u.sd + sd2 + u.systematic + u.common + expected
-    variance = float(np.sum(w * w * flips * reach ** 2))
-    threshold = _bernstein(variance, float(np.max(w * (reach ** 2 + 0.25))))
-    return _SpreadTerms(w, fit, float(np.sum(w * expected)), threshold, float(np.sum(w)))
+    variance = float(_total(w * w * flips * reach ** 2))
+    threshold = _bernstein(variance, float(_largest(w * (reach ** 2 + 0.25))))
+    return _SpreadTerms(w, fit, float(_total(w * expected)), threshold, float(_total(w)))
 
 
 def _spread_check(u: _Units, terms: _SpreadTerms) -> tuple[float, str]:
@@ -369,7 +379,7 @@ def _spread_check(u: _Units, terms: _SpreadTerms) -> tuple[float, str]:
         w_h, fit_w, h = terms.fit
         slope = np.clip(_group_sums(w_h * z, u.group) / fit_w, -ERROR_LAMBDA, ERROR_LAMBDA)
         z = z - slope[u.group] * h
-    stat = float(np.sum(terms.w * (z ** 2 - u.z_ideal ** 2)))
+    stat = float(_total(terms.w * (z ** 2 - u.z_ideal ** 2)))
     mean, threshold, total = terms.mean, terms.threshold, terms.total
     ratio = (stat - mean) / threshold
     text = (f"spread check: the errors are {math.sqrt(max(stat, 0.0) / total):.3g} ulp RMS "
