@@ -627,3 +627,47 @@ def test_the_frames_order_is_lexsorts_by_group_then_value(rng: np.random.Generat
         groups = index // group
         order = gate_module._by_group_then_value(groups, values)
         assert order.tolist() == np.lexsort((values, groups)).tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_frame_holds_the_plain_formulas_values_bit_for_bit(
+        rng: np.random.Generator, dtype: str) -> None:
+    """The statistical frame, however it is computed, is the plain definition's: every
+    STAT_SAMPLE-th output (finite, clear of the flush), sorted by row then value, the
+    outputs equal in one row one unit with the largest of their scales, in ulp."""
+    from pytest_arbiter.core.dtypes import round_to, spacing
+    from pytest_arbiter.core.ops.softmax import _softmax_exact, softmax_model
+
+    x = rng.standard_normal((12, 400)).astype(np.float32)
+    x[0, :60] = x[0, 0]  # ties in one row: units of several outputs
+    x[3, :] = 0.0
+    x[5, 7] = -np.inf
+    exact = _softmax_exact(x)
+    model = softmax_model([x], exact, generated=True)
+    frame = gate_module._frame(exact.reshape(-1), None, model, dtype, 5)
+
+    flat = exact.reshape(-1)
+    stride = -(-flat.size // gate_module.STAT_SAMPLE)
+    index = np.arange(5 % stride, flat.size, stride)
+    finite = np.isfinite(flat[index])
+    index = index[finite]
+    index = index[spacing(flat[index], dtype) >= 64.0 * model.flush]
+    order = np.lexsort((flat[index], index // model.group_size))
+    index = index[order]
+    e = flat[index]
+    ulp = spacing(e, dtype)
+    for got, want in ((frame.index, index), (frame.e, e), (frame.ulp, ulp),
+                      (frame.ideal, round_to(e, dtype))):
+        assert got.tobytes() == want.tobytes()
+    rows = index // model.group_size
+    new_unit = np.concatenate(([True], (e[1:] != e[:-1]) | (rows[1:] != rows[:-1])))
+    starts = np.flatnonzero(new_unit)
+    scales = model.scales(index)
+    for field, values in (("sd", scales.sd), ("common", scales.common),
+                          ("systematic", scales.systematic),
+                          ("bound", model.allowed.reshape(-1)[index])):
+        want = np.array([np.max(values[a:b] / ulp[a:b])
+                         for a, b in zip(starts, [*starts[1:], e.size], strict=True)])
+        assert getattr(frame.units, field).tobytes() == want.tobytes(), field
+    assert frame.units.group.tolist() == rows[starts].tolist()
+    assert frame.starts is not None and frame.starts.tolist() == starts.tolist()
