@@ -165,24 +165,27 @@ def _narrow_row(e: CacheEntry, low: bool) -> tuple[str, ...]:
 
 
 def _key_cell(device: str, op: str, bucket: str, dtype: str) -> str:
-    """``device/op/bucket/dtype`` in the key column. Too long, the device tag and the op
-    are cut first (a long CPU tag is the same on every row of a runner): the bucket and
-    dtype, what tells one row from the next, stay whole while they fit."""
+    """``device/op/bucket/dtype`` in the key column. Too long, the device tag is cut
+    first, to one width (a long CPU tag is the same on every row of a runner, and the
+    summary line names it whole), then the op: the bucket and dtype, what tells one row
+    from the next, stay whole while they fit; the rest is cut in the middle."""
     key = f"{device}/{op}/{bucket}/{dtype}"
     width = NARROW_CAPS[0]
     if len(key) <= width:
         return key
+    tag = _cut(device, CUT_DEVICE)
     tail = f"{bucket}/{dtype}"
-    room = width - len(tail) - 2  # the two slashes
-    if room < 2 * MIN_KEY_PART:
-        return _cut(key, width, middle=True)
-    op_width = max(min(len(op), room - MIN_KEY_PART), room // 2)
-    op_width = min(op_width, len(op))
-    return f"{_cut(device, room - op_width)}/{_cut(op, op_width)}/{tail}"
+    room = width - len(tag) - len(tail) - 2  # the op's, between two slashes
+    if room >= len(op):
+        return f"{tag}/{op}/{tail}"
+    return _cut(f"{tag}/{_cut(op, max(room, MIN_KEY_PART))}/{tail}", width, middle=True)
 
 
 MIN_KEY_PART = 6
-"""The fewest characters a cut device tag or op keeps in ``show``'s key column."""
+"""The fewest characters a cut op keeps in ``show``'s key column."""
+CUT_DEVICE = 10
+"""The characters a long device tag keeps in ``show``'s key column (``cpu-x86...``)."""
+
 
 _CELLS = "\x00"  # never in an escaped cell
 

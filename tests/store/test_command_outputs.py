@@ -23,7 +23,7 @@ from tests.factories import ROOT
 
 DIGESTS = {
     "file a": (0, "22dfe135be8ea17b3e4b505d958c8462eea14df6a9b7f25f3c0ce8520573006e"),
-    "show": (0, "e57b7581b303ce6362a70a86731aa3749a46d1fce2ca57e9763e37a4f1bed6fe"),
+    "show": (0, "d4e073752f9161393b8d446c906f6674a89257973a9142c210aff36af2b34a45"),
     "show --wide": (0, "e01358c64ad37f567243a841ae5ac682c134d15055905d4665ed30d393fe8636"),
     "show --json": (0, "be35d42a602ec47a6e49d9542c37ae1f80f8cf46bd3e4d309617c43520568bde"),
     "show --device --op": (
