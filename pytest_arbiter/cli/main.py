@@ -40,7 +40,7 @@ def format_ns(ns: float) -> str:
     """A latency to three significant digits, in the unit that reads best (``4.00 ms``
     beside ``13.5 us``, never ``4 ms``)."""
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale:
+        if ns >= scale * 0.9995:  # 999.6 ns rounds to 1.00 us, not 1000 ns
             return f"{_three_digits(ns / scale)} {unit}"
     return f"{_three_digits(ns)} ns"
 

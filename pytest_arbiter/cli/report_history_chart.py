@@ -20,8 +20,8 @@ MAX_LINES = 12
 """Keys drawn per chart: those whose median moved most; the table lists them all."""
 
 LEGEND_WIDTH = 28
-"""Characters per line of a legend entry: a longer key wraps (its dtype kept), never cut
-to look like another key's."""
+"""Characters per line of a legend entry: a longer key wraps on as many lines as it
+takes (its dtype kept), never cut to look like another key's."""
 
 Series = Sequence[tuple[float, bool] | None]
 """Per version: the median in nanoseconds and whether the winner changed there."""
@@ -46,7 +46,8 @@ def chart_svg(lines: Mapping[str, Series], labels: Sequence[str], prefix: str) -
             xs = [i for i, p in enumerate(lines[name]) if p is not None]
             ys = [p[0] / 1e3 for p in lines[name] if p is not None]
             (line,) = ax.plot(xs, ys, marker="o", markersize=4,
-                              label=wrap_label(escape(name), LEGEND_WIDTH))
+                              label=wrap_label(escape(name), LEGEND_WIDTH,
+                                               max_lines=len(name)))
             flips = [(i, p[0] / 1e3) for i, p in enumerate(lines[name])
                      if p is not None and p[1]]
             if flips:

@@ -23,6 +23,7 @@ from pytest_arbiter.decision.screen import Notes
 from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.extend.fingerprint import fingerprint_of
 from pytest_arbiter.store.cache import CacheEntry, Considered, Provenance, RankedCandidate
+from pytest_arbiter.store.entry import MAX_RATIO
 from pytest_arbiter.timing.measure import Comparison
 
 
@@ -45,7 +46,8 @@ def _ratio(comparison: Comparison, name: str) -> float | None:
     ratio = comparison.ratios.get(name)
     if ratio is None or not 0.0 < ratio < float("inf"):
         return None
-    return float(f"{ratio:.4g}")
+    shown = float(f"{ratio:.4g}")
+    return shown if 0.0 < shown <= MAX_RATIO else None
 
 
 def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set[str],

@@ -122,11 +122,12 @@ class MeasureCache:
 
     def get(self, key: KeyTuple) -> CacheEntry | None:
         """The entry of ``key`` (a :class:`CacheKey`, or a plain tuple in its order)."""
+        # the lazy part first: a walk on another thread moves its entries into
+        # _entries and then drops it, so read in the other order, one could miss both
+        lazy = self._lazy
         found = self._entries.get(key)
-        if found is None:
-            lazy = self._lazy  # once: a walk on another thread may drop it meanwhile
-            if lazy is not None:
-                found = lazy.entry(key)
+        if found is None and lazy is not None:
+            found = lazy.entry(key)
         return found
 
     def _record(self, key: KeyTuple) -> None:
@@ -188,10 +189,11 @@ class MeasureCache:
             return iter(list(self._all().values()))
 
     def __len__(self) -> int:
-        lazy = self._lazy
-        if lazy is None:
-            return len(self._entries)
-        return len(lazy) + sum(1 for key in self._entries if key not in lazy)
+        with self._lock:
+            lazy = self._lazy
+            if lazy is None:
+                return len(self._entries)
+            return len(lazy) + sum(1 for key in self._entries if key not in lazy)
 
     def __contains__(self, key: object) -> bool:
         lazy = self._lazy

@@ -89,6 +89,7 @@ class LazyEntries:
 
     def _decode(self, at: int) -> CacheEntry:
         tables = self.tables
+        tables.pending = []  # what a failed decode left behind is not this entry's
         raw = self._raws[at]
         try:
             entry: CacheEntry = _read_tables(lambda: _ONE.decode(raw), tables)
@@ -103,6 +104,7 @@ class LazyEntries:
 
     def _decode_all(self) -> list[CacheEntry]:
         tables = self.tables
+        tables.pending = []  # what a failed decode left behind is not this pass's
         try:
             entries: list[CacheEntry] = _read_tables(lambda: _ALL.decode(self._array),
                                                      tables)

@@ -32,11 +32,16 @@ def sign_test_p(wins: int, trials: int) -> float:
 def wins_needed(trials: int, below: float) -> int:
     """The fewest wins of ``trials`` paired rounds whose sign-test p-value is under
     ``below`` (``trials + 1`` when none is). The p-value only falls as the wins grow, so
-    a record has ``p < below`` exactly when it has at least this many wins."""
-    needed = trials + 1
-    while needed > 0 and sign_test_p(needed - 1, trials) < below:
-        needed -= 1
-    return needed
+    a record has ``p < below`` exactly when it has at least this many wins. One pass
+    down from ``trials`` wins, the tail summed as it goes: :func:`sign_test_p`'s value
+    at each step (the same whole numbers, the same division)."""
+    whole = 1 << trials
+    tail = 0
+    for wins in range(trials, -1, -1):
+        tail += math.comb(trials, wins)
+        if not tail / whole < below:
+            return wins + 1
+    return 0
 
 
 class WinCounts:

@@ -637,3 +637,11 @@ def test_console_script_and_no_pytest_import(tmp_path: Path) -> None:
                            str(tmp_path / "missing.json")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "missing.json" in proc.stderr
+
+
+def test_latencies_print_three_significant_digits_across_units() -> None:
+    from pytest_arbiter.cli.main import format_ns
+
+    assert [format_ns(v) for v in (0.5, 999.4, 999.6, 13_500.0, 999_700.0, 4e6,
+                                   999_999_600.0, 2.5e9)] == [
+        "0.50 ns", "999 ns", "1.00 us", "13.5 us", "1.00 ms", "4.00 ms", "1.00 s", "2.50 s"]

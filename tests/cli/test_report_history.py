@@ -159,8 +159,10 @@ def test_the_chart_legend_keeps_each_keys_dtype() -> None:
     neither loses its dtype and they never read alike."""
     from pytest_arbiter.cli.report_history_chart import chart_svg
 
-    bucket = "512x256x256x512x512/a16.16.16.16.16"
-    lines = {f"{bucket} float32": [(1000.0, False), (1200.0, True)],
-             f"{bucket} float64": [(2000.0, False), (2100.0, False)]}
-    svg = chart_svg(lines, ["v1", "v2"], "t")
-    assert "float32" in svg and "float64" in svg
+    for bucket in ("512x256x256x512x512/a16.16.16.16.16",
+                   "b4096x4096x128,s2048x2048x64,h32x32,w1024x1024,q8x8x8x8x8x8,r16x16x16,"
+                   "t32x32x32x32"):  # past four lines of the legend
+        lines = {f"{bucket} float32": [(1000.0, False), (1200.0, True)],
+                 f"{bucket} float64": [(2000.0, False), (2100.0, False)]}
+        svg = chart_svg(lines, ["v1", "v2"], "t")
+        assert "float32" in svg and "float64" in svg

@@ -11,6 +11,7 @@ import pytest
 from pytest_arbiter import Arbiter, CacheMiss, ComparePolicy, LowConfidence, MeasureCache
 from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
 from pytest_arbiter.core.ops import OpRegistry, make_op
+from pytest_arbiter.store.cache import CacheEntry
 
 
 def quick(x: np.ndarray) -> np.ndarray:
@@ -95,4 +96,5 @@ def test_a_measured_entry_records_each_timed_rows_paired_ratio() -> None:
     assert [entry.over_winner(row) for row in entry.ranking] == ratios
     carried = msgspec.structs.replace(entry.ranking[1], carried=True)
     with pytest.raises(ValueError, match="a carried row has no paired ratio"):
-        msgspec.structs.replace(entry, ranking=(entry.ranking[0], carried))
+        CacheEntry(entry.device, entry.target, entry.op, entry.bucket, entry.dtype,
+                   (entry.ranking[0], carried), entry.confidence)

@@ -155,3 +155,56 @@ def test_a_lazily_read_cache_decodes_only_the_keys_looked_up(tmp_path: Path) -> 
     assert cache.changes() == {new.key: None}
     assert cache.entries() == sorted([*written, new]) and cache._lazy is None
     assert copied.by_key() == artifacts.read_cache(path).by_key()
+
+
+def _lazy_cache(data: bytes) -> MeasureCache:
+    from pytest_arbiter.store.cache_file import lazy_entries
+
+    found = lazy_entries(data, "c.json")
+    assert found is not None
+    return MeasureCache.of_lazy(found)
+
+
+def test_a_lookup_while_another_thread_walks_the_cache_finds_the_entry() -> None:
+    """A walk (``by_key``) moves the lazy entries into the decoded ones and drops the lazy
+    part; a lookup in between must find the key in one or the other, never in neither."""
+    import threading
+
+    from pytest_arbiter.store.cache import plain_key
+    from pytest_arbiter.store.cache_file import encode_document
+
+    entries = [cache_entry(f"b{i:03d}") for i in range(50)]
+    cache = _lazy_cache(encode_document(entries))
+
+    class WalkWhileRead(dict):  # type: ignore[type-arg]
+        def get(self, key: object, default: object = None) -> object:
+            found = dict.get(self, key, default)
+            walker = threading.Thread(target=cache.by_key)
+            walker.start()
+            walker.join()
+            return found
+
+    cache._entries = WalkWhileRead()
+    assert cache.get(plain_key(entries[17])) == entries[17]
+
+
+def test_a_failed_walk_leaves_nothing_behind_for_the_next_lookup() -> None:
+    """A walk that stops at a damaged entry must not leave the entries it decoded before
+    it to be checked again with the next lookup's: a sound entry is still found."""
+    from pytest_arbiter.errors import ArtifactError
+    from pytest_arbiter.store.cache import plain_key
+    from pytest_arbiter.store.cache_file import encode_document
+
+    entries = [cache_entry(f"b{i}") for i in range(4)]
+    lines = encode_document(entries).split(b"\n")
+    for i, line in enumerate(lines):
+        if b'"bucket":"b1"' in line:  # out of order: found after the decode
+            lines[i] = line.replace(b'"median_ns":1000', b'"median_ns":5000', 1)
+        if b'"bucket":"b2"' in line:  # out of range: found by the decode
+            lines[i] = line.replace(b'"confidence":', b'"confidence":7,"_x":', 1)
+    cache = _lazy_cache(b"\n".join(lines))
+    with pytest.raises(ArtifactError, match=r"entries\[2\]"):
+        cache.by_key()
+    assert cache.get(plain_key(entries[3])) == entries[3]
+    with pytest.raises(ArtifactError, match=r"entries\[1\]"):
+        cache.get(plain_key(entries[1]))

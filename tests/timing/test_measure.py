@@ -258,3 +258,15 @@ def test_the_sign_test_holds_past_a_thousand_rounds() -> None:
     exact = Fraction(sum(comb(2000, k) for k in range(1050, 2001)), 2**2000)
     assert sign_test_p(1050, 2000) == float(exact)
     assert 1000 < wins_needed(2000, 0.05) < 1100
+
+
+def test_wins_needed_is_the_sign_tests_own_threshold() -> None:
+    """The fewest wins whose p-value is under the level: one pass down the tail gives
+    what asking the sign test at every count gives."""
+    from pytest_arbiter.timing.pairing import sign_test_p, wins_needed
+
+    for trials in range(0, 120):
+        for below in (0.0, 1e-9, 0.01, 0.05, 0.2, 0.5, 1.0, 1.5):
+            needed = wins_needed(trials, below)
+            assert all(sign_test_p(w, trials) < below for w in range(needed, trials + 1))
+            assert needed == 0 or not sign_test_p(needed - 1, trials) < below
