@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
@@ -275,8 +276,16 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, PAIRED_NOTE)
     devices = sorted(set().union(*(b.devices for b in blocks)))
     low = sum(b.low for b in blocks)
-    _say(out, f"{_count(count, 'entry', 'entries')} on "
-         f"{_count(len(devices), 'device')} ({', '.join(devices)})")
+    summary = (f"{_count(count, 'entry', 'entries')} on {_count(len(devices), 'device')} "
+               f"({', '.join(devices)})")
+    if wide or len(summary) <= SHOW_WIDTH:
+        _say(out, summary)
+    else:  # the devices' tags on lines of their own, within the 100 columns
+        _say(out, f"{_count(count, 'entry', 'entries')} on "
+                  f"{_count(len(devices), 'device')}:")
+        _say_all(out, textwrap.wrap(", ".join(devices), SHOW_WIDTH,
+                                    initial_indent="  ", subsequent_indent="  ",
+                                    break_on_hyphens=False))
     if low:
         _say(out, f"{_count(low, 'entry', 'entries')} low-confidence: the next "
              "--arbiter-tune measures them again")

@@ -645,3 +645,21 @@ def test_latencies_print_three_significant_digits_across_units() -> None:
     assert [format_ns(v) for v in (0.5, 999.4, 999.6, 13_500.0, 999_700.0, 4e6,
                                    999_999_600.0, 2.5e9)] == [
         "0.50 ns", "999 ns", "1.00 us", "13.5 us", "1.00 ms", "4.00 ms", "1.00 s", "2.50 s"]
+
+
+def test_shows_closing_line_fits_100_columns_with_long_device_tags(tmp_path: Path) -> None:
+    """Several long CPU tags: the summary names them on lines of their own, each line
+    within the 100 columns the table fits; ``--wide`` keeps the one line."""
+    from tests.factories import cache_entry
+
+    path = tmp_path / "c.json"
+    tags = [f"cpu-x86_64-intel-r-xeon-r-platinum-{n}-processor" for n in range(4)]
+    artifacts.write_cache(path, MeasureCache([cache_entry(device=tag) for tag in tags]))
+    code, text = run("show", path)
+    assert code == 0
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert lines[-3:] == ["4 entries on 4 devices:",
+                          "  " + ", ".join(tags[:2]) + ",", "  " + ", ".join(tags[2:])]
+    code, text = run("show", "--wide", path)
+    assert text.splitlines()[-1] == f"4 entries on 4 devices ({', '.join(tags)})"
