@@ -38,7 +38,6 @@ from pytest_arbiter.gating.histogram import Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, MeasureCache, since_for, utc_now
 from pytest_arbiter.timing.device_lock import measurement_lock
 from pytest_arbiter.timing.measure import ComparePolicy, Comparison, Timer, compare_latencies
-from pytest_arbiter.timing.watchdog import watch_scope
 
 VerdictFn = Callable[[Candidate], Verdict]
 """A candidate's gate verdict for the measured key (the arbiter passes its memo)."""
@@ -121,8 +120,7 @@ def measured_arbitrate(op: Op | str, inputs: Sequence[Any], candidates: Iterable
             return hit
     partial = not remeasure and _partial(m)
     gate = verdict or _plain_gate(m, gate_seed)
-    with watch_scope():  # the key's gates install the watchdog's handler once, not each
-        _gate_chosen(m, partial, gate)
+    _gate_chosen(m, partial, gate)
     if partial and _nothing_new(m):
         return _cached_selection(m)
     timed = _time(m, policy, timer or timer_for(target), gate_seed) if m.survivors else None

@@ -45,11 +45,6 @@ class _Watch:
     """A :func:`watch_session` holds the handler: a :func:`watchdog` in it only arms."""
     previous: Any = None
     theirs_at: float | None = None
-    scope = False
-    """A :func:`watch_scope` is open: the first session in it installs the handler, and
-    it stays installed (a session held) until the scope ends."""
-    held: AbstractContextManager[None] | None = None
-    """The handler installed for the open scope, restored when it ends."""
     ticking = False
     """The timer is set to fire at or before the running call's deadline (and their
     alarm): a call of a session then sets its deadline without a system call."""
@@ -241,21 +236,10 @@ def watch_session(seconds: float | None) -> Iterator[None]:
     """Our handler installed once for the body, so that each :func:`watchdog` in it only
     sets its deadline (no system call while the timer set for an earlier call is still
     to fire; the handler sets it again when it fires early): the F4 gate's trials, one
-    session per gate. In a :func:`watch_scope` the handler, once installed, stays so
-    for the scope's later sessions. A no-op where no watchdog is asked for or it cannot
-    be used; a timer that was running (pytest-timeout's) keeps its time, between the
-    calls too."""
-    if seconds is None or seconds <= 0:
-        yield
-        return
-    if _watch.scope and threading.current_thread() is threading.main_thread():
-        if _watch.held is None and watchdog_available():
-            held = _installed()
-            held.__enter__()
-            _watch.held, _watch.session = held, True
-        yield
-        return
-    if not watchdog_available():
+    session per gate. A no-op where no watchdog is
+    asked for or it cannot be used; a timer that was running (pytest-timeout's) keeps
+    its time, between the calls too."""
+    if seconds is None or seconds <= 0 or not watchdog_available():
         yield
         return
     with _installed():
@@ -264,27 +248,6 @@ def watch_session(seconds: float | None) -> Iterator[None]:
             yield
         finally:
             _watch.session = False
-
-
-@contextlib.contextmanager
-def watch_scope() -> Iterator[None]:
-    """The sessions in the body (the F4 gates of one key's candidates) share one handler:
-    installed by the first that asks for a watchdog, restored (with a timer that was
-    running) when the body ends, so a key's gates install and restore it once, not once
-    each. In the body, a :func:`watched_calls` uses the handler held. A no-op off the
-    main thread or in a scope already open."""
-    if _watch.scope or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _watch.scope = True
-    try:
-        yield
-    finally:
-        _watch.scope = False
-        held, _watch.held = _watch.held, None
-        if held is not None:
-            _watch.session = False
-            held.__exit__(None, None, None)
 
 
 def _unwatched(fn: Callable[[A], T], arg: A) -> T:
@@ -303,7 +266,7 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[A], T],
     (pytest-timeout's) keeps its time between the calls. Where the watchdog cannot be
     used, the runner just calls.
     """
-    if seconds is None or seconds <= 0:
+    if seconds is None or seconds <= 0 or not watchdog_available():
         yield _unwatched
         return
     limit, watch, monotonic = seconds, _watch, time.monotonic
@@ -319,10 +282,5 @@ def watched_calls(seconds: float | None) -> Iterator[Callable[[Callable[[A], T],
         finally:
             watch.limit = None
 
-    if _watch.held is not None and threading.current_thread() is threading.main_thread():
-        yield watched  # a scope's handler is installed: it serves these calls too
-    elif not watchdog_available():
-        yield _unwatched
-    else:
-        with _installed():
-            yield watched
+    with _installed():
+        yield watched

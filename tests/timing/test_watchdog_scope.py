@@ -1,6 +1,6 @@
-"""A watch scope (one key's gates) installs the watchdog's handler once for all its
-sessions, still cuts a hanging call short in any of them, and puts back the handler
-and the timer it found; one CallWatch serves a gate's calls."""
+"""One CallWatch serves a gate's calls; and each gate installs the watchdog's handler
+for itself, so what one candidate does to SIGALRM (stopping the timer, installing a
+handler of its own) never lets a later candidate of the key run unwatched."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.errors import CallTimeout
 from pytest_arbiter.timing import watchdog as watchdog_module
 from pytest_arbiter.timing.measure import ComparePolicy
-from pytest_arbiter.timing.watchdog import CallWatch, watch_scope, watch_session, watchdog
+from pytest_arbiter.timing.watchdog import CallWatch, watch_session
 
 
 @pytest.fixture
@@ -37,59 +38,6 @@ def installs(monkeypatch: pytest.MonkeyPatch, sigalrm_restored: None) -> Iterato
 
     monkeypatch.setattr(watchdog_module.signal, "signal", counting)
     yield seen
-
-
-def test_the_sessions_of_a_scope_install_the_handler_once(installs: list[object]) -> None:
-    before = signal.getsignal(signal.SIGALRM)
-    with watch_scope():
-        for _ in range(5):
-            with watch_session(5.0), watchdog(5.0):
-                pass
-        with watch_session(5.0), pytest.raises(CallTimeout), watchdog(0.1):
-            time.sleep(5)  # cut short in a later session too
-    assert len(installs) == 2  # ours, then theirs back
-    assert signal.getsignal(signal.SIGALRM) is before
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-def test_a_scope_with_no_watchdog_asked_installs_nothing(installs: list[object]) -> None:
-    with watch_scope():
-        with watch_session(None):
-            pass
-    assert installs == []
-
-
-def test_their_alarm_still_fires_in_a_scope(installs: list[object]) -> None:
-    fired: list[float] = []
-
-    def theirs(signum: int, frame: FrameType | None) -> None:
-        fired.append(time.monotonic())
-
-    signal.signal(signal.SIGALRM, theirs)
-    signal.setitimer(signal.ITIMER_REAL, 0.15)
-    start = time.monotonic()
-    with watch_scope():
-        with watch_session(5.0), watchdog(5.0):
-            pass
-        time.sleep(0.4)  # between the sessions: their alarm, through our handler
-    assert len(fired) == 1 and fired[0] - start >= 0.14
-    assert signal.getsignal(signal.SIGALRM) is theirs
-
-
-def test_a_tune_installs_the_handler_once_for_its_gates_and_once_to_time(
-        installs: list[object]) -> None:
-    reg = CandidateRegistry()
-    for i, fn in enumerate((np.matmul, np.dot, lambda a, b: a @ b)):
-        reg.add(FunctionCandidate(fn, f"c{i}", "matmul", "cpu", 0, None, None))
-    a = np.ones((8, 8), dtype="float32")
-    memo = GateMemo(GATE_SEED, 5.0, lambda key: None)
-    key = DispatchKey("cpu", "matmul", "8x8x8", "float32")
-    measured_arbitrate("matmul", (a, a), reg.for_op("matmul"), MeasureCache(),
-                       policy=ComparePolicy(min_rounds=3, max_rounds=5, budget_s=0.005,
-                                            call_timeout_s=5.0),
-                       verdict=lambda cand: memo.verdict(OPS.get("matmul"), key, cand, (a, a)))
-    # the gates' handler in and out, the comparison's in and out: 4, not 2 per candidate
-    assert len(installs) == 4, installs
 
 
 def test_one_call_watch_serves_every_call_in_a_session_and_alone(
@@ -108,3 +56,46 @@ def test_one_call_watch_serves_every_call_in_a_session_and_alone(
         time.sleep(5)  # outside a session: a watchdog of its own
     assert len(installs) == 4
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """A kernel's own SIGALRM handler, left installed."""
+
+
+def stops_the_alarm(a: Any, b: Any) -> Any:
+    out = np.matmul(a, b)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return out
+
+
+def takes_the_alarm(a: Any, b: Any) -> Any:
+    out = np.matmul(a, b)
+    signal.signal(signal.SIGALRM, _ignore)
+    return out
+
+
+def hangs(a: Any, b: Any) -> Any:
+    time.sleep(3.0)
+    return np.matmul(a, b)
+
+
+@pytest.mark.parametrize("tidy", [stops_the_alarm, takes_the_alarm])
+def test_what_one_candidate_does_to_the_alarm_frees_no_later_one(
+        tidy: Any, sigalrm_restored: None) -> None:
+    """A candidate that stops the timer, or leaves a SIGALRM handler of its own, before a
+    hanging candidate of the same key: the hanging one is still cut at its limit."""
+    reg = CandidateRegistry()
+    reg.add(FunctionCandidate(tidy, "a_tidy", "matmul", "cpu", 0, None, None))
+    reg.add(FunctionCandidate(hangs, "z_hangs", "matmul", "cpu", 0, None, None))
+    a = np.ones((8, 8), dtype="float32")
+    memo = GateMemo(GATE_SEED, 0.3, lambda key: None)
+    key = DispatchKey("cpu", "matmul", "8x8x8", "float32")
+    start = time.monotonic()
+    sel = measured_arbitrate(
+        "matmul", (a, a), reg.for_op("matmul"), MeasureCache(),
+        policy=ComparePolicy(min_rounds=3, max_rounds=5, budget_s=0.005, call_timeout_s=0.3),
+        verdict=lambda cand: memo.verdict(OPS.get("matmul"), key, cand, (a, a)))
+    assert time.monotonic() - start < 10.0  # unwatched, its trials take 3 s each
+    outcome, reason = sel.found["z_hangs"]
+    assert outcome == "error" and "CallTimeout: no result after 0.3 s" in reason
+    assert sel.candidate is not None and sel.candidate.name == "a_tidy"
