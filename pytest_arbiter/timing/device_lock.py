@@ -187,8 +187,10 @@ def measurement_lock(identity: str, timeout_s: float | None = None) -> Iterator[
             lock.acquire(timeout=wait, poll_interval=_POLL_S)
     except (LockTimeout, OSError):
         lock = None
+    holder = os.getpid()
     try:
         yield lock is not None
     finally:
-        if lock is not None:
+        # a fork's child leaving its parent's hold: the hold (and the flock) is not its
+        if lock is not None and os.getpid() == holder:
             lock.release()

@@ -175,3 +175,31 @@ def test_a_forked_child_does_not_share_its_parents_hold() -> None:
         os.close(read)
         os.waitpid(pid, 0)
     assert got == b"0"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_leaving_its_parents_hold_still_waits_for_it() -> None:
+    """A child forked inside a hold leaves the ``with`` block it inherited: that is not a
+    release of its own (no error), and its next hold still waits for the parent's."""
+    parent = os.getpid()
+    read, write = os.pipe()
+    got = b""
+    try:
+        with measurement_lock("cpu-fork-leaves") as held:
+            assert held
+            if os.fork() != 0:
+                os.close(write)
+                got = os.read(read, 1)  # still holding, until the child has tried
+                os.close(read)
+                os.wait()
+        if os.getpid() != parent:  # the child, out of the block it inherited
+            with measurement_lock("cpu-fork-leaves", timeout_s=0.05) as again:
+                os.write(write, b"1" if again else b"0")
+    except BaseException:
+        if os.getpid() != parent:
+            os.write(write, b"e")  # leaving the inherited block raised
+        raise
+    finally:
+        if os.getpid() != parent:
+            os._exit(0)
+    assert got == b"0"
