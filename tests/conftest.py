@@ -9,6 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+# imported before any pytester in-process run: such a run drops the modules first
+# imported during it, and a later run would register its ops into a second copy of the
+# op registry that the already-imported dispatch code never reads
+import pytest_arbiter.core.ops  # noqa: F401
 from pytest_arbiter.core.candidates import CandidateRegistry
 from pytest_arbiter.extend import device as core_device
 from pytest_arbiter.runtime import register_bundled

@@ -5,14 +5,12 @@ truncated file a usage error that writes nothing."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry
-from tests.factories import cache_bytes, cache_entry
+from tests.factories import cache_bytes, cache_entry, make_confident
 
 TUNE_TEST = """
 import numpy as np
@@ -66,31 +64,12 @@ def test_tune_adds_only_what_it_measured(pytester: pytest.Pytester) -> None:
     assert "forgotten" not in buckets and "kept" in buckets and len(buckets) == 2
 
 
-def _confident(path: Path) -> None:
-    """The cache at ``path`` with every low-confidence pick made a confident one."""
-    import msgspec
-
-    from pytest_arbiter.store.cache import MeasureCache
-    from pytest_arbiter.store.entry import MIN_ROUNDS
-
-    def sure(e: CacheEntry) -> CacheEntry:
-        if not e.low_confidence:
-            return e
-        rounds = max(MIN_ROUNDS, e.provenance.rounds or 0)
-        return msgspec.structs.replace(
-            e, confidence=0.999, provenance=msgspec.structs.replace(e.provenance,
-                                                                     rounds=rounds))
-
-    artifacts.write_cache(path, MeasureCache([sure(e) for e in artifacts.read_cache(path)]))
-    assert not any(e.low_confidence for e in artifacts.read_cache(path))
-
-
 def test_tune_that_measures_nothing_leaves_the_cache_alone(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_tune=TUNE_TEST.replace("artifacts.update_cache", "print"))
     path = pytester.path / "cache.json"
     result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")
     assert result.ret == 0, result.stdout.str()
-    _confident(path)  # a low-confidence pick (a loaded machine) is measured again, by design
+    make_confident(path)  # a low-confidence pick (a loaded machine) is measured again, by design
     before = path.read_bytes()
     os.utime(path, ns=(0, 0))
     again = pytester.runpytest("--arbiter-tune", "--arbiter-cache=cache.json")

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 # imported before pytester's in-process runs, which drop modules they imported
-import pytest_arbiter.core.ops  # noqa: F401
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache_file import encode_document
-from tests.factories import cache_entry
+from tests.factories import cache_entry, make_confident
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -50,6 +49,7 @@ def corpus_with(pytester: pytest.Pytester, damaged: str) -> tuple[Path, bytes]:
     pytester.makepyfile(test_one=TEST.replace("SIZE", "8"))
     assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
     path = pytester.path / "c.json"
+    make_confident(path)  # a clean run's one-line summary, whatever the machine's load
     (tuned,) = artifacts.read_cache(path).entries()
     others = [cache_entry(f"b{i:03d}") for i in range(40)]
     lines = encode_document([tuned, *others]).split(b"\n")

@@ -20,6 +20,7 @@ from pytest_arbiter import REGISTRY
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.session.settings import ArbiterSettings
 from pytest_arbiter.store import artifacts
+from tests.factories import make_confident
 
 DECLINING_CONFTEST = """
 import pytest_arbiter
@@ -682,6 +683,7 @@ def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> N
                                  "to the static tier order*", "*1 static tier order on a miss*"])
     result = pytester.runpytest("--arbiter-cache=c.json", "--arbiter-tune")
     result.stdout.fnmatch_lines(["*cache *c.json does not exist yet: this run creates it*"])
+    make_confident(pytester.path / "c.json")
     # a clean run says it in one line; -v lists the winners
     result = pytester.runpytest("--arbiter-cache=c.json")
     result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read; 1 dispatches (1 won); "

@@ -16,7 +16,7 @@ from pytest_arbiter.cli.main import main
 # imported here, not first inside an in-process pytester run (which would unload them)
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import MeasureCache
-from tests.factories import ranked_entry
+from tests.factories import make_confident, ranked_entry
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -57,6 +57,7 @@ def section(result: pytest.RunResult) -> list[str]:
 def test_a_clean_run_is_one_line(pytester: pytest.Pytester, quiet: list[str]) -> None:
     pytester.makepyfile(test_one=DISPATCH)
     assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
+    make_confident(pytester.path / "c.json")
     result = pytester.runpytest(*quiet, "--arbiter-cache=c.json",
                                 "--arbiter-baseline=base.json")
     assert result.ret == 0
