@@ -421,17 +421,19 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
                  guard: Guard) -> TrialResult:
     """Run ``cand`` on one gate input and judge its output (NumPy's floating-point
     warnings off: :func:`evaluate` turns them off once for all the trials)."""
-    trial = prep.trial
-    refused = _declined(cand, trial.inputs)
+    # the candidate's code, accepts() included, sees copies of the trial's inputs, never
+    # the trial's own arrays (shared with the key's other candidates): a write to them
+    # fails this candidate alone. The copies keep the inputs' memory layout (strides and
+    # all): a kernel wrong on a strided view must fail here, not pass on a contiguous copy
+    copies = [same_layout_copy(x) for x in prep.trial.inputs]
+    refused = _declined(cand, copies)
     if refused is not None:
         return _result(prep, index, *refused)
     skip = prep.skip_reason(op)
     if skip:
         return _result(prep, index, "skipped", skip)
     try:
-        # the kernel sees the inputs' own memory layout (strides and all): a kernel
-        # wrong on a strided view must fail here, not pass on a contiguous copy
-        prepared = cand.prepare_inputs(*[same_layout_copy(x) for x in trial.inputs])
+        prepared = cand.prepare_inputs(*copies)
         with guard():
             out, afterwards = _outputs(cand, prepared)
     except Decline as dec:

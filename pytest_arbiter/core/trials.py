@@ -268,7 +268,8 @@ class GateTrials:
 
     def intact(self) -> bool:
         """Whether every trial's inputs are still, bit for bit, what the reference and the
-        budget were made from (a candidate's ``accepts()`` sees the trial's own arrays)."""
+        budget were made from (no candidate's code sees them, the gate hands it copies:
+        a check that what a region's next gate reuses was not written to)."""
         return all(prep.copies is None or all(prep.unchanged(i, x) for i, x in
                                                enumerate(prep.trial.inputs))
                    for prep in self.trials)
@@ -355,7 +356,7 @@ def gate_trials(op: Op, *, inputs: Sequence[Any] | None, region: Region | None,
         if kept is not None and kept.op is op:
             if kept.intact():
                 return kept
-            kept.forget()  # written to (by an accepts()): made again
+            kept.forget()  # written to: made again
         made = _prepared(op, None, region, seed)
         if sum(_nbytes(t.trial.inputs) for t in made.trials) <= REGION_TRIALS_BYTES // 2:
             made.kept_as = key

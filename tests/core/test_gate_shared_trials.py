@@ -281,9 +281,9 @@ def test_region_trials_holding_more_than_the_bound_after_a_gate_are_not_kept(
     assert len(calls) == 3 * once
 
 
-def test_region_trials_an_accepts_wrote_to_are_made_again_for_the_next_gate(
+def test_an_accepts_that_writes_leaves_a_regions_kept_trials_right(
         registry: CandidateRegistry) -> None:
-    """``accepts()`` sees a trial's own arrays: one that writes to them does not leave
+    """An ``accepts()`` that writes to the arrays it is given does not leave
     the region's kept trials wrong for the candidates gated on it later."""
     from pytest_arbiter.core.trials import forget_region_trials
 
@@ -301,6 +301,29 @@ def test_region_trials_an_accepts_wrote_to_are_made_again_for_the_next_gate(
     assert first.passed
     f4_gate(nudging, op, region=region)
     assert f4_gate(kernel, op, region=region) == first
+
+
+@pytest.mark.parametrize("size", [8, 1 << 20], ids=["8-elements", "1M-elements"])
+def test_an_accepts_that_writes_fails_its_own_candidate_and_no_later_one(size: int) -> None:
+    """``accepts()`` sees copies of a key's shared trials, not the trials: one that
+    writes to its inputs fails its own candidate, and a correct candidate gated after it
+    on the same trials still passes."""
+    from pytest_arbiter.core.trials import gate_trials
+
+    x = np.random.default_rng(9).standard_normal(size).astype(np.float32)
+    op = make_op(f"shared_accepts_{size}", lambda a: np.asarray(a, dtype=np.float64) * 2.0)
+    shared = gate_trials(op, inputs=(x,), region=None, seed=GATE_SEED)
+
+    def nudges(a: np.ndarray) -> bool:
+        a.reshape(-1)[0] += np.float32(1.0)
+        return True
+
+    nudging = FunctionCandidate(twice, "nudging", op.name, "cpu", 0, nudges, None)
+    bad = f4_gate(nudging, op, inputs=(x,), trials=shared)
+    assert bad.rejected and "modified its inputs" in bad.reason
+    assert shared.intact()
+    good = f4_gate(cand(twice, op.name), op, inputs=(x,), trials=shared)
+    assert good.passed, good.reason
 
 
 def writes_one(index: int, value: float) -> Callable[[np.ndarray], np.ndarray]:
