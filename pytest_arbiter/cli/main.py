@@ -449,12 +449,14 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
         _say(out, f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
              f"{shown or 'no recorded test'}{more}")
-    _say_all(out, (f"known {key.outcome}: {_entry_key(key)} ({count} dispatches, in the "
-                   "baseline)" for key, count in sorted(fv.verdict.known.items())))
+    # a line per known entry, up to a million: the key unpacked, not a call each
+    _say_all(out, (f"known {outcome}: target={target} op={op} candidate={selected} ({count} "
+                   "dispatches, in the baseline)"
+                   for (target, op, selected, outcome), count in sorted(fv.verdict.known.items())))
     fixed = ("removed from the baseline)" if args.update
              else "tighten the baseline with --update)")
-    _say_all(out, (f"fixed {key.outcome}: {_entry_key(key)} (no longer seen; {fixed}"
-                   for key in fv.fixed))
+    _say_all(out, (f"fixed {outcome}: target={target} op={op} candidate={selected} (no longer "
+                   f"seen; {fixed}" for target, op, selected, outcome in fv.fixed))
     _say_all(out, (f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
                    f"{key.target}/{key.op}: kept in the baseline)" for key in fv.unchecked))
     if args.update:

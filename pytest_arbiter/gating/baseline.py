@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import and_, eq, itemgetter, lt, not_
 
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, named_keys
 
@@ -44,11 +46,28 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
     """
     run, baseline = named_keys(run), named_keys(baseline)
-    new = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k not in baseline}
-    known = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k in baseline}
-    fixed = sorted(k for k, v in baseline.items()
-                   if k.outcome in failing and v > 0 and run.get(k, 0) == 0)
+    # each step one C loop over up to a million keys, not a Python one
+    keys, counts = _failing(run, failing)
+    listed = list(map(baseline.__contains__, keys))
+    unlisted = list(map(not_, listed))
+    new = dict(zip(compress(keys, unlisted), compress(counts, unlisted), strict=True))
+    known = dict(zip(compress(keys, listed), compress(counts, listed), strict=True))
+    once = _failing(baseline, failing)[0]
+    fixed = sorted(compress(once, map(eq, map(run.get, once, repeat(0)), repeat(0))))
     return BaselineVerdict(new, known, fixed)
+
+
+def _failing(counts: dict[HistogramKey, int], failing: tuple[str, ...]
+             ) -> tuple[list[HistogramKey], list[int]]:
+    """The keys of ``counts``, in its order, whose outcome is ``failing`` and whose
+    count is positive, and their counts."""
+    outcome_fails = map(frozenset(failing).__contains__, map(_OUTCOME, counts))
+    chosen = list(map(and_, outcome_fails, map(lt, repeat(0), counts.values())))
+    return list(compress(counts, chosen)), list(compress(counts.values(), chosen))
+
+
+_OUTCOME = itemgetter(3)
+_TARGET_OP = itemgetter(0, 1)
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,10 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
     ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed
     only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
-    covered = {(k.target, k.op) for k, v in named_keys(run).items() if v > 0}
+    covered: set[tuple[str, str]] = set()
+    if verdict.fixed:
+        run = named_keys(run)
+        covered.update(map(_TARGET_OP, compress(run, map(lt, repeat(0), run.values()))))
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
     fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE

@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Mapping
+from itertools import compress
 from operator import attrgetter
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,7 @@ from pytest_arbiter.gating.histogram import (
     HISTOGRAM_VERSION,
     HistogramKey,
     Outcome,
+    as_keys,
 )
 from pytest_arbiter.store import strictjson
 from pytest_arbiter.store.artifacts import read_bytes, write_text_atomic
@@ -204,11 +206,11 @@ def counts_and_expected(doc: HistogramDocument
     """The counts per key and, per key, how many were degrades on purpose. Two entries
     of one key (a hand-resolved merge conflict) add up."""
     entries = doc.entries
-    keys = list(map(HistogramKey._make, map(_KEY_FIELDS, entries)))
+    keys = list(as_keys(map(_KEY_FIELDS, entries)))
     expected_each = list(map(_EXPECTED, entries))
     counts: dict[HistogramKey, int] = dict(zip(keys, map(_COUNT, entries), strict=True))
     if len(counts) == len(keys):  # one entry a key: the file as written
-        return counts, {k: e for k, e in zip(keys, expected_each, strict=True) if e}
+        return counts, dict(compress(zip(keys, expected_each, strict=True), expected_each))
     counts = {}
     expected: dict[HistogramKey, int] = {}
     for entry in entries:

@@ -34,6 +34,8 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import lt, sub
 from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.errors import ArtifactError
@@ -111,8 +113,11 @@ class FleetCounts:
             self.tests.setdefault(key, set()).add(test)
 
     def extend(self, other: FleetCounts) -> None:
-        for key, count in other.counts.items():
-            self.counts[key] = self.counts.get(key, 0) + count
+        if self.counts:
+            for key, count in other.counts.items():
+                self.counts[key] = self.counts.get(key, 0) + count
+        else:  # the first report: a copy in C, not a sum key by key
+            self.counts = dict(other.counts)
         for key, tests in other.tests.items():
             self.tests.setdefault(key, set()).update(tests)
         for key, count in other.expected.items():
@@ -126,13 +131,13 @@ class FleetCounts:
         self.with_evidence += other.with_evidence
 
     def gated(self) -> dict[HistogramKey, int]:
-        """Counts minus those of tests that degrade on purpose."""
-        out = {}
-        for key, count in self.counts.items():
-            left = count - self.expected.get(key, 0)
-            if left > 0:
-                out[key] = left
-        return out
+        """Counts minus those of tests that degrade on purpose (the keys with some left)."""
+        counts = self.counts
+        if not self.expected and min(counts.values(), default=1) > 0:
+            return dict(counts)  # nothing to take off: a copy, not a rebuild
+        left = list(map(sub, counts.values(), map(self.expected.get, counts, repeat(0))))
+        keep = list(map(lt, repeat(0), left))  # C loops: a fleet's histogram has 1M keys
+        return dict(zip(compress(counts, keep), compress(left, keep), strict=True))
 
 
 def case_id(classname: str, name: str) -> str:
@@ -508,10 +513,9 @@ def read_report(path: str | os.PathLike[str]) -> FleetCounts:
             return junit_counts(data, source)
         if head.startswith(b"{"):
             out = FleetCounts(sources=[source])
-            counts, out.expected = histogram_file.counts_and_expected(
+            # one entry a key: the counts as they are, not added up key by key
+            out.counts, out.expected = histogram_file.counts_and_expected(
                 histogram_file.decode(data, source))
-            for key, count in counts.items():
-                out.add(key, count)
             return out
         check_bom(data, source)
     except ValueError as exc:

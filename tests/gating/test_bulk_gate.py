@@ -1,0 +1,226 @@
+"""The gate's readers and comparison in bulk (C loops over a million keys) decide as the
+key-by-key code they replaced, kept here frozen: the same counts, verdicts and orders on
+random histograms (plain-tuple keys, zero and negative counts, keys twice, every
+outcome), the same refusals of hostile files, and the gate's output byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pytest_arbiter.cli.main import main
+from pytest_arbiter.errors import ArtifactError
+from pytest_arbiter.gating import histogram_file
+from pytest_arbiter.gating.baseline import (
+    BaselineVerdict,
+    Evidence,
+    compare_to_baseline,
+    gate_fleet,
+)
+from pytest_arbiter.gating.histogram import (
+    GATED_OUTCOMES,
+    OUTCOMES,
+    STALE,
+    AnyCounts,
+    HistogramKey,
+    as_keys,
+    named_keys,
+)
+from pytest_arbiter.gating.junit import FleetCounts, read_report
+from tests.hostile import EVIL, HOSTILE_JSON
+
+# -- the key-by-key code, frozen ----------------------------------------------------------
+
+
+def frozen_named_keys(counts: AnyCounts) -> dict[HistogramKey, int]:
+    return {k if type(k) is HistogramKey else HistogramKey._make(k): v
+            for k, v in counts.items()}
+
+
+def frozen_compare(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+                   failing: tuple[str, ...]) -> BaselineVerdict:
+    run, baseline = frozen_named_keys(run), frozen_named_keys(baseline)
+    new = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k not in baseline}
+    known = {k: v for k, v in run.items() if k.outcome in failing and v > 0 and k in baseline}
+    fixed = sorted(k for k, v in baseline.items()
+                   if k.outcome in failing and v > 0 and run.get(k, 0) == 0)
+    return BaselineVerdict(new, known, fixed)
+
+
+def frozen_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+                 failing: tuple[str, ...], evidence: Evidence | None
+                 ) -> tuple[BaselineVerdict, list[HistogramKey]]:
+    verdict = frozen_compare(run, baseline, failing)
+    covered = {(k.target, k.op) for k, v in frozen_named_keys(run).items() if v > 0}
+    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE
+             and (evidence is None or evidence.proves_fixed(k))]
+    proven = set(fixed)
+    unchecked = [k for k in verdict.fixed if k not in proven]
+    return BaselineVerdict(verdict.new, verdict.known, fixed), unchecked
+
+
+def frozen_counts_and_expected(doc: histogram_file.HistogramDocument
+                               ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
+    counts: dict[HistogramKey, int] = {}
+    expected: dict[HistogramKey, int] = {}
+    for entry in doc.entries:
+        counts[entry.key] = counts.get(entry.key, 0) + entry.count
+        if entry.expected:
+            expected[entry.key] = expected.get(entry.key, 0) + entry.expected
+    return counts, expected
+
+
+def frozen_gated(fleet: FleetCounts) -> dict[HistogramKey, int]:
+    out = {}
+    for key, count in fleet.counts.items():
+        left = count - fleet.expected.get(key, 0)
+        if left > 0:
+            out[key] = left
+    return out
+
+
+# -- random histograms --------------------------------------------------------------------
+
+NAMES = ("cpu", "nvidia", "m", "k", "a/b", EVIL)
+plain_keys = st.tuples(st.sampled_from(NAMES[:2]), st.sampled_from(NAMES[2:4]),
+                       st.sampled_from(NAMES), st.sampled_from(OUTCOMES))
+keys = st.one_of(plain_keys, plain_keys.map(HistogramKey._make))
+counts = st.dictionaries(keys, st.integers(-2, 4), max_size=40)
+failing_sets = st.sampled_from([GATED_OUTCOMES, (*GATED_OUTCOMES, STALE), ("won",), ()])
+triples = st.tuples(st.sampled_from(NAMES[:2]), st.sampled_from(NAMES[2:4]),
+                    st.sampled_from(NAMES))
+evidences = st.none() | st.builds(Evidence.of, st.sets(triples), st.sets(triples),
+                                  st.sets(triples))
+PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def items(mapping: Mapping[HistogramKey, int]) -> list[tuple[tuple[str, ...], int, type]]:
+    """Items in order, each key's type with them: a plain tuple key compares equal."""
+    return [(tuple(k), v, type(k)) for k, v in mapping.items()]
+
+
+@PROPERTY
+@given(run=counts, baseline=counts, failing=failing_sets, evidence=evidences)
+def test_the_verdict_is_the_key_by_key_one_in_the_same_order(
+        run: dict[HistogramKey, int], baseline: dict[HistogramKey, int],
+        failing: tuple[str, ...], evidence: Evidence | None) -> None:
+    old = frozen_compare(run, baseline, failing)
+    new = compare_to_baseline(run, baseline, failing=failing)
+    assert items(new.new) == items(old.new) and items(new.known) == items(old.known)
+    assert new.fixed == old.fixed and {type(k) for k in new.fixed} <= {HistogramKey}
+    old_verdict, old_unchecked = frozen_fleet(run, baseline, failing, evidence)
+    fleet = gate_fleet(run, baseline, failing=failing, evidence=evidence)
+    assert items(fleet.verdict.new) == items(old_verdict.new)
+    assert items(fleet.verdict.known) == items(old_verdict.known)
+    assert (fleet.fixed, fleet.unchecked) == (old_verdict.fixed, old_unchecked)
+    assert items(named_keys(run)) == items(frozen_named_keys(run))
+    assert named_keys(run) is not run
+
+
+@PROPERTY
+@given(parts=st.lists(st.tuples(counts, counts), max_size=3))
+def test_a_fleet_adds_up_and_gates_as_key_by_key(
+        parts: list[tuple[dict[HistogramKey, int], dict[HistogramKey, int]]]) -> None:
+    total, frozen = FleetCounts(), FleetCounts()
+    for found, expected in parts:
+        found, expected = frozen_named_keys(found), frozen_named_keys(expected)
+        total.extend(FleetCounts(counts=found, expected=expected))
+        for key, count in found.items():
+            frozen.add(key, count)
+        for key, count in expected.items():
+            frozen.expected[key] = frozen.expected.get(key, 0) + count
+        assert total.counts is not found  # a copy: the report's own dict stays its own
+    assert items(total.counts) == items(frozen.counts)
+    assert items(total.gated()) == items(frozen_gated(frozen))
+
+
+entries = st.builds(
+    lambda key, count, part: histogram_file.HistogramEntry(
+        count=count, expected=count * part // 4, target=key[0], op=key[1], selected=key[2],
+        outcome=key[3]),
+    plain_keys, st.integers(0, 2**63 - 1), st.integers(0, 4))
+
+
+@PROPERTY
+@given(rows=st.lists(entries, max_size=30))
+def test_a_document_reads_as_the_key_by_key_counts(
+        rows: list[histogram_file.HistogramEntry]) -> None:
+    doc = histogram_file.HistogramDocument(entries=tuple(rows), schema="pytest-arbiter/histogram",
+                                           version=1)
+    got, old = histogram_file.counts_and_expected(doc), frozen_counts_and_expected(doc)
+    assert [items(m) for m in got] == [items(m) for m in old]
+
+
+def test_keys_made_in_bulk_are_histogram_keys() -> None:
+    made = list(as_keys([("cpu", "m", "k", "won"), ("cpu", "m", EVIL, "error")]))
+    assert made == [HistogramKey("cpu", "m", "k", "won"), HistogramKey("cpu", "m", EVIL, "error")]
+    assert {type(k) for k in made} == {HistogramKey} and made[1].selected == EVIL
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_JSON))
+def test_a_hostile_histogram_is_refused_as_before_by_the_report_reader(
+        tmp_path: Path, name: str) -> None:
+    data, says = HOSTILE_JSON[name]
+    path = tmp_path / "h.json"
+    path.write_bytes(data)
+    with pytest.raises(ArtifactError) as refused:
+        read_report(path)
+    with pytest.raises(ArtifactError) as also:
+        histogram_file.read_histogram(path)
+    assert str(path) in str(refused.value) and says in str(refused.value)
+    assert str(refused.value) == str(also.value)
+
+
+GATE_DIGESTS = {
+    "gate": (1, "a676e8bb044bcdd94cdc5b5bef24fe2abd9b60e75a8b785225a679dcb00ad98f"),
+    "gate --stale=fail": (1, "0d4dc15932ac4464b33bf6ea94a444048d61db2f7c614f56d239b66d40942ea9"),
+    "gate itself": (0, "a9b031551bb7d61d2b15e3e7936ca631b794c934932d5c69b31a9ec50ef4fe59"),
+    "gate --update": (1, "8d190c06c3f71f3f6f1a2355d8f6a8a5e7fce84090a03928d61190f53b2251c0"),
+    "baseline after --update": (
+        0, "a8447b248dc7f71f72a08720a87596477e81d5b3f85172745fc7c2f509931dad"),
+}
+"""Exit status and output digest of each, taken from the key-by-key code (df58b9c)."""
+
+
+def gate_pair(tmp: Path) -> tuple[Path, Path]:
+    """A run of 3,000 keys (hostile names among them, some degrading on purpose) and a
+    baseline that knows most of its failing ones and some the run no longer shows."""
+    names = ("k", "blas", "a/b", EVIL, "::warning::x", "é")
+    run: dict[HistogramKey, int] = {}
+    expected: dict[HistogramKey, int] = {}
+    for i, outcome in zip(range(3000), itertools.cycle(OUTCOMES), strict=False):
+        key = HistogramKey(f"t{i % 3}", f"op{i // 7 % 60}", names[i // 11 % len(names)],
+                           outcome)
+        run[key] = 1 + i % 5
+        if i % 13 == 0:
+            expected[key] = run[key] - i % 2
+    base = {k: 1 for i, k in enumerate(run) if i % 17 and k.outcome != "won"}
+    base.update((HistogramKey(f"t{i % 4}", f"op{i % 70}", "gone", o), 1)
+                for i, o in zip(range(200), itertools.cycle(OUTCOMES), strict=False))
+    paths = tmp / "run.json", tmp / "baseline.json"
+    histogram_file.write_histogram(paths[0], run, expected)
+    histogram_file.write_histogram(paths[1], base)
+    return paths
+
+
+def test_the_gate_prints_and_writes_what_the_key_by_key_gate_did(tmp_path: Path) -> None:
+    run, baseline = gate_pair(tmp_path)
+    seen: dict[str, tuple[int, str]] = {}
+    kinds: set[str] = set()
+    for name, argv in (("gate", (baseline,)), ("gate --stale=fail", (baseline, "--stale=fail")),
+                       ("gate itself", (run,)), ("gate --update", (baseline, "--update"))):
+        out = io.StringIO()
+        code = main(["gate", "--baseline", *map(str, argv), str(run)], out=out)
+        text = out.getvalue().replace(str(tmp_path), "TMP")
+        seen[name] = (code, hashlib.sha256(text.encode()).hexdigest())
+        kinds.update(line.split(" ", 1)[0] for line in text.splitlines())
+    seen["baseline after --update"] = (0, hashlib.sha256(baseline.read_bytes()).hexdigest())
+    assert seen == GATE_DIGESTS
+    assert {"NEW", "known", "fixed", "unchecked", "degrade"} <= kinds
