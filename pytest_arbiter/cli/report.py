@@ -18,28 +18,41 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter, itemgetter
+from typing import Any
 
 from pytest_arbiter.cli import report_problems
 from pytest_arbiter.cli.report_cells import (
     ALONE,
     SCALE,
+    Marks,
     StaleKey,
     breakable,
+    cut,
     due_for_remeasurement,
     key_text,
     latency,
     marks,
     natural,
+    natural_keys,
     ratio,
     speedup,
     text,
     when,
 )
 from pytest_arbiter.cli.report_git import changed_since_commit, last_commit
-from pytest_arbiter.cli.report_heatmap import MAX_ROWS_PLOTTED, heatmap_svg, matplotlib
+from pytest_arbiter.cli.report_heatmap import (
+    MAX_ROWS_PLOTTED,
+    NAME_WIDTH,
+    HeatMap,
+    heatmap_svg,
+    matplotlib,
+)
 from pytest_arbiter.cli.report_problems import HistogramInput
+from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, MeasureCache
+from pytest_arbiter.store.safetext import escape
 
 __all__ = ["HistogramInput", "page", "render"]
 
@@ -110,29 +123,30 @@ def _values(found: Mapping[str, set[str]]) -> str:
                      for name, v in sorted(found.items()))
 
 
-def _header_rows(entries: Sequence[CacheEntry], corpus: str | None,
-                 inputs: Sequence[HistogramInput], now: datetime.datetime
-                 ) -> list[tuple[str, str]]:
+def _header_rows(found: _Corpus, corpus: str | None, inputs: Sequence[HistogramInput],
+                 now: datetime.datetime) -> list[tuple[str, str]]:
     versions: dict[str, set[str]] = {}
     hosts: dict[str, set[str]] = {}
     names: dict[str, set[str]] = {}
-    for e in entries:
-        for name, value in (e.provenance.run.get("versions") or {}).items():
+    for device, run in found.runs:
+        for name, value in (run.get("versions") or {}).items():
             versions.setdefault(name, set()).add(str(value))
-        hosts.setdefault(e.provenance.host or "not recorded", set()).add(e.device)
-        names.setdefault(e.device, set()).add(e.provenance.device_name or "")
-    counts = {d: sum(1 for e in entries if e.device == d) for d in names}
+        hosts.setdefault(run.get("host") or "not recorded", set()).add(device)
+        names.setdefault(device, set()).add(run.get("device_name") or "")
+    counts: dict[str, int] = {}
+    for (device, _), group in found.groups.items():
+        counts[device] = counts.get(device, 0) + group.count
     devices = "; ".join(
         text(d) + "".join(f" ({text(n)})" for n in sorted(names[d]) if n)
         + f": {plural(counts[d], 'entry', 'entries')}"
         for d in sorted(names))
-    dates = sorted(e.provenance.measured_at for e in entries if e.provenance.measured_at)
+    first, last = found.dates
     return [
         ("Generated", now.strftime("%Y-%m-%d %H:%M UTC")),
         ("Corpus", (text(corpus) if corpus else "-")
-         + f" ({plural(len(entries), 'entry', 'entries')})"),
+         + f" ({plural(found.count, 'entry', 'entries')})"),
         ("Commit", _commit(corpus)),
-        ("Measured", f"{text(dates[0])} to {text(dates[-1])}" if dates else "not recorded"),
+        ("Measured", f"{text(first)} to {text(last)}" if first else "not recorded"),
         ("Devices", devices or "none"),
         ("Versions", _values(versions)),
         ("Hosts", "; ".join(f"{text(h)}" for h in sorted(hosts)) or "none"),
@@ -179,27 +193,22 @@ def _legend() -> list[str]:
             "</ul></section>"]
 
 
-def _due(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list[str]:
-    rows = []
-    due = 0
-    for e in entries:
-        why = due_for_remeasurement(e)
-        if why is not None:
-            due += 1
-            if due > MAX_TABLE_ROWS:
-                continue
-            key = breakable(key_text(e))
-            rows.append(f'<tr><td><a href="#{anchors[e.key]}">{key}</a></td>'
-                        f"{cell(e.winner)}{cell(why)}</tr>")
+def _due(rows: Sequence[CacheEntry], due: int, anchors: Mapping[CacheKey, str]
+         ) -> list[str]:
+    """The due entries' section: ``rows``, the first due entries in the page's order, of
+    ``due``."""
+    lines = [f'<tr><td><a href="#{anchors[e.key]}">{breakable(key_text(e))}</a></td>'
+             f"{cell(e.winner)}{cell(due_for_remeasurement(e))}</tr>"
+             for e in rows[:MAX_TABLE_ROWS]]
     out = ['<section id="due"><h2>Due for re-measurement</h2>']
-    if not rows:
+    if not lines:
         out.append('<p class="ok">No entry.</p>')
         return [*out, "</section>"]
     whose, them = ("its", "it") if due == 1 else ("their", "them")
     out.append(f"<p>{plural(due, 'entry', 'entries')}: the next <code>pytest "
                f"--arbiter-tune</code> on {whose} device measures {them} again.</p>")
-    return [*out, *table(["key", "winner", "why"], rows, "due"),
-            *_cut_note(len(rows), due, "due entries", "pytest-arbiter show CACHE"),
+    return [*out, *table(["key", "winner", "why"], lines, "due"),
+            *_cut_note(len(lines), due, "due entries", "pytest-arbiter show CACHE"),
             "</section>"]
 
 
@@ -227,29 +236,27 @@ ENTRY_COLUMNS = ["bucket", "dtype", "winner", "median", "runner-up", "over runne
                  "measured"]
 
 
-def _group(device: str, op: str, anchor: str, group: Sequence[CacheEntry],
+def _group(device: str, op: str, anchor: str, group: _Group,
            anchors: Mapping[CacheKey, str], stale: set[StaleKey]) -> list[str]:
     out = [f'<section class="group" id="{anchor}">'
            f"<h2>{text(device)} \u00b7 {text(op)}</h2>"]
-    shapes = len({e.bucket for e in group})
+    shapes = len({bucket for bucket, _ in group.cells})
     if shapes > MAX_ROWS_PLOTTED:
         out.append(f"<p>The heat map shows the first {MAX_ROWS_PLOTTED} of {shapes} "
                    "shapes; the table lists them all.</p>")
-    out.append(f'<figure class="heatmap">{heatmap_svg(group, anchor, anchors, stale)}'
+    out.append(f'<figure class="heatmap">{heatmap_svg(group.heat(), anchor, anchors, stale)}'
                "</figure>")
-    rows = [_entry_row(e, anchors[e.key], stale) for e in group[:MAX_TABLE_ROWS]]
+    rows = [_entry_row(e, anchors[e.key], stale) for e in group.rows()[:MAX_TABLE_ROWS]]
     where = f"pytest-arbiter show --device {device} --op {op} CACHE"
     return [*out, *table(ENTRY_COLUMNS, rows, "entries"),
-            *_cut_note(len(rows), len(group), "entries", text(where)), "</section>"]
+            *_cut_note(len(rows), group.count, "entries", text(where)), "</section>"]
 
 
-def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> list[str]:
-    devices = sorted({e.device for e in entries})
-    shared: dict[tuple[str, str, str, str], dict[str, CacheEntry]] = {}
-    for e in entries:
-        shared.setdefault((e.target, e.op, e.bucket, e.dtype), {})[e.device] = e
-    keys = sorted((k for k, found in shared.items() if len(found) > 1),
-                  key=lambda k: (k[0], k[1], natural(k[2]), k[3]))
+def _devices(found: _Corpus, anchors: Mapping[CacheKey, str]) -> list[str]:
+    devices = sorted({device for device, _ in found.groups})
+    # as the page lists entries: a key in its first device's place (bucket ties)
+    keys = sorted(found.shared, key=lambda k: (k[0], k[1], natural(k[2]), k[3],
+                                               min(d for d, _, _ in found.shared[k]), k[2]))
     out = ['<section id="devices"><h2>Devices side by side</h2>']
     if not keys:
         out.append(f"<p>No key was measured on more than one device "
@@ -260,19 +267,20 @@ def _devices(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str]) -> 
                "for the key.</p>")
     rows = []
     for key in keys[:MAX_TABLE_ROWS]:
-        found = shared[key]
-        best = min(e.ranking[0].stats.median_ns for e in found.values())
+        found_on = {device: (winner, median) for device, winner, median in found.shared[key]}
+        best = min(median for _, median in found_on.values())
         cells = [f"<td>{breakable('/'.join(key))}</td>"]
         for device in devices:
-            there = found.get(device)
+            there = found_on.get(device)
             if there is None:
                 cells.append("<td>-</td>")
                 continue
-            median = there.ranking[0].stats.median_ns
+            winner, median = there
             slower = "fastest" if median == best else f"{median / best:.2f}x"
-            cells.append(f'<td><a href="#{anchors[there.key]}">{text(there.winner)}</a> '
+            link = anchors[CacheKey(device, *key)]
+            cells.append(f'<td><a href="#{link}">{text(winner)}</a> '
                          f"{text(latency(median))} ({slower})</td>")
-        same = len({e.winner for e in found.values()}) == 1
+        same = len({winner for winner, _ in found_on.values()}) == 1
         rows.append("<tr>" + "".join(cells) + cell("same" if same else "differs") + "</tr>")
     header = ["target/op/bucket/dtype", *(text(d) for d in devices), "winner"]
     return [*out, *table(header, rows, "devices"),
@@ -286,19 +294,35 @@ of several devices): a page of a million rows is no page a browser opens; ``show
 lists every entry."""
 
 
-def _anchors(groups: Mapping[tuple[str, str], Sequence[CacheEntry]],
-             named: Sequence[tuple[str, str, str]]) -> dict[CacheKey, str]:
+class _Anchors(Mapping[CacheKey, str]):
     """Where a link to an entry goes: its row, or its group's section when its group's
     table is cut (:data:`MAX_TABLE_ROWS`)."""
-    anchors: dict[CacheKey, str] = {}
-    number = 0
-    for device, op, anchor in named:
-        group = groups[(device, op)]
-        for e in group[:MAX_TABLE_ROWS]:
-            anchors[e.key] = f"e-{number}"
-            number += 1
-        anchors.update((e.key, anchor) for e in group[MAX_TABLE_ROWS:])
-    return anchors
+
+    def __init__(self, rows: dict[CacheKey, str], groups: dict[tuple[str, str], str]
+                 ) -> None:
+        self.rows, self.groups = rows, groups
+
+    def __getitem__(self, key: CacheKey) -> str:
+        found = self.rows.get(key)
+        return self.groups[(key[0], key[2])] if found is None else found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.rows or (isinstance(key, tuple) and len(key) == 5
+                                    and (key[0], key[2]) in self.groups)
+
+    def __iter__(self) -> Iterator[CacheKey]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _anchors(found: _Corpus, named: Sequence[tuple[str, str, str]]) -> _Anchors:
+    rows: dict[CacheKey, str] = {}
+    for device, op, _ in named:
+        for e in found.groups[(device, op)].rows()[:MAX_TABLE_ROWS]:
+            rows[e.key] = f"e-{len(rows)}"
+    return _Anchors(rows, {(device, op): anchor for device, op, anchor in named})
 
 
 def _cut_note(shown: int, total: int, what: str, where: str) -> list[str]:
@@ -309,28 +333,196 @@ def _cut_note(shown: int, total: int, what: str, where: str) -> list[str]:
             f"<code>{where}</code> lists them all.</p>"]
 
 
+_Item = tuple[str, str, str, str, CacheEntry]
+"""An entry of a group in the page's order: its bucket's natural key
+(:func:`~pytest_arbiter.cli.report_cells.natural_keys`), dtype, target, bucket."""
+_ORDER = itemgetter(0, 1, 2, 3)
+
+
+class _First:
+    """The first ``size`` of the entries given, in the page's order, and every entry of
+    the first ``buckets`` shape buckets: only those are kept, so a big group is never
+    all in memory. An entry whose natural key is past :attr:`limit` cannot be among
+    them (``None``: any may)."""
+
+    def __init__(self, size: int, buckets: int = 0) -> None:
+        self.size, self.buckets = size, buckets
+        self.items: list[_Item] = []
+        self.limit: str | None = None
+
+    def add(self, item: _Item) -> None:
+        self.items.append(item)
+        if len(self.items) >= 4 * self.size + 256:
+            self.prune()
+
+    def prune(self) -> list[_Item]:
+        """The entries kept, in the page's order."""
+        items = sorted(self.items, key=_ORDER)
+        kept = items[:self.size]
+        limit = kept[-1][0] if kept and len(items) >= self.size else None
+        if self.buckets:
+            pairs = sorted({(item[0], item[3]) for item in items})
+            if len(pairs) > self.buckets:
+                last = pairs[self.buckets - 1]
+                kept = [item for n, item in enumerate(items)
+                        if n < self.size or (item[0], item[3]) <= last]
+                limit = None if limit is None else max(limit, last[0])
+            else:
+                limit = None
+        self.items, self.limit = kept, limit
+        return kept
+
+
+_WORDS = {(low, stale, tie): Marks(low, "stale" if stale else None, tie).words()
+          for low in (False, True) for stale in (False, True) for tie in (False, True)}
+_WIDTH_OF_WORDS = {flags: len(", ".join(words)) for flags, words in _WORDS.items()}
+LATENCY_WIDTH = 8
+"""The most characters :func:`~pytest_arbiter.cli.report_cells.latency` writes for a
+median under 1000 s (``100.0 ms``)."""
+
+
+class _Group:
+    """What the page shows of one device and op: how many entries, the widest text of
+    each heat map cell (of its last entry in the page's order, as drawn), the first
+    entries and the first due ones."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cells: dict[tuple[str, str], int] = {}
+        """(bucket, dtype): the longest line of the cell's text, twice, plus one for
+        three lines."""
+        self.first = _First(MAX_TABLE_ROWS, MAX_ROWS_PLOTTED)
+        self.due = _First(MAX_TABLE_ROWS)
+        self.due_count = 0
+
+    def rows(self) -> list[CacheEntry]:
+        return [item[4] for item in self.first.prune()[:MAX_TABLE_ROWS]]
+
+    def due_rows(self) -> list[CacheEntry]:
+        return [item[4] for item in self.due.prune()]
+
+    def heat(self) -> HeatMap:
+        items = self.first.prune()
+        buckets = sorted({(item[0], item[3]) for item in items})[:MAX_ROWS_PLOTTED]
+        drawn = {bucket for _, bucket in buckets}
+        cells = {(item[3], item[1]): item[4] for item in items if item[3] in drawn}
+        return HeatMap([bucket for _, bucket in buckets],
+                       sorted({dtype for _, dtype in self.cells}), cells,
+                       max(self.cells.values()) // 2,
+                       any(code & 1 for code in self.cells.values()))
+
+
+class _Corpus:
+    """What the page says of a corpus, taken in a block of entries at a time in any
+    order: nothing it does not show is kept."""
+
+    def __init__(self, histograms: Sequence[HistogramInput]) -> None:
+        self.histograms = histograms
+        self.stale = report_problems.stale_keys(histograms)
+        self.problems = report_problems.Problems(histograms)
+        self.count = 0
+        self.groups: dict[tuple[str, str], _Group] = {}
+        self.runs: set[tuple[str, Any]] = set()
+        self.dates: tuple[str, str] = ("", "")
+        self.seen: dict[tuple[str, str, str, str], tuple[str, str, float]] = {}
+        """A key without its device: the first device's, its winner and median."""
+        self.shared: dict[tuple[str, str, str, str], list[tuple[str, str, float]]] = {}
+        """The keys of more than one device: each device's, its winner and median."""
+        self.widths: dict[str, int] = {}
+
+    def clear(self) -> None:
+        self.__init__(self.histograms)  # type: ignore[misc]
+
+    def add(self, block: Sequence[CacheEntry]) -> None:
+        self.count += len(block)
+        self.runs.update(zip(map(_DEVICE, block), map(_RUN, block), strict=True))
+        dates = [d for d in map(_MEASURED, block) if d]
+        if dates:
+            first, last = self.dates
+            self.dates = (min(first or dates[0], *dates), max(last, *dates))
+        for e, nk in zip(block, natural_keys(list(map(_BUCKET, block))), strict=True):
+            self._take(e, nk)
+
+    def _take(self, e: CacheEntry, nk: str) -> None:
+        device, target, op, bucket, dtype = _KEY(e)
+        group = self.groups.get((device, op))
+        if group is None:
+            group = self.groups[(device, op)] = _Group()
+        group.count += 1
+        item = (nk, dtype, target, bucket, e)
+        if group.first.limit is None or nk <= group.first.limit:
+            group.first.add(item)
+        low = e.low_confidence
+        if e.reverify or low or not e.considered:
+            group.due_count += 1
+            if group.due.limit is None or nk <= group.due.limit:
+                group.due.add(item)
+        flags = (low, e.reverify or (target, op, bucket, dtype) in self.stale, e.tie)
+        best = e.ranking[0]
+        winner, median = best.name, best.stats.median_ns
+        width = self.widths.get(winner)
+        if width is None:
+            width = self.widths[winner] = len(cut(escape(winner), NAME_WIDTH))
+        width = max(width, _WIDTH_OF_WORDS[flags])
+        if width < LATENCY_WIDTH or median >= 1e12:
+            width = max(width, len(latency(median)))
+        group.cells[(bucket, dtype)] = 2 * width + any(flags)
+        self._devices((target, op, bucket, dtype), device, winner, median)
+        self.problems.add(e, nk)
+
+    def _devices(self, key: tuple[str, str, str, str], device: str, winner: str,
+                 median: float) -> None:
+        first = self.seen.get(key)
+        if first is None:
+            self.seen[key] = (device, winner, median)
+        else:
+            self.shared.setdefault(key, [first]).append((device, winner, median))
+
+
+_KEY = attrgetter("device", "target", "op", "bucket", "dtype")
+_DEVICE = attrgetter("device")
+_RUN = attrgetter("provenance.run")
+_MEASURED = attrgetter("provenance.measured_at")
+_BUCKET = attrgetter("bucket")
+
+
 def render(cache: MeasureCache, histograms: Sequence[HistogramInput] = (),
            title: str = "pytest-arbiter report", corpus: str | None = None,
            now: datetime.datetime | None = None) -> str:
     """The whole page. ``ReportUnavailable`` when matplotlib is missing."""
     matplotlib()
-    entries = sorted(cache.entries(), key=lambda e: (e.device, e.op, natural(e.bucket),
-                                                     e.dtype, e.target))
-    stale = report_problems.stale_keys(histograms)
-    groups: dict[tuple[str, str], list[CacheEntry]] = {}
-    for e in entries:
-        groups.setdefault((e.device, e.op), []).append(e)
-    named = [(d, o, f"g-{n}") for n, (d, o) in enumerate(groups)]
-    anchors = _anchors(groups, named)
+    found = _Corpus(histograms)
+    found.add(cache.entries())
+    return _page(found, histograms, title, corpus, now)
+
+
+def render_file(path: str | os.PathLike[str], histograms: Sequence[HistogramInput] = (),
+                title: str = "pytest-arbiter report", corpus: str | None = None,
+                now: datetime.datetime | None = None) -> tuple[str, int]:
+    """The whole page of the cache file at ``path``, and how many entries it holds: the
+    file is read a block at a time (:func:`pytest_arbiter.store.artifacts.each_block`),
+    each block taken in and let go, so its entries are never all in memory.
+    ``ReportUnavailable`` when matplotlib is missing, ``ArtifactError`` for a bad file."""
+    matplotlib()
+    found = _Corpus(histograms)
+    artifacts.each_block(path, found.add, again=found.clear)
+    return _page(found, histograms, title, corpus, now), found.count
+
+
+def _page(found: _Corpus, histograms: Sequence[HistogramInput], title: str,
+          corpus: str | None, now: datetime.datetime | None) -> str:
+    stale = found.stale
+    named = [(d, o, f"g-{n}") for n, (d, o) in enumerate(sorted(found.groups))]
+    anchors = _anchors(found, named)
     when = now or datetime.datetime.now(datetime.timezone.utc)
-    body = _header(title, _header_rows(entries, corpus, histograms, when), named)
+    body = _header(title, _header_rows(found, corpus, histograms, when), named)
     body += _legend()
-    body += report_problems.section(report_problems.problems(entries, histograms),
-                                    histograms, anchors)
-    body += _due(entries, anchors)
+    body += report_problems.section(found.problems.rows(), histograms, anchors)
+    due = [e for d, o, _ in named for e in found.groups[(d, o)].due_rows()]
+    body += _due(due, sum(g.due_count for g in found.groups.values()), anchors)
     for device, op, anchor in named:
-        body += _group(device, op, anchor, groups[(device, op)], anchors, stale)
-    if not groups:
+        body += _group(device, op, anchor, found.groups[(device, op)], anchors, stale)
+    if not found.groups:
         body.append("<p>The cache holds no entries.</p>")
-    body += _devices(entries, anchors)
+    body += _devices(found, anchors)
     return page(title, body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,33 @@ def when(value: object) -> str:
 def natural(value: str) -> list[Any]:
     """A sort key that puts ``8x8`` before ``16x16``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", value)]
+
+
+def natural_keys(values: Sequence[str]) -> list[str]:
+    """:func:`natural` of each value as one string, a few times cheaper: two values'
+    strings compare as their :func:`natural` lists do. Each run of digits becomes
+    ``\\x00``, its length and its digits without leading zeros (a shorter number sorts
+    first, and a run sorts before any text, as the shorter text of the lists does); a
+    ``\\x00`` or ``\\x01`` of the value is written ``\\x01`` and itself, so the marker
+    sorts before every character."""
+    joined = "\n".join(values)
+    if _LOW.search(joined) or joined.count("\n") != max(len(values) - 1, 0):
+        return [_DIGITS.sub(_run, _LOW.sub(_escaped, v)) for v in values]
+    return _DIGITS.sub(_run, joined).split("\n") if values else []
+
+
+_DIGITS = re.compile(r"\d+")
+_LOW = re.compile("[\x00\x01]")
+
+
+def _run(found: re.Match[str]) -> str:
+    digits = found.group()
+    digits = digits.lstrip("0") or "0" if digits.isascii() else str(int(digits))
+    return f"\x00{chr(len(digits))}{digits}"
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return "\x01" + found.group()
 
 
 def latency(ns: float) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_arbiter.cli.report_cells import (
@@ -21,7 +22,6 @@ from pytest_arbiter.cli.report_cells import (
     cut,
     latency,
     marks,
-    natural,
     ranking_text,
     ratio,
     speedup,
@@ -81,14 +81,35 @@ def cell_title(entry: CacheEntry, stale: Collection[StaleKey] = ()) -> str:
             + ranking_text(entry))
 
 
-def heatmap_svg(entries: Sequence[CacheEntry], prefix: str,
-                anchors: Mapping[CacheKey, str], stale: Collection[StaleKey] = ()) -> str:
-    """The heat map of ``entries`` (one device and op) as inline SVG. Each cell links to
-    ``#ANCHOR`` (``anchors``: an entry's row in the page); the figure's own ids get
-    ``prefix``, unique on the page."""
+@dataclass(frozen=True)
+class HeatMap:
+    """What the heat map of one device and op draws: its first shape buckets
+    (:data:`MAX_ROWS_PLOTTED`, in order), every dtype of the device and op, sorted, the
+    entry of each cell drawn, and the longest line of any cell's text and whether any
+    cell has three lines (its marks), over every cell, drawn or not, so the columns and
+    rows are as wide and tall as they were for the whole group."""
+
+    buckets: Sequence[str]
+    dtypes: Sequence[str]
+    cells: Mapping[tuple[str, str], CacheEntry]
+    widest: int
+    three_lines: bool
+
+
+def cell_size(entry: CacheEntry, stale: Collection[StaleKey] = ()) -> tuple[int, bool]:
+    """The longest line of the entry's cell text, in characters, and whether the text
+    has three lines."""
+    lines = _cell_lines(entry, stale)
+    return max(map(len, lines)), len(lines) > 2
+
+
+def heatmap_svg(heat: HeatMap, prefix: str, anchors: Mapping[CacheKey, str],
+                stale: Collection[StaleKey] = ()) -> str:
+    """The heat map as inline SVG. Each cell links to ``#ANCHOR`` (``anchors``: an
+    entry's row in the page); the figure's own ids get ``prefix``, unique on the page."""
     mpl = matplotlib()
     with mpl.rc_context(RC):
-        fig, titles = heatmap_figure(entries, anchors, stale)
+        fig, titles = heatmap_figure(heat, anchors, stale)
         svg = svg_of(fig)
         mpl.pyplot.close(fig)
     for gid, title in titles.items():
@@ -102,39 +123,35 @@ RC = {"svg.fonttype": "none", "text.parse_math": False, "svg.hashsalt": "pytest-
 """matplotlib's settings for a heat map: SVG text a browser draws (and finds), no math."""
 
 
-def heatmap_figure(entries: Sequence[CacheEntry], anchors: Mapping[CacheKey, str],
+def heatmap_figure(heat: HeatMap, anchors: Mapping[CacheKey, str],
                    stale: Collection[StaleKey] = ()) -> tuple[Any, dict[str, str]]:
     """The heat map's matplotlib figure (draw it under :data:`RC`) and the hover text of
-    each cell by its ``gid``. A column is as wide as its widest cell or the longest
+    each cell by its ``gid``. A column is as wide as the widest cell or the longest
     unbroken part of its dtype; the dtypes (a user op's ``float32,int64,py_float``) and
     shape buckets are wrapped onto lines (:func:`wrap_label`), and a row is as tall as its
     cells or its bucket's lines: no label reaches another, at any number of inputs."""
     mpl = matplotlib()
-    buckets = sorted({e.bucket for e in entries}, key=natural)[:MAX_ROWS_PLOTTED]
-    dtypes = sorted({e.dtype for e in entries})
-    by_cell = {(e.bucket, e.dtype): e for e in entries}
+    buckets, dtypes = heat.buckets, heat.dtypes
     annotate = len(buckets) * len(dtypes) <= MAX_ANNOTATED_CELLS
-    lines = {cell: _cell_lines(e, stale) for cell, e in by_cell.items()}
-    chars = max(max(len(line) for cell in lines.values() for line in cell),
+    chars = max(heat.widest,
                 min(max((len(p) for d in dtypes for p in _breaks(escape(d))), default=0),
                     NAME_WIDTH))
     columns = [wrap_label(escape(d), chars, MAX_DTYPE_LINES) for d in dtypes]
     rows = [wrap_label(escape(b), ROW_LABEL_CHARS) for b in buckets]
-    row_lines = max(3 if any(len(cell) > 2 for cell in lines.values()) else 2,
-                    *(r.count("\n") + 1 for r in rows))
+    row_lines = max(3 if heat.three_lines else 2, *(r.count("\n") + 1 for r in rows))
     titles: dict[str, str] = {}
     fig = mpl.pyplot.figure(figsize=(max(chars * CHAR_PT + 12, 60) * len(dtypes) / 72,
                                      (row_lines * 12.5 + 8) * len(buckets) / 72))
     ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
     for row, bucket in enumerate(buckets):
         for col, dtype in enumerate(dtypes):
-            entry = by_cell.get((bucket, dtype))
+            entry = heat.cells.get((bucket, dtype))
             if entry is None:
                 continue
             gid = f"cell-{len(titles)}"
             titles[gid] = cell_title(entry, stale)
             _draw_cell(ax, entry, (col, row), gid, anchors.get(entry.key),
-                       lines[(bucket, dtype)] if annotate else [], stale)
+                       _cell_lines(entry, stale) if annotate else [], stale)
     _axes(ax, rows, columns)
     for number, (label, bucket) in enumerate(zip(ax.get_yticklabels(), buckets, strict=True)):
         if label.get_text().endswith("..."):  # cut: the whole bucket on hover

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pytest_arbiter.cli.report_cells import StaleKey, text
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import FleetCounts
-from pytest_arbiter.store.cache import CacheEntry, CacheKey
+from pytest_arbiter.store.cache import CacheEntry, CacheKey, Considered
 
 PROBLEM_OUTCOMES = ("degraded", "rejected", "error", "no_candidate", "stale")
 """The table's order: what the gate fails on first."""
@@ -53,6 +53,16 @@ class HistogramInput:
                    names_tests=fleet.testcases > 0)
 
 
+Order = tuple[str, ...]
+"""An entry's place on the page: device, op, the natural key of its bucket
+(:func:`pytest_arbiter.cli.report_cells.natural_keys`), dtype, target, bucket."""
+
+
+def order(e: CacheEntry, nk: str) -> Order:
+    """The entry's :data:`Order`; ``nk``: its bucket's natural key."""
+    return (e.device, e.op, nk, e.dtype, e.target, e.bucket)
+
+
 @dataclass
 class Problem:
     """One row of the table."""
@@ -68,6 +78,30 @@ class Problem:
     tests: list[str] | str = NO_TESTS
     """The tests behind the row, or a note on why none are named."""
     keys: list[CacheKey] = field(default_factory=list)
+    """The first :data:`MOST_LISTED` cache keys it concerns, in the page's order."""
+    key_count: int = 0
+    """How many cache keys it concerns."""
+    found: dict[str, Order] = field(default_factory=dict)
+    """Each reason found in the corpus, with the place of the first entry that gave it."""
+    first: list[tuple[Order, CacheKey]] = field(default_factory=list)
+
+    def add_key(self, order: Order, key: CacheKey) -> None:
+        self.key_count += 1
+        self.first.append((order, key))
+        if len(self.first) > 8 * MOST_LISTED:
+            self.first = sorted(self.first)[:MOST_LISTED]
+
+    def add_reason(self, order: Order, reason: str) -> None:
+        if reason and order < self.found.get(reason, (*order, "")):
+            self.found[reason] = order
+
+    def finish(self, default: str | None = None) -> Problem:
+        """The keys and reasons in the page's order (``default`` for no reason)."""
+        self.keys = [key for _, key in sorted(self.first)[:MOST_LISTED]]
+        self.reasons += sorted(self.found, key=self.found.__getitem__)
+        if not self.reasons and default is not None:
+            self.reasons.append(default)
+        return self
 
 
 def stale_key(line: str) -> tuple[StaleKey | None, str]:
@@ -83,31 +117,7 @@ def stale_keys(inputs: Sequence[HistogramInput]) -> set[StaleKey]:
     return {key for hist in inputs for key, _ in map(stale_key, hist.stale) if key}
 
 
-def _add_unique(into: list[str], value: str) -> None:
-    if value and value not in into:
-        into.append(value)
-
-
-def _explain(problem: Problem, entries: Sequence[CacheEntry]) -> None:
-    """The corpus's reasons for the problem's candidate, and the keys it concerns."""
-    candidate = problem.what[2]
-    for e in entries:
-        reason = e.rejected.get(candidate)
-        row = e.considered.get(candidate)
-        if reason:
-            _add_unique(problem.reasons, f"when measured: {reason}")
-        elif row is not None and row.outcome != "timed":
-            _add_unique(problem.reasons, f"when measured: {row.outcome}"
-                        + (f": {row.reason}" if row.reason else ""))
-        elif not (problem.outcome == "degraded" and e.winner == candidate):
-            continue
-        problem.keys.append(e.key)
-    if not problem.reasons:
-        problem.reasons.append(DEFAULT_REASONS.get(problem.outcome, ""))
-
-
-def _from_inputs(inputs: Sequence[HistogramInput],
-                 by_op: Mapping[tuple[str, str], Sequence[CacheEntry]]) -> list[Problem]:
+def _from_inputs(inputs: Sequence[HistogramInput]) -> list[Problem]:
     found: dict[tuple[str, HistogramKey], Problem] = {}
     for hist in inputs:
         for key, count in sorted(hist.counts.items()):
@@ -121,66 +131,112 @@ def _from_inputs(inputs: Sequence[HistogramInput],
             if isinstance(problem.tests, list):
                 problem.tests.extend(t for t in hist.tests.get(key, ())
                                      if t not in problem.tests)
-    for problem in found.values():
-        _explain(problem, by_op.get(problem.what[:2], ()))
     return list(found.values())
 
 
-def _stale_rows(inputs: Sequence[HistogramInput],
-                entries: Sequence[CacheEntry]) -> list[Problem]:
+def _stale_rows(inputs: Sequence[HistogramInput]) -> list[tuple[StaleKey | None, Problem]]:
     rows = []
     for hist in inputs:
         for line in hist.stale:
             key, why = stale_key(line)
-            problem = Problem("stale", (key[0], key[1], "-") if key else ("-", "-", "-"),
-                              hist.source, reasons=[why],
-                              tests="the run's recheck of the key (no test)")
-            problem.keys = [e.key for e in entries if key is not None
-                            and (e.target, e.op, e.bucket, e.dtype) == key]
-            rows.append(problem)
+            rows.append((key, Problem(
+                "stale", (key[0], key[1], "-") if key else ("-", "-", "-"), hist.source,
+                reasons=[why], tests="the run's recheck of the key (no test)")))
     return rows
 
 
-def _from_corpus(entries: Sequence[CacheEntry], counted: set[tuple[str, str, str, str]]
-                 ) -> list[Problem]:
-    """Kernels that failed the gate or raised when their key was measured, not already
-    counted by a run's histogram."""
-    found: dict[tuple[str, str, str, str], Problem] = {}
-    for e in entries:
+FAILED = ("rejected", "error")
+"""What the corpus records of a kernel that failed when its key was measured."""
+
+
+class Problems:
+    """The table's rows, found one entry at a time, in any order: an entry's place on
+    the page (``order``) keeps each row's keys and reasons in the page's order."""
+
+    def __init__(self, inputs: Sequence[HistogramInput]) -> None:
+        self.counted = _from_inputs(inputs)
+        self.by_op: dict[tuple[str, str], list[Problem]] = {}
+        for problem in self.counted:
+            self.by_op.setdefault(problem.what[:2], []).append(problem)
+        self.stale = _stale_rows(inputs)
+        self.by_stale: dict[StaleKey, list[Problem]] = {}
+        for key, problem in self.stale:
+            if key is not None:
+                self.by_stale.setdefault(key, []).append(problem)
+        self.skip = {(*p.what, p.outcome) for p in self.counted}
+        self.corpus: dict[tuple[str, str, str, str], Problem] = {}
+        self._failing: dict[int, tuple[object, list[str]]] = {}
+
+    def add(self, e: CacheEntry, nk: str) -> None:
+        """Take the entry ``e`` in (``nk``: its bucket's natural key)."""
+        if self.by_op and (e.target, e.op) in self.by_op:
+            self._explain(e, order(e, nk))
+        if self.by_stale and (e.target, e.op, e.bucket, e.dtype) in self.by_stale:
+            for problem in self.by_stale[(e.target, e.op, e.bucket, e.dtype)]:
+                problem.add_key(order(e, nk), e.key)
+        if e.rejected or self._failing_in(e.considered):
+            self._from_corpus(e, order(e, nk))
+
+    def _failing_in(self, considered: Mapping[str, Considered]) -> list[str]:
+        """The names ``considered`` records as failing (maps are shared by many entries:
+        each is looked at once)."""
+        known = self._failing.get(id(considered))
+        if known is None:
+            if len(self._failing) > 4096:
+                self._failing.clear()
+            known = self._failing[id(considered)] = (considered, [
+                name for name, row in considered.items() if row.outcome in FAILED])
+        return known[1]
+
+    def _explain(self, e: CacheEntry, order: Order) -> None:
+        """The corpus's reasons for a counted problem's candidate, and the keys it
+        concerns."""
+        for problem in self.by_op[(e.target, e.op)]:
+            candidate = problem.what[2]
+            reason = e.rejected.get(candidate)
+            row = e.considered.get(candidate)
+            if reason:
+                problem.add_reason(order, f"when measured: {reason}")
+            elif row is not None and row.outcome != "timed":
+                problem.add_reason(order, f"when measured: {row.outcome}"
+                                   + (f": {row.reason}" if row.reason else ""))
+            elif not (problem.outcome == "degraded" and e.winner == candidate):
+                continue
+            problem.add_key(order, e.key)
+
+    def _from_corpus(self, e: CacheEntry, order: Order) -> None:
+        """Kernels that failed the gate or raised when the entry was measured, not
+        already counted by a run's histogram."""
         failed = {name: "rejected" for name in e.rejected}
-        failed.update({name: row.outcome for name, row in e.considered.items()
-                       if row.outcome in ("rejected", "error")})
+        failed.update({name: e.considered[name].outcome
+                       for name in self._failing_in(e.considered)})
         for name, outcome in sorted(failed.items()):
             what = (e.target, e.op, name, outcome)
-            if what in counted:
+            if what in self.skip:
                 continue
-            problem = found.setdefault(what, Problem(
-                outcome, what[:3], CORPUS_SOURCE,
-                tests="none: found when the key was measured"))
+            problem = self.corpus.get(what)
+            if problem is None:
+                problem = self.corpus[what] = Problem(
+                    outcome, what[:3], CORPUS_SOURCE,
+                    tests="none: found when the key was measured")
             reason = e.rejected.get(name) or e.considered[name].reason
-            _add_unique(problem.reasons, reason or DEFAULT_REASONS[outcome])
-            problem.keys.append(e.key)
-    return list(found.values())
+            problem.add_reason(order, reason or DEFAULT_REASONS[outcome])
+            problem.add_key(order, e.key)
+
+    def rows(self) -> list[Problem]:
+        """Every row of the table, by outcome, then target, op and candidate."""
+        rows = [p.finish(DEFAULT_REASONS.get(p.outcome, "")) for p in self.counted]
+        rows += [p.finish() for _, p in self.stale]
+        rows += [p.finish() for p in self.corpus.values()]
+        order = {outcome: n for n, outcome in enumerate(PROBLEM_OUTCOMES)}
+        return sorted(rows, key=lambda p: (order.get(p.outcome, 99), p.what, p.source))
 
 
-def problems(entries: Sequence[CacheEntry], inputs: Sequence[HistogramInput]
-             ) -> list[Problem]:
-    """Every row of the table, by outcome, then target, op and candidate."""
-    by_op: dict[tuple[str, str], list[CacheEntry]] = {}
-    for e in entries:
-        by_op.setdefault((e.target, e.op), []).append(e)
-    rows = _from_inputs(inputs, by_op)
-    counted = {(*p.what, p.outcome) for p in rows}
-    rows += _stale_rows(inputs, entries) + _from_corpus(entries, counted)
-    order = {outcome: n for n, outcome in enumerate(PROBLEM_OUTCOMES)}
-    return sorted(rows, key=lambda p: (order.get(p.outcome, 99), p.what, p.source))
-
-
-def _listed(items: Sequence[str], none: str) -> str:
+def _listed(items: Sequence[str], none: str, total: int | None = None) -> str:
     if not items:
         return none
     shown = "<br>".join(items[:MOST_LISTED])
-    more = len(items) - MOST_LISTED
+    more = (len(items) if total is None else total) - MOST_LISTED
     return shown + (f"<br>and {more} more" if more > 0 else "")
 
 
@@ -192,7 +248,7 @@ def _row(p: Problem, anchors: Mapping[CacheKey, str]) -> str:
              else _listed([f"<code>{text(t)}</code>" for t in p.tests],
                           "none (outside any test)"))
     keys = _listed([f'<a href="#{anchors[k]}">{text("/".join(k))}</a>' if k in anchors
-                    else text("/".join(k)) for k in p.keys], "-")
+                    else text("/".join(k)) for k in p.keys], "-", p.key_count)
     cells = [f'<td><span class="badge {p.outcome}">{text(p.outcome)}</span></td>',
              f"<td>{text(' / '.join(p.what))}</td>",
              f'<td class="num">{dispatches}</td>',

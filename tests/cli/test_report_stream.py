@@ -1,0 +1,58 @@
+"""The report read a block at a time: the same page as the whole cache gives, and the
+natural sort keys it orders entries by."""
+
+from __future__ import annotations
+
+import datetime
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_arbiter.cli.report_cells import natural, natural_keys
+from pytest_arbiter.store import artifacts
+from tests.cli.test_report_page import entry
+
+
+def test_natural_keys_sort_as_natural_does() -> None:
+    """Digits, leading zeros, text after a number, the low control characters the
+    keys' markers use, digits that are not ASCII: every pair compares as ``natural``."""
+    rng = random.Random(7)
+    alphabet = ["0", "1", "9", "x", "-", ",", "/", "\x00", "\x01", "\n", "\u0663", "m"]
+    values = ["", "8x8", "08x8", "16x16", "m1-n1-k101", "m16-n64-k671", "a", "a1"]
+    values += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+               for _ in range(300)]
+    for batch in (values, [v for v in values if "\n" not in v and "\x00" not in v]):
+        keys = natural_keys(batch)
+        assert len(keys) == len(batch)
+        for a, ka in zip(batch, keys, strict=True):
+            for b, kb in zip(batch[:60], keys[:60], strict=True):
+                assert (ka < kb) == (natural(a) < natural(b)), (a, b)
+                assert (ka == kb) == (natural(a) == natural(b)), (a, b)
+
+
+def test_a_file_read_in_blocks_gives_the_page_of_the_whole_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``render_file`` keeps only what the page shows: with tables cut at 3 rows and a
+    heat map of 2 shapes, its page is byte for byte ``render``'s of the whole cache."""
+    pytest.importorskip("matplotlib")
+    from pytest_arbiter.cli import report, report_heatmap
+
+    monkeypatch.setattr(report, "MAX_TABLE_ROWS", 3)
+    monkeypatch.setattr(report, "MAX_ROWS_PLOTTED", 2)
+    monkeypatch.setattr(report_heatmap, "MAX_ROWS_PLOTTED", 2)
+    sizes = list(range(300, 0, -1))  # past the point where the first rows are pruned
+    entries = [entry(device, f"{n}x64x64", ("wmma", 1000.0 + n), ("cublas", 1500.0),
+                     confidence=0.9 if n % 3 else 0.999)
+               for device in ("sm_90", "sm_120") for n in sizes]
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, artifacts.MeasureCache(entries))
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    whole = report.render(artifacts.read_cache(path), corpus=str(path), now=now)
+    page, count = report.render_file(path, corpus=str(path), now=now)
+    assert count == len(entries)
+    assert page == whole
+    assert "first 2 of 300 shapes" in page and "first 3 of 300 entries" in page
+    rows = page.split('<tr id="e-')[1:4]
+    assert [row.split("</td>")[0].rsplit(">", 1)[-1] for row in rows] == [
+        "1x64x64", "2x64x64", "3x64x64"]
