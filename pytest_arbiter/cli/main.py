@@ -509,16 +509,16 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.history:
         return _report_history(args, out)
-    cache = artifacts.read_cache(args.cache)
     histograms = [report.HistogramInput.of(str(path), read_report(path))
                   for path in args.histograms]
     try:
-        page = report.render(cache, histograms, corpus=str(args.cache))
+        # the corpus read a block at a time: the page keeps what it shows, not every entry
+        page, count = report.render_file(args.cache, histograms, corpus=str(args.cache))
     except ReportUnavailable as exc:
         sys.stderr.write(f"pytest-arbiter report: {exc}\n")
         return EXIT_USAGE
     artifacts.write_text_atomic(args.output, page)
-    _say(out, f"{args.output}: {len(cache)} entries, {len(histograms)} histogram(s)")
+    _say(out, f"{args.output}: {count} entries, {len(histograms)} histogram(s)")
     return EXIT_OK
 
 
