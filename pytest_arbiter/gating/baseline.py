@@ -45,7 +45,7 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
 
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
     """
-    run, baseline = named_keys(run), named_keys(baseline)
+    run, baseline = _named(run), _named(baseline)
     # each step one C loop over up to a million keys, not a Python one
     keys, counts = _failing(run, failing)
     listed = list(map(baseline.__contains__, keys))
@@ -57,13 +57,21 @@ def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[Histo
     return BaselineVerdict(new, known, fixed)
 
 
-def _failing(counts: dict[HistogramKey, int], failing: tuple[str, ...]
+def _failing(counts: Mapping[HistogramKey, int], failing: tuple[str, ...]
              ) -> tuple[list[HistogramKey], list[int]]:
     """The keys of ``counts``, in its order, whose outcome is ``failing`` and whose
     count is positive, and their counts."""
     outcome_fails = map(frozenset(failing).__contains__, map(_OUTCOME, counts))
     chosen = list(map(and_, outcome_fails, map(lt, repeat(0), counts.values())))
     return list(compress(counts, chosen)), list(compress(counts.values(), chosen))
+
+
+def _named(counts: Mapping[HistogramKey, int]) -> Mapping[HistogramKey, int]:
+    """``counts`` itself when its keys are all :class:`HistogramKey` (read from a file,
+    only read here: no copy of a million keys), else :func:`named_keys`."""
+    if type(counts) is dict and set(map(type, counts)) <= {HistogramKey}:
+        return counts
+    return named_keys(counts)
 
 
 _OUTCOME = itemgetter(3)
@@ -131,7 +139,7 @@ def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, 
     verdict = compare_to_baseline(run, baseline, failing=failing)
     covered: set[tuple[str, str]] = set()
     if verdict.fixed:
-        run = named_keys(run)
+        run = _named(run)
         covered.update(map(_TARGET_OP, compress(run, map(lt, repeat(0), run.values()))))
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked

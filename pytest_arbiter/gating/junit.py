@@ -116,8 +116,8 @@ class FleetCounts:
         if self.counts:
             for key, count in other.counts.items():
                 self.counts[key] = self.counts.get(key, 0) + count
-        else:  # the first report: a copy in C, not a sum key by key
-            self.counts = dict(other.counts)
+        else:  # the first report: copied in C, not summed key by key
+            self.counts.update(other.counts)
         for key, tests in other.tests.items():
             self.tests.setdefault(key, set()).update(tests)
         for key, count in other.expected.items():

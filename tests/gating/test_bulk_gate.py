@@ -129,6 +129,7 @@ def test_the_verdict_is_the_key_by_key_one_in_the_same_order(
 def test_a_fleet_adds_up_and_gates_as_key_by_key(
         parts: list[tuple[dict[HistogramKey, int], dict[HistogramKey, int]]]) -> None:
     total, frozen = FleetCounts(), FleetCounts()
+    held = total.counts
     for found, expected in parts:
         found, expected = frozen_named_keys(found), frozen_named_keys(expected)
         total.extend(FleetCounts(counts=found, expected=expected))
@@ -137,7 +138,7 @@ def test_a_fleet_adds_up_and_gates_as_key_by_key(
         for key, count in expected.items():
             frozen.expected[key] = frozen.expected.get(key, 0) + count
         assert total.counts is not found  # a copy: the report's own dict stays its own
-    assert items(total.counts) == items(frozen.counts)
+    assert total.counts is held and items(total.counts) == items(frozen.counts)
     assert items(total.gated()) == items(frozen_gated(frozen))
 
 
