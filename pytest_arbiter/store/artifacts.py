@@ -32,7 +32,6 @@ from pytest_arbiter.store.cache_file import (
     key_blocks,
     lazy_entries,
     read_document,
-    read_with_tables,
 )
 from pytest_arbiter.store.cache_splice import FileRange, Layout, close_sources, spliced
 from pytest_arbiter.store.corpus import MergeResult, Part, cache_of, entries_of, merge
@@ -356,32 +355,38 @@ def read_cache_as_read(path: str | os.PathLike[str]
     the encoding of the unchanged entries, while the file is still the one read.
 
     A file in the writer's layout is read lazily (:mod:`pytest_arbiter.store.cache_lazy`):
-    its tables and each entry's key now, an entry's other fields when it is first looked
-    up, so a bad entry is an ``ArtifactError`` then; any other file is read and checked
-    whole now, with the same errors as :func:`read_cache`.
+    its tables now, no entry's key: a lookup decodes the keys of the lines its search
+    lands on and the entry it finds, so a bad entry is an ``ArtifactError`` then, and a
+    line no lookup reads is not looked at; any other file is read and checked whole now,
+    with the same errors as :func:`read_cache`.
     """
     before = stamp_of(path)
     try:
         data = Path(path).read_bytes()
-        lazy = lazy_entries(data, str(path))
+        lazy = lazy_entries(data, str(path), _merged_by_key)
         if lazy is None:
-            entries, tables = read_with_tables(path)
+            entries = read_document(path)
     except OSError as exc:
         raise ArtifactError(f"cannot read {escape(path)}: {escape(exc.strerror or exc)}"
                             ) from None
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
-    if lazy is not None:
-        cache = MeasureCache.of_lazy(lazy)
-        layout: Layout | None = Layout(lazy.tables, lazy.keys, data)
-    else:
+    layout = None
+    if lazy is None:
         cache = cache_of(entries)
-        # one entry a key, in the file's order: the lines of the file
-        layout = (Layout(tables, list(map(plain_key, entries)))
-                  if tables and len(cache) == len(entries) else None)
+    else:
+        cache = MeasureCache.of_lazy(lazy)
+        if lazy.lines is not None:
+            layout = Layout(lazy.tables, lazy.lines, data)
     if before is None or stamp_of(path) != before:
         return cache, None
     return cache, AsRead(before, cache, layout)
+
+
+def _merged_by_key(entries: list[CacheEntry]) -> dict[KeyTuple, CacheEntry]:
+    """The entries by key, a key listed twice keeping the entry the merge rule
+    prefers."""
+    return merge(entries).entries
 
 
 def read_cache_stamped(path: str | os.PathLike[str]) -> tuple[MeasureCache, Stamp | None]:

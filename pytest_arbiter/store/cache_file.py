@@ -25,7 +25,7 @@ import msgspec
 from msgspec import Struct
 
 from pytest_arbiter.store.cache import CACHE_SCHEMA, CACHE_VERSION
-from pytest_arbiter.store.cache_lazy import LazyEntries
+from pytest_arbiter.store.cache_lazy import EntryLines, LazyEntries, Resolve
 from pytest_arbiter.store.entry import BadEntry, CacheEntry, KeyTuple, finish_read, plain_key
 from pytest_arbiter.store.tables import (
     _CANONICAL,
@@ -296,14 +296,12 @@ class _Key(Struct, frozen=True, gc=False, order=True):
 _KEYS = msgspec.json.Decoder(list[_Key])
 
 
-_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def lazy_entries(data: bytes, source: str) -> LazyEntries | None:
-    """The entries of the file ``data`` in the writer's layout, read lazily (its tables
-    decoded now; each entry's JSON scanned and its key decoded, the rest of it decoded
-    when looked up); ``None`` if it is not in that layout, lists a key twice, or an
-    entry's key is not five strings: read it whole, which names what is wrong."""
+def lazy_entries(data: bytes, source: str, resolve: Resolve) -> LazyEntries | None:
+    """The entries of the file ``data`` in the writer's layout, read lazily
+    (:mod:`pytest_arbiter.store.cache_lazy`): its tables decoded now, no entry's key
+    (the lines a lookup's search lands on are decoded then; ``resolve``, the merge rule,
+    picks among the entries of a key found twice); ``None`` if it is not in the
+    writer's layout: read it whole, which names what is wrong."""
     head = data.find(_ENTRIES)
     if not data.startswith(_HEAD) or head < 0 or not data.endswith(_TAIL):
         return None
@@ -311,14 +309,13 @@ def lazy_entries(data: bytes, source: str) -> LazyEntries | None:
     try:
         msgspec.json.decode(data[:head] + b'\n  "entries": []}', type=_Document,
                             dec_hook=_table_hook(tables))
-        # from the entries' opening bracket to their closing one
-        array = memoryview(data)[head + len(b'\n  "entries": '):len(data) - len(b"\n}\n")]
-        raws = _RAWS.decode(array)
-        keys = list(map(msgspec.structs.astuple, _KEYS.decode(array)))
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
-    lazy = LazyEntries(source, tables, array, raws, keys)
-    return lazy if len(lazy.index) == len(keys) else None
+    # from the entries' opening bracket to their closing one
+    array = memoryview(data)[head + len(b'\n  "entries": '):len(data) - len(b"\n}\n")]
+    lines = EntryLines(data, head + len(_ENTRIES) - len(b'{"device":'),
+                       len(data) - len(_TAIL))
+    return LazyEntries(source, tables, array, lines, resolve)
 
 
 def in_key_order(file: Any) -> bool:

@@ -1,14 +1,18 @@
 """The write of a few changed keys into a big cache file: the unchanged entries' lines
 copied as they lie, only the changed and new entries encoded.
 
-A file read in the writer's layout (one entry a line, sorted by key) is remembered as
-:class:`Layout`: its tables and its entries' keys in the file's order (the entries need
-not have been decoded). While the file is still
-that one (its stamp, checked on the open file), the merged file is the old one with the
-changed entries' lines replaced and the new keys' lines inserted in key order; the table
-rows the new entries need that the tables lack are appended after the existing ones (in
-canonical JSON order), so every old line's indices stay valid. Anything else is for the
-caller's full write.
+A file read lazily in the writer's layout (one entry a line, sorted by key) is
+remembered as :class:`Layout`: its tables, its bytes and their
+:class:`~pytest_arbiter.store.cache_lazy.EntryLines` (no entry need have been decoded).
+While the file is still that one (its stamp, checked on the open file), the merged file
+is the old one with the changed entries' lines replaced and the new keys' lines inserted
+in key order, each found by a binary search over the lines
+(:meth:`~pytest_arbiter.store.cache_lazy.EntryLines.locate`: a few dozen lines' keys
+read, the lines either side of each change among them); the lines between two changes
+are copied as one range, unread. The table rows the new entries need that the tables
+lack are appended after the existing ones (in canonical JSON order), so every old line's
+indices stay valid. Anything else (a line read that is not one whole entry in key
+order, a key listed twice) is for the caller's full write.
 
 The bytes equal the full write's (:func:`~pytest_arbiter.store.cache_file.encode_chunks`)
 when the old file was the full write's and the changed entries need no new row and
@@ -19,18 +23,16 @@ only on the old file and the merged entries.
 
 from __future__ import annotations
 
-import operator
 import os
-from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
-from msgspec import Struct
 
 from pytest_arbiter.store.cache_file import _NEXT, _TAIL, Rows, head_bytes
+from pytest_arbiter.store.cache_lazy import Broken, EntryLines
 from pytest_arbiter.store.entry import CacheEntry, KeyTuple
 from pytest_arbiter.store.tables import (
     _CANONICAL,
@@ -49,30 +51,16 @@ _EMPTY: tuple[FrozenMap[Any, Any], ...] = (NO_RUN, NO_ENVIRONMENT, NO_CONSIDERED
 
 @dataclass(frozen=True)
 class Layout:
-    """A file read in the writer's layout: its tables as read, its entries' keys in the
-    file's order, one entry a key, and its bytes if they were kept (a lazy read keeps
-    them: a splice of the same file need not read it again)."""
+    """A file read lazily in the writer's layout: its tables as read, its bytes, and
+    the entry lines found in them."""
 
     tables: _Tables
-    keys: list[KeyTuple]
-    data: bytes | None = None
+    lines: EntryLines
+    data: bytes
 
     def rows(self) -> tuple[list[Any], list[Any], list[Any]]:
         t = self.tables
         return list(t.runs or ()), list(t.environments or ()), list(t.considered or ())
-
-
-class _Key(Struct, frozen=True, gc=False):
-    """The key fields of an entry's line, the rest skipped."""
-
-    device: str
-    target: str
-    op: str
-    bucket: str
-    dtype: str
-
-
-_KEY = msgspec.json.Decoder(_Key)
 
 
 def stamp_of_file(file: Any) -> Stamp:
@@ -104,10 +92,9 @@ def spliced(path: str | os.PathLike[str], stamp: Stamp, layout: Layout,
     pieces = None
     try:
         if stamp_of_file(file) == stamp:
-            data = file.read() if layout.data is None else layout.data
-            pieces = _splice(file, data, layout, changes)
+            pieces = _splice(file, layout, changes)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError, TypeError):
-        pieces = None  # a line that is not one entry of the key it should hold
+        pieces = None
     if pieces is None or not any(isinstance(p, FileRange) for p in pieces):
         file.close()  # nothing copies from it (every old line replaced)
     return pieces
@@ -120,79 +107,41 @@ def close_sources(pieces: list[Any]) -> None:
             piece.source.close()
 
 
-def _splice(file: BinaryIO, data: bytes, layout: Layout,
-            changes: Mapping[KeyTuple, CacheEntry]) -> list[Any] | None:
-    old = layout.keys
-    n = len(old)
-    rows = layout.rows()
+def _splice(file: BinaryIO, layout: Layout, changes: Mapping[KeyTuple, CacheEntry]
+            ) -> list[Any] | None:
+    lines, data, rows = layout.lines, layout.data, layout.rows()
     head = head_bytes(*(Rows.of(r, {}) for r in rows))
-    end = len(data) - len(_TAIL)
-    if (not n or not data.startswith(head) or not data.endswith(_TAIL)
-            or data.count(b"\n", len(head), end) != n - 1
-            or data.count(_NEXT, len(head), end) != n - 1
-            or not all(map(operator.lt, old, old[1:]))):
+    if (lines.data is not data or lines.begin != len(head)
+            or lines.end != len(data) - len(_TAIL) or not data.startswith(head)):
         return None
-    ops: list[tuple[int, bool, CacheEntry]] = []  # (line, replaces it, entry), key order
-    for key in sorted(changes):
-        at = bisect_left(old, key)
-        ops.append((at, at < n and old[at] == key, changes[key]))
-    region = memoryview(data)[len(head):end]
-    checked = {min(at, n - 1) for at, _, _ in ops}  # a line at each boundary
-    starts = _line_starts(data, len(head), end, n, {*checked, *(i + 1 for i in checked),
-                                                 *(at + swap for at, swap, _ in ops)})
-    for line in checked:  # holds the entry it should: a boundary between entries
-        stop = starts[line + 1] - len(_NEXT)
-        if old[line] != tuple(msgspec.structs.astuple(
-                _KEY.decode(region[starts[line]:stop]))):
-            return None
-    lines, tables = _encoded([entry for _, _, entry in ops], rows)
+    ops: list[tuple[int, bool, CacheEntry]] = []  # (line start, replaces it, entry)
+    try:
+        for key in sorted(changes):
+            at, swap = lines.place(key)  # the lines either side of it read
+            ops.append((at, swap, changes[key]))
+    except Broken:
+        return None
+    texts, tables = _encoded([entry for _, _, entry in ops], rows)
     items: list[Any] = []
-    copied = 0  # the next old line to copy
-    base = len(head)
+    copied = lines.begin  # the next old line to copy
 
-    def lines_of(first: int, stop: int) -> FileRange:
-        return FileRange(file, base + first, stop - first)
+    def lines_from(first: int, before: int) -> FileRange:
+        """The old lines from the one at ``first`` to the one before ``before``."""
+        stop = lines.end if before == lines.past else before - len(_NEXT)
+        return FileRange(file, first, stop - first)
 
-    for (at, swap, _), text in zip(ops, lines, strict=True):
+    for (at, swap, _), text in zip(ops, texts, strict=True):
         if at > copied:
-            items.append(lines_of(starts[copied], starts[at] - len(_NEXT)))
+            items.append(lines_from(copied, at))
         items.append(text)
-        copied = at + swap
-    if copied < n:
-        items.append(lines_of(starts[copied], end - base))
+        copied = lines.next(at) if swap else at
+    if copied != lines.past:
+        items.append(lines_from(copied, lines.past))
     pieces: list[Any] = [head_bytes(*(Rows.of(r, {}) for r in tables))]
     for item in items:
         pieces += (item, _NEXT)
     pieces[-1] = _TAIL
     return pieces
-
-
-def _line_starts(data: bytes, begin: int, end: int, count: int, wanted: set[int]
-                 ) -> dict[int, int]:
-    """Where each ``wanted`` line of the ``count`` in ``data[begin:end]`` (entries joined
-    by ``,`` and a line break) starts, from ``begin``; a line past the last starts at the
-    end (as if one more followed). Walked from whichever end is nearer."""
-    starts = {line: end - begin + len(_NEXT) for line in wanted if line >= count}
-    starts[0] = 0
-    inside = {line for line in wanted if 0 < line < count}
-    if not inside:
-        return starts
-    lowest, highest = min(inside), max(inside)
-    if lowest > count - highest:  # back from the end
-        line, at = count - 1, end
-        while line >= lowest:
-            at = data.rfind(b"\n", begin, at)
-            if line in inside:
-                starts[line] = at + len(_NEXT) - 1 - begin
-            line -= 1
-        return starts
-    line, at = 0, begin
-    while line < highest:
-        at = data.find(b"\n", at, end) + len(_NEXT) - 1
-        line += 1
-        if line in inside:
-            starts[line] = at - begin
-    return starts
 
 
 def _encoded(entries: list[CacheEntry], rows: tuple[list[Any], ...]

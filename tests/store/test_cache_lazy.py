@@ -1,0 +1,173 @@
+"""A big corpus read lazily (``store/cache_lazy``): a run's lookups, and a tune's write
+of its few keys, decode the keys of a few dozen lines per key, never every line; a line
+no lookup reads is kept as it lies; a line out of key order or a key listed twice, where
+a search reads it, takes the cache to the road of every key decoded, with the same
+answers as a whole read."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_arbiter.store import artifacts, cache_file, cache_lazy
+from pytest_arbiter.store.cache import CacheEntry, plain_key
+from pytest_arbiter.store.cache_file import encode_document
+from tests.factories import cache_entry
+
+OLD = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+LATER = datetime.datetime(2021, 1, 1, tzinfo=datetime.timezone.utc)
+ENTRIES = 2000
+
+
+def corpus(path: Path, count: int = ENTRIES) -> list[CacheEntry]:
+    """``count`` entries of four devices, every other bucket (new keys fit between)."""
+    entries = [cache_entry(f"b{i:05d}", device=f"dev{i // 2 % 4}", since=OLD)
+               for i in range(0, 2 * count, 2)]
+    path.write_bytes(encode_document(entries))
+    return entries
+
+
+class Counting:
+    """A decoder that counts what it decodes."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.calls = real, 0
+
+    def decode(self, data: Any) -> Any:
+        self.calls += 1
+        return self.real.decode(data)
+
+
+def count_line_keys(monkeypatch: pytest.MonkeyPatch, *, no_whole_pass: bool = True
+                    ) -> Counting:
+    """Count the lines whose key is decoded; ``no_whole_pass``: fail on any decode of
+    every entry's key or JSON."""
+    counting = Counting(getattr(cache_lazy, "_KEY", None))
+    monkeypatch.setattr(cache_lazy, "_KEY", counting, raising=False)
+    if no_whole_pass:
+        refuse = Refusing()
+        for module in (cache_lazy, cache_file):
+            for name in ("_KEYS", "_RAWS", "_ALL"):
+                monkeypatch.setattr(module, name, refuse, raising=False)
+        if hasattr(cache_lazy, "EntryLines"):  # an entry's place: counted for messages only
+            monkeypatch.setattr(cache_lazy.EntryLines, "index", refuse.decode)
+    return counting
+
+
+class Refusing:
+    def decode(self, _: Any) -> Any:
+        raise AssertionError("every line was decoded")
+
+
+def per_key(count: int = ENTRIES) -> int:
+    """The lines a search may read: two per halving, and the line after a found key."""
+    return 2 * math.ceil(math.log2(count)) + 3
+
+
+def test_a_tune_of_ten_keys_decodes_a_few_lines_per_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read, the lookups of ten keys (five new, five in the file), the line count,
+    the devices and the spliced write: no more than a search's lines per key, and no
+    pass over every line."""
+    path = tmp_path / "c.json"
+    entries = corpus(path)
+    before = path.read_bytes()
+    counting = count_line_keys(monkeypatch)
+    cache, as_read = artifacts.read_cache_as_read(path)
+    assert counting.calls == 0 and len(cache) == ENTRIES
+    assert cache.devices() == {"dev0", "dev1", "dev2", "dev3"}
+    looked = [entries[i].key for i in (0, 500, 1000, 1500, ENTRIES - 1)]
+    new = [cache_entry(f"b{i:05d}", device="dev1") for i in (1, 999, 2001, 3999, 5000)]
+    for key in looked:
+        assert cache.get(key) == entries[[e.key for e in entries].index(key)]
+    for entry in new:
+        assert cache.get(entry.key) is None
+    measured = [*new, *(cache_entry(k[3], device=k[0], since=LATER) for k in looked)]
+    artifacts.update_cache(path, measured, known=as_read, measured_now=True)
+    assert 0 < counting.calls <= (len(looked) + len(new) + 4) * per_key()
+    monkeypatch.undo()
+    after = artifacts.read_entries(path)
+    assert len(after) == ENTRIES + len(new)
+    assert {plain_key(e): e for e in after} == {
+        **{plain_key(e): e for e in entries}, **{plain_key(e): e for e in measured}}
+    kept = set(before.split(b"\n"))
+    changed = {e.bucket for e in measured}
+    for line in path.read_bytes().split(b"\n"):
+        if line.startswith(b'    {"device"') and not any(
+                f'"bucket":"{b}"'.encode() in line for b in changed):
+            assert line in kept  # every other line byte for byte
+
+
+def test_a_line_no_lookup_reads_is_kept_as_it_lies_even_unreadable(
+        tmp_path: Path) -> None:
+    """A line broken beyond reading, far from the keys a tune measured: the run neither
+    reads nor refuses it, and the tune's write keeps it byte for byte beside the new
+    keys (the whole read, later, names it)."""
+    path = tmp_path / "c.json"
+    corpus(path)
+    lines = path.read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if b'"bucket":"b02000"' in line)
+    lines[at] = lines[at].replace(b'"ranking":[', b'"ranking":[[', 1)
+    path.write_bytes(b"\n".join(lines))
+    cache, as_read = artifacts.read_cache_as_read(path)
+    new = cache_entry("b00001", device="dev1")
+    assert cache.get(new.key) is None and cache.get(("dev2", "cpu", "matmul", "b03996",
+                                                     "float32")) is not None
+    artifacts.update_cache(path, [new], known=as_read, measured_now=True)
+    after = path.read_bytes().split(b"\n")
+    assert lines[at] in after and len(after) == len(lines) + 1
+    with pytest.raises(artifacts.ArtifactError, match="not valid JSON"):
+        artifacts.read_cache(path)
+
+
+@pytest.mark.parametrize("damage", ["swapped", "twice", "two lines"])
+def test_a_line_out_of_the_layout_where_a_search_reads_gives_the_whole_answer(
+        tmp_path: Path, damage: str) -> None:
+    """Two lines out of key order, a key listed twice (a hand-resolved conflict), an
+    entry over two lines, beside the key looked up: every lookup answers as the whole
+    read does (a key listed twice: the entry the merge rule prefers), and the tune's
+    write is the full merge."""
+    path = tmp_path / "c.json"
+    corpus(path, count=200)
+    lines = path.read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if b'"bucket":"b00200"' in line)
+    if damage == "swapped":
+        lines[at], lines[at + 1] = lines[at + 1], lines[at]
+    elif damage == "twice":
+        weaker = lines[at].replace(b'"confidence":0.999', b'"confidence":0.5', 1)
+        lines.insert(at, weaker)
+    else:
+        lines[at] = lines[at].replace(b'"bucket":"b00200",', b'"bucket":"b00200",\n    ', 1)
+    path.write_bytes(b"\n".join(lines))
+    whole = artifacts.read_cache(path).by_key()
+    cache, as_read = artifacts.read_cache_as_read(path)
+    for key in [("dev0", "cpu", "matmul", "b00200", "float32"),
+                ("dev1", "cpu", "matmul", "b00202", "float32"),
+                ("dev2", "cpu", "matmul", "b00204", "float32"),
+                ("dev1", "cpu", "matmul", "b00201", "float32")]:
+        assert cache.get(key) == whole.get(key), key
+        assert (key in cache) is (key in whole)
+    assert cache.devices() == {k[0] for k in whole} and cache.by_key() == whole
+    measured = [cache_entry("b00201", device="dev1"),
+                cache_entry("b00200", device="dev0", since=LATER)]
+    full = tmp_path / "full.json"
+    full.write_bytes(path.read_bytes())
+    artifacts.update_cache(full, measured, measured_now=True)
+    artifacts.update_cache(path, measured, known=as_read, measured_now=True)
+    assert path.read_bytes() == full.read_bytes()
+
+
+def test_the_devices_of_a_big_file_cost_a_search_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device tags of a lazily read file: the first line's, then a search past
+    each device's keys; no pass over every line."""
+    path = tmp_path / "c.json"
+    corpus(path)
+    counting = count_line_keys(monkeypatch)
+    cache, _ = artifacts.read_cache_as_read(path)
+    assert cache.devices() == {"dev0", "dev1", "dev2", "dev3"}
+    assert counting.calls <= 5 * per_key()
