@@ -153,7 +153,10 @@ def decode(data: bytes, source: str, schema: type[T] | Any = Any, *,
     they have, says how many JSON strings (keys and values) a file of the decoded value
     holds when no object has a key twice. A key given twice is one string more, so when
     the bytes hold no escape (no string holds a quote) and twice that many quotes, no
-    key is given twice, and the second parse is spared (one C count of the quotes)."""
+    key is given twice, and the second parse is spared (one C count of the quotes). Such
+    a schema also bounds the depth of what decodes as it (a few levels: a deeper value
+    where a name or a count belongs is a validation error, and no unknown field's value
+    is skipped unread), so the depth is not counted either."""
     check_bom(data, source)
     try:
         value: T = msgspec.json.decode(data, type=schema)
@@ -165,8 +168,10 @@ def decode(data: bytes, source: str, schema: type[T] | Any = Any, *,
         raise not_utf8(data, source) from None
     except RecursionError:  # deeper than this interpreter's parsers go
         raise too_deep(source) from None
-    check_depth(data, source)
-    if strings is None or b"\\" in data or data.count(b'"') != 2 * strings(value):
+    if strings is None:
+        check_depth(data, source)
+        check_unique_keys(data, source)
+    elif b"\\" in data or data.count(b'"') != 2 * strings(value):
         check_unique_keys(data, source)
     return value
 

@@ -95,3 +95,38 @@ def test_a_written_histogram_needs_no_second_parse_and_a_key_twice_still_fails(
         path.write_text(other)
         parsed.clear()
         assert histogram_file.read_histogram(path) == counts and parsed
+
+
+DEEP = "[" * 3000 + "]" * 3000
+
+
+@pytest.mark.parametrize("where", [
+    histogram_text(DEGRADE, ', "extra": ' + DEEP),
+    histogram_text(DEGRADE.replace('"count": 2', '"count": 2, "extra": ' + DEEP)),
+    histogram_text(DEGRADE.replace('"count": 2', '"count": ' + DEEP)),
+    histogram_text(DEGRADE.replace('"k"', DEEP)),
+    histogram_text(DEGRADE, ', "total": {"count": 2, "expected": ' + DEEP + "}"),
+    histogram_text(DEGRADE, ', "total": ' + DEEP),
+    histogram_text(DEGRADE.replace('"k"', '"\\u006b"'), ', "extra": ' + DEEP),
+], ids=["top-level-field", "entry-field", "count", "name", "total-field", "total",
+        "with-an-escape"])
+def test_a_deep_value_anywhere_in_a_histogram_is_refused_without_counting_depth(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The histogram's schema is closed (every struct refuses unknown fields, no value
+    is free-form), so a value nested deeper than it allows fails the typed decode: the
+    reader does not need the bytes' depth counted, and a 3000-deep value is refused
+    wherever it stands, naming the file, on any Python."""
+    from pytest_arbiter.store import strictjson
+
+    def never(data: bytes, source: str, limit: int = 0) -> None:
+        raise AssertionError("the depth was counted")
+
+    monkeypatch.setattr(strictjson, "check_depth", never)
+    counts = {("cpu", "m", "k", "degraded"): 2}
+    histogram_file.write_histogram(tmp_path / "h.json", counts)
+    assert histogram_file.read_histogram(tmp_path / "h.json") == counts
+    path = tmp_path / "deep.json"
+    path.write_text(where)
+    with pytest.raises(ArtifactError) as raised:
+        histogram_file.read_histogram(path)
+    assert str(path) in str(raised.value)
