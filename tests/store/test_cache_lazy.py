@@ -59,8 +59,10 @@ def count_line_keys(monkeypatch: pytest.MonkeyPatch, *, no_whole_pass: bool = Tr
 
 
 class Refusing:
-    def decode(self, _: Any) -> Any:
-        raise AssertionError("every line was decoded")
+    """A decoder (or a writer) that must not be called."""
+
+    def decode(self, *_: Any) -> Any:
+        raise AssertionError("every line was decoded, or the whole file written")
 
 
 def per_key(count: int = ENTRIES) -> int:
@@ -171,3 +173,41 @@ def test_the_devices_of_a_big_file_cost_a_search_each(
     cache, _ = artifacts.read_cache_as_read(path)
     assert cache.devices() == {"dev0", "dev1", "dev2", "dev3"}
     assert counting.calls <= 5 * per_key()
+
+
+ODD = ["a", "a b", "a!", "a\"q", "a\\b", "a\u00e9", "a\u2028", "b", "\u00ff", "z" * 40]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 40])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_searches_answer_as_the_whole_read_for_any_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, seed: int) -> None:
+    """Keys that sort oddly as bytes (a space, a quote, a backslash, non-ASCII): every
+    key in the file found, every key around them missed, the devices, and the splice of
+    new and changed keys at any place the full merge's bytes."""
+    import random
+
+    rng = random.Random(seed * 100 + count)
+    names = sorted({rng.choice(ODD) + rng.choice(ODD) for _ in range(3 * count)})
+    chosen = sorted(rng.sample(names, min(count, len(names) - 1)))
+    entries = [cache_entry(b, device=rng.choice(["d0", "d 1", "d\u00e9"]), since=OLD)
+               for b in chosen]
+    path = tmp_path / "c.json"
+    path.write_bytes(encode_document(entries))
+    whole = artifacts.read_cache(path).by_key()
+    cache, as_read = artifacts.read_cache_as_read(path)
+    assert len(cache) == len(whole) and cache.devices() == {k[0] for k in whole}
+    for device in ("d0", "d 1", "d\u00e9", "d"):
+        for name in names:
+            key = (device, "cpu", "matmul", name, "float32")
+            assert cache.get(key) == whole.get(key) and (key in cache) is (key in whole)
+    measured = [cache_entry(name, device=rng.choice(["d0", "d 1", "d\u00e9"]), since=LATER)
+                for name in rng.sample(names, min(4, len(names)))]
+    full = tmp_path / "full.json"
+    full.write_bytes(path.read_bytes())
+    artifacts.update_cache(full, measured, measured_now=True)
+    assert as_read is not None and as_read.layout is not None
+    assert not as_read.layout.lines.broken  # every search stayed on the lines
+    monkeypatch.setattr(artifacts, "_write_entries", Refusing().decode)
+    artifacts.update_cache(path, measured, known=as_read, measured_now=True)
+    assert path.read_bytes() == full.read_bytes()
