@@ -41,6 +41,9 @@ def fingerprint_of(candidate: Candidate) -> str:
     ``source()`` returns (a ``.cu`` kernel's source text and compile options). Either
     way, plus ``candidate.version`` when one is declared.
     """
+    if not isinstance(candidate, Candidate):
+        raise TypeError(f"fingerprint_of takes a candidate (pytest_arbiter.REGISTRY.get("
+                        f"name)), not {type(candidate).__name__} {candidate!r}")
     found = _MEMO.get(candidate)
     if found is None:
         found = _MEMO[candidate] = _fingerprint(candidate)
@@ -94,6 +97,11 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     helper, a launch wrapper): an edit to one of them changes the fingerprint."""
     seen = set() if seen is None else seen
     seen.add(id(fn))
+    inner = _python_function(fn)
+    if inner is not None and inner is not fn:  # compiled or cached: what it was made of
+        digest.update(b"\0wraps\0")
+        _hash_callable(digest, inner, seen)
+        return
     if isinstance(fn, functools.partial):
         _hash_callable(digest, fn.func, seen)
         digest.update(f"\0partial\0{_stable_repr(fn.args)}"
@@ -150,9 +158,27 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
     out = []
     for name, obj in sorted(found.items()):
         target = obj.func if isinstance(obj, functools.partial) else obj
+        target = _python_function(target) or target
         if isinstance(target, types.FunctionType) and _own_code(target, home):
             out.append((name, obj))
     return out
+
+
+def _python_function(obj: Any) -> types.FunctionType | None:
+    """The plain Python function a compiled or cached wrapper that is not one itself was
+    made of: ``py_func`` (numba's ``@njit`` dispatchers), ``__wrapped__`` (a
+    ``functools.lru_cache``, ``jax.jit``); ``None`` for anything else. A function made by
+    a decorator is hashed as itself: its closure holds what it wraps."""
+    if isinstance(obj, (types.FunctionType, functools.partial)):
+        return None
+    for attr in ("py_func", "__wrapped__"):
+        try:
+            inner = getattr(obj, attr, None)
+        except Exception:  # a proxy whose lookups raise: not a wrapper we can read
+            return None
+        if isinstance(inner, types.FunctionType):
+            return inner
+    return None
 
 
 def _own_code(obj: Any, home: str) -> bool:

@@ -210,6 +210,34 @@ def k(a, b):
     assert len(fingerprint_of(_candidate(recursive))) == 16
 
 
+@pytest.mark.parametrize("wrap", ["functools.lru_cache", "numba.njit"])
+def test_an_edit_to_a_compiled_or_cached_helper_changes_its_kernels_fingerprint(
+        wrap: str) -> None:
+    """A helper the kernel calls through a wrapper that is not a Python function (a
+    ``functools.lru_cache``, numba's ``@njit`` dispatcher) is hashed as the function it
+    was made of: editing its body makes the corpus entry stale, so production never runs
+    the edited kernel ungated on the old entry's word. So is a compiled kernel's own
+    helper."""
+    module = wrap.split(".")[0]
+    pytest.importorskip(module)
+    source = f"""
+import {module}
+
+@{wrap}
+def _rows(x):
+    return x + 1.0
+
+def k(a, b):
+    return _rows(np.matmul(a, b))
+"""
+    base = fingerprint_of(_candidate(source))
+    assert fingerprint_of(_candidate(source)) == base
+    assert fingerprint_of(_candidate(source.replace("x + 1.0", "x * 0.0"))) != base
+    compiled = source.replace("def k(a, b):", f"@{wrap}\ndef k(a, b):")
+    first = fingerprint_of(_candidate(compiled))
+    assert fingerprint_of(_candidate(compiled.replace("x + 1.0", "x * 0.0"))) != first
+
+
 def test_a_helper_in_another_of_the_users_modules_is_part_of_the_fingerprint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``helpers.impl`` called through a module the kernel imports (not a package of its
@@ -266,3 +294,8 @@ def test_a_lazy_module_or_a_partials_arguments_never_break_or_blur_the_fingerpri
     one = fingerprint_of(as_candidate(functools.partial(scaled, scale=1.0)))
     assert fingerprint_of(as_candidate(functools.partial(scaled, scale=1.0))) == one
     assert fingerprint_of(as_candidate(functools.partial(scaled, scale=2.0))) != one
+
+
+def test_a_name_instead_of_a_candidate_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"takes a candidate .*REGISTRY\.get\(name\).*'lse'"):
+        fingerprint_of("lse")  # type: ignore[arg-type]
