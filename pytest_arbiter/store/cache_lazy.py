@@ -35,6 +35,7 @@ from pytest_arbiter.store.tables import _message, _read_tables, _Tables
 _ONE = msgspec.json.Decoder(CacheEntry)
 _ALL = msgspec.json.Decoder(list[CacheEntry])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_WHOLE = msgspec.json.Decoder(msgspec.Raw)
 _BREAK = b"\n    "
 """A line break between two entries and the indent after it (a comma before it)."""
 _COUNT_BLOCK = 1 << 20
@@ -104,6 +105,10 @@ class EntryLines:
     def raw(self, start: int) -> memoryview:
         """The JSON of the entry at ``start``."""
         return memoryview(self.data)[start:self.stop(start)]
+
+    def keys_read(self) -> list[KeyTuple]:
+        """The keys of the lines read so far."""
+        return [key for key, _ in self._keys.values()]
 
     def index(self, start: int) -> int:
         """The place in the file's entries of the line at ``start`` (a count of the
@@ -234,6 +239,7 @@ class LazyEntries:
         writes through them), else ``None``."""
         self._array = array
         self._keys: _KeyIndex | None = None
+        self._failure: ArtifactError | None = None
         self._decoded: dict[KeyTuple, CacheEntry] = {}
         self._complete = False  # every entry is in _decoded (a key listed twice)
         self._lock = threading.Lock()
@@ -274,19 +280,11 @@ class LazyEntries:
         return self._decoded.get(key)
 
     def devices(self) -> set[str]:
-        """The device tags of the keys."""
+        """The device tags of the keys (never an error: of a file whose keys cannot all
+        be read, the tags of the keys read)."""
         with self._lock:
             if self._devices is None:
-                found: set[str] | None = None
-                if self.lines is not None and not self._complete:
-                    try:
-                        found = self.lines.devices()
-                    except Broken:
-                        self._slow_road()
-                if found is None:
-                    found = (set(map(itemgetter(0), self._decoded)) if self._complete
-                             else set(map(itemgetter(0), self._slow_keys().keys)))
-                self._devices = found
+                self._devices = self._find_devices()
             return set(self._devices)
 
     def all(self) -> dict[KeyTuple, CacheEntry]:
@@ -319,6 +317,22 @@ class LazyEntries:
         found = keys.at.get(key)
         return None if found is None else (functools.partial(int, found), keys.raws[found])
 
+    def _find_devices(self) -> set[str]:
+        lines = self.lines
+        read = set(map(itemgetter(0), self._decoded))
+        try:
+            if lines is not None and not self._complete:
+                read |= {key[0] for key in lines.keys_read()}
+                try:
+                    return lines.devices()
+                except Broken:
+                    self._slow_road()
+            if not self._complete:
+                return set(map(itemgetter(0), self._slow_keys().keys))
+        except ArtifactError:
+            return read
+        return set(map(itemgetter(0), self._decoded))
+
     def _slow_road(self) -> None:
         """Leave the lines for every key decoded: a line read was not as the layout
         says (the caller holds the lock)."""
@@ -329,12 +343,38 @@ class LazyEntries:
             self._complete_all()
 
     def _slow_keys(self) -> _KeyIndex:
+        """Every key decoded; ``ArtifactError`` (the same one each time) if the
+        entries are not an array of objects with a key of five strings."""
         if self._keys is None:
+            if self._failure is not None:
+                raise self._failure
             try:
                 self._keys = _KeyIndex(self._array)
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-                raise self._error(f"not a valid cache file: {exc}") from None
+            except msgspec.ValidationError as exc:
+                self._failure = self._error(
+                    _message(exc).replace(" - at `$[", " - at `$.entries[", 1))
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                self._failure = self._unreadable()
+            if self._failure is not None:
+                raise self._failure
+            assert self._keys is not None
         return self._keys
+
+    def _unreadable(self) -> ArtifactError:
+        """What is wrong with a file whose entries do not decode, where in the file, as
+        a whole read says it."""
+        from pytest_arbiter.store import strictjson
+
+        data = bytes(self._array.obj)
+        try:
+            _WHOLE.decode(data)
+        except msgspec.DecodeError as exc:
+            return ArtifactError(str(strictjson.syntax_error(exc, data, self.source)))
+        except UnicodeDecodeError:
+            return ArtifactError(str(strictjson.not_utf8(data, self.source)))
+        except RecursionError:
+            pass
+        return self._error("not a valid cache file: its entries are nested too deeply")
 
     def _complete_all(self) -> None:
         entries = self._decode_all()

@@ -211,3 +211,23 @@ def test_searches_answer_as_the_whole_read_for_any_keys(
     monkeypatch.setattr(artifacts, "_write_entries", Refusing().decode)
     artifacts.update_cache(path, measured, known=as_read, measured_now=True)
     assert path.read_bytes() == full.read_bytes()
+
+
+def test_a_line_beyond_reading_where_a_search_reads_is_named_where_it_lies(
+        tmp_path: Path) -> None:
+    """A line that is not JSON, read by a lookup's search: that lookup, and every one
+    after it, is the whole read's error (the file, the line and column); the devices
+    are still answered (a summary's question), from the keys that could be read."""
+    path = tmp_path / "c.json"
+    corpus(path, count=200)
+    lines = path.read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if b'"bucket":"b00200"' in line)
+    lines[at] = lines[at].replace(b'"ranking":[', b'"ranking":[[', 1)
+    path.write_bytes(b"\n".join(lines))
+    cache, _ = artifacts.read_cache_as_read(path)
+    for key in [("dev0", "cpu", "matmul", "b00200", "float32"),
+                ("dev1", "cpu", "matmul", "b00202", "float32")]:
+        with pytest.raises(artifacts.ArtifactError,
+                           match=rf"c\.json is not valid JSON: .* at line {at + 1}, column"):
+            cache.get(key)
+    assert cache.devices() <= {"dev0", "dev1", "dev2", "dev3"}
