@@ -48,6 +48,7 @@ class _Provenance(Struct, gc=False, omit_defaults=True):
     rounds: Any = UNSET
     shapes: Any = UNSET
     spent_ns: Any = UNSET
+    timed_alone: Any = UNSET
     timed_ns: Any = UNSET
     versions: Any = UNSET
 
@@ -139,7 +140,8 @@ class _Shown:
             self.json(e.environment) if environment is None else environment[1],
             e.low_confidence, e.op,
             _Provenance(device_name, host, prov.measured_at, _number(prov.p_value),
-                        prov.rounds, shapes, prov.spent_ns, prov.timed_ns, versions),
+                        prov.rounds, shapes, prov.spent_ns, prov.timed_alone, prov.timed_ns,
+                        versions),
             list(map(_row, e.ranking)),
             self.json(e.rejected) if rejected is None else rejected[1],
             e.reverify, UNSET if e.since == NO_SINCE else e.since, e.target, e.tie,

@@ -119,6 +119,7 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
     import datetime
 
     from pytest_arbiter.store import cache_json
+    from pytest_arbiter.store.entry import PROVENANCE_KEYS
 
     odd = CacheEntry(
         "dev\x1b[31m\u2028\u00e9\U0001f600\x7f", "cpu", "op\n::error::x", 'b"\\', "float32",
@@ -126,7 +127,8 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
          RankedCandidate("z", LatencyStats(3, 3, 3, 3, 3, 1))),
         0.5, True, {"x\u00ff": "why\n::warning"},
         {"host": "h\t", "p_value": 1.2e-05, "shapes": [[], [1, 2]],
-         "measured_at": "2026-12-03T06:00:00Z", "versions": {"numpy": "2.1"}, "rounds": 7},
+         "measured_at": "2026-12-03T06:00:00Z", "versions": {"numpy": "2.1"}, "rounds": 7,
+         "timed_alone": True, "spent_ns": 12, "timed_ns": 5},
         {"k\u202e": {"fingerprint": "f" * 16, "outcome": "timed"},
          "q": {"fingerprint": "0e12", "outcome": "rejected", "reason": "err 1e-3"}},
         {"device_name": "\u00dc"}, True,
@@ -139,6 +141,8 @@ def test_show_json_is_the_to_dict_form_byte_for_byte(tmp_path: Path) -> None:
     expected = json.dumps([e.to_dict() for e in entries], indent=2, sort_keys=True,
                           allow_nan=False) + "\n"
     assert expected.isascii() and "1e-05" in expected and "1e+300" in expected
+    assert '"timed_alone": true' in expected  # every provenance key, as to_dict has it
+    assert cache_json._Provenance.__struct_fields__ == PROVENANCE_KEYS
     code, text = run("show", "--json", path)
     assert code == 0 and text == expected
     assert run("show", "--json", "--op", "none", path) == (0, "[]\n")
