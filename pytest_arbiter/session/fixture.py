@@ -92,24 +92,35 @@ class ArbiterFixture:
         return self.arbiter.dispatch(op, *inputs, target=target)
 
     def gate(self, candidate_name: str, *inputs: Any, seed: int | None = None) -> GateReport:
-        """F4-gate a candidate on ``inputs``; fails the test with the report when out of budget."""
+        """F4-gate a candidate on ``inputs``; fails the test with the report when out of
+        budget, skips it (with the ``available()`` reason) when the candidate cannot run
+        here."""
         __tracebackhide__ = True  # pytest shows the report, not these frames
+        self._skip_unavailable(candidate_name)
         return self._checked(self.arbiter.gate(candidate_name, *inputs, seed=seed))
 
     def gate_region(self, candidate_name: str, region: Region,
                     seed: int | None = None) -> GateReport:
-        """F4-gate a candidate on the op's generated inputs for ``region``."""
+        """F4-gate a candidate on the op's generated inputs for ``region`` (as :meth:`gate`
+        fails and skips)."""
         __tracebackhide__ = True  # pytest shows the report, not these frames
+        self._skip_unavailable(candidate_name)
         return self._checked(self.arbiter.gate_region(candidate_name, region, seed=seed))
+
+    def _skip_unavailable(self, candidate_name: str) -> None:
+        """Skip the test when the candidate cannot run on this machine (a GPU lane on a
+        CPU runner, a kernel whose optional package is missing): its gate would only
+        report the missing piece as the kernel's failure."""
+        cand = self.arbiter.registry.get(candidate_name)
+        reason = cand.unavailable_reason()
+        if reason is not None:
+            self._skip(f"candidate {candidate_name!r} (target {cand.target}) is unavailable "
+                       f"here: {reason}")
 
     def gate_case(self, case: GateCase, seed: int | None = None) -> GateReport:
         """Gate one :func:`gate_matrix` case; skips when its candidate cannot run here."""
         __tracebackhide__ = True  # pytest shows the report, not these frames
-        cand = self.arbiter.registry.get(case.candidate)
-        reason = cand.unavailable_reason()
-        if reason is not None:
-            self._skip(f"candidate {case.candidate!r} (target {cand.target}) is unavailable "
-                       f"here: {reason}")
+        self._skip_unavailable(case.candidate)
         region = case.region()
         report = self.arbiter.gate_region(case.candidate, region, seed=seed)
         if not report.passed and report.trials and all(

@@ -378,6 +378,50 @@ def test_gate_matrix_parametrize_one_item_per_case(pytester: pytest.Pytester) ->
                                  "unavailable here*"])
 
 
+def test_gate_on_inputs_skips_a_candidate_whose_package_is_missing(
+        pytester: pytest.Pytester) -> None:
+    """``arbiter.gate(name, *inputs)`` of a candidate unavailable here skips with its
+    ``available()`` reason, as a gate_matrix case does, instead of failing on the
+    missing package's ImportError; an available one is gated as before."""
+    pytester.makeconftest("""
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("skip_scale", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("skip_scale", target="cpu", name="skip_plain")
+def plain(x):
+    return x * 2
+
+
+@pytest_arbiter.candidate("skip_scale", target="cpu", name="skip_torch",
+                          available=lambda: "torch is not installed (pip install torch)")
+def with_torch(x):
+    import torch_not_here  # noqa: F401
+    return x * 2
+""")
+    pytester.makepyfile(test_gate="""
+import numpy as np
+import pytest
+from pytest_arbiter import SoftmaxRegion
+
+
+@pytest.mark.parametrize("name", ["skip_plain", "skip_torch"])
+def test_gate(arbiter, name):
+    arbiter.gate(name, np.arange(8.0))
+
+
+def test_region(arbiter):
+    arbiter.gate_region("stable_softmax", SoftmaxRegion.of((4, 8), "float32"))
+""")
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*candidate 'skip_torch' (target cpu) is "
+                                 "unavailable here: torch is not installed (pip install "
+                                 "torch)*"])
+
+
 def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import numpy as np
