@@ -307,6 +307,9 @@ def lazy_entries(data: bytes, source: str, resolve: Resolve) -> LazyEntries | No
         return None
     tables = _Tables()
     try:
+        # the whole file is JSON (a cut line, a conflict marker refused now, as a whole
+        # read refuses it, with its place); what each entry holds is checked when read
+        msgspec.json.decode(data, type=msgspec.Raw)
         msgspec.json.decode(data[:head] + b'\n  "entries": []}', type=_Document,
                             dec_hook=_table_hook(tables))
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):

@@ -1,6 +1,7 @@
 """A big corpus read lazily (``store/cache_lazy``): a run's lookups, and a tune's write
 of its few keys, decode the keys of a few dozen lines per key, never every line; a line
-no lookup reads is kept as it lies; a line out of key order or a key listed twice, where
+no lookup reads is kept as it lies, if it is JSON (the read refuses a file that is not,
+naming the line); a line out of key order or a key listed twice, where
 a search reads it, takes the cache to the road of every key decoded, with the same
 answers as a whole read."""
 
@@ -104,26 +105,23 @@ def test_a_tune_of_ten_keys_decodes_a_few_lines_per_key(
             assert line in kept  # every other line byte for byte
 
 
-def test_a_line_no_lookup_reads_is_kept_as_it_lies_even_unreadable(
+def test_a_line_broken_beyond_reading_anywhere_is_refused_at_the_read(
         tmp_path: Path) -> None:
-    """A line broken beyond reading, far from the keys a tune measured: the run neither
-    reads nor refuses it, and the tune's write keeps it byte for byte beside the new
-    keys (the whole read, later, names it)."""
+    """A line that is not JSON (a cut line, a conflict marker), however far from the
+    keys a run looks up: the read refuses the file, naming the line and column, as a
+    whole read does (a usage error before any test runs), and writes nothing."""
     path = tmp_path / "c.json"
     corpus(path)
     lines = path.read_bytes().split(b"\n")
     at = next(i for i, line in enumerate(lines) if b'"bucket":"b02000"' in line)
-    lines[at] = lines[at].replace(b'"ranking":[', b'"ranking":[[', 1)
-    path.write_bytes(b"\n".join(lines))
-    cache, as_read = artifacts.read_cache_as_read(path)
-    new = cache_entry("b00001", device="dev1")
-    assert cache.get(new.key) is None and cache.get(("dev2", "cpu", "matmul", "b03996",
-                                                     "float32")) is not None
-    artifacts.update_cache(path, [new], known=as_read, measured_now=True)
-    after = path.read_bytes().split(b"\n")
-    assert lines[at] in after and len(after) == len(lines) + 1
-    with pytest.raises(artifacts.ArtifactError, match="not valid JSON"):
-        artifacts.read_cache(path)
+    for broken in (lines[at].replace(b'"ranking":[', b'"ranking":[[', 1),
+                   b"<<<<<<< HEAD\n" + lines[at]):
+        damaged = [*lines[:at], broken, *lines[at + 1:]]
+        path.write_bytes(b"\n".join(damaged))
+        with pytest.raises(artifacts.ArtifactError,
+                           match=rf"c\.json is not valid JSON: .* at line {at + 1}, column"):
+            artifacts.read_cache_as_read(path)
+        assert path.read_bytes() == b"\n".join(damaged)
 
 
 @pytest.mark.parametrize("damage", ["swapped", "twice", "two lines"])
@@ -213,21 +211,25 @@ def test_searches_answer_as_the_whole_read_for_any_keys(
     assert path.read_bytes() == full.read_bytes()
 
 
-def test_a_line_beyond_reading_where_a_search_reads_is_named_where_it_lies(
+def test_a_line_whose_key_cannot_be_read_where_a_search_reads_is_named_where_it_lies(
         tmp_path: Path) -> None:
-    """A line that is not JSON, read by a lookup's search: that lookup, and every one
-    after it, is the whole read's error (the file, the line and column); the devices
-    are still answered (a summary's question), from the keys that could be read."""
+    """A line whose key is not five strings, read by a lookup's search: that lookup,
+    and every one after it, is the whole read's error (the file and the entry's JSON
+    path); the devices are still answered (a summary's question), from the keys that
+    could be read."""
     path = tmp_path / "c.json"
     corpus(path, count=200)
     lines = path.read_bytes().split(b"\n")
     at = next(i for i, line in enumerate(lines) if b'"bucket":"b00200"' in line)
-    lines[at] = lines[at].replace(b'"ranking":[', b'"ranking":[[', 1)
+    lines[at] = lines[at].replace(b'"device":"dev0"', b'"device":7', 1)
     path.write_bytes(b"\n".join(lines))
     cache, _ = artifacts.read_cache_as_read(path)
+    with pytest.raises(artifacts.ArtifactError) as whole:
+        artifacts.read_cache(path)
+    assert "$.entries[" in str(whole.value)
     for key in [("dev0", "cpu", "matmul", "b00200", "float32"),
                 ("dev1", "cpu", "matmul", "b00202", "float32")]:
-        with pytest.raises(artifacts.ArtifactError,
-                           match=rf"c\.json is not valid JSON: .* at line {at + 1}, column"):
+        with pytest.raises(artifacts.ArtifactError) as raised:
             cache.get(key)
+        assert str(raised.value) == str(whole.value)
     assert cache.devices() <= {"dev0", "dev1", "dev2", "dev3"}
