@@ -218,7 +218,8 @@ class ComparePolicy:
     call (see ``pytest_arbiter.timing.watchdog``); a candidate that raises is out of the
     comparison; a candidate with one call over ``crawl_factor`` times the budget and
     over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
-    ranked last.
+    ranked last, unless that call was preempted (judged as a round is, with a CPU
+    clock) and the candidate, timed once more at once, is not as slow again.
     """
 
     warmup: int = 2
@@ -364,6 +365,8 @@ class _Contest:
         # candidate's fastest and slowest call are kept from the first suspect on
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
+        self.doubtful: set[str] = set()
+        """The candidates whose slowest call, over the crawl bound, was preempted."""
         self.watched: _Runner = lambda sample, fn: sample(fn)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
@@ -399,16 +402,15 @@ class _Contest:
         return True
 
     def call(self, name: str) -> float | None:
-        """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
-        try:
-            took = self.watched(self.clock.sample, self.fns[name])
-        except (Exception, CallTimeout) as exc:
-            self.alive.remove(name)
-            self.out.add(name)
-            if isinstance(exc, self.declines):
-                self.declined[name] = str(exc)
-            else:
-                self.failed[name] = f"{type(exc).__name__}: {exc}"
+        """Time one call of ``name``; None, and ``name`` out for good, if it raised. While
+        rounds are judged, a slowest call over the crawl bound is judged as a round is
+        (preempted: its wall time over ``preempt_factor`` times its CPU time plus
+        ``preempt_slack_s``): a preempted one convicts nobody before a retry
+        (:meth:`_still_crawls`)."""
+        judge = self.cpu if self.judging() else None
+        mark = judge() if judge is not None else 0
+        took = self._timed(name)
+        if took is None:
             return None
         self.calls[name].append(took)
         if self.suspects:
@@ -417,6 +419,7 @@ class _Contest:
                 self.fastest[name] = took
             if not self.slowest.get(name, took) > took:
                 self.slowest[name] = took
+                self._judge(name, took, judge, mark)
             self._drop_crawlers()
         elif took > self.crawl_ns:
             # the first suspect: each call's extremes are kept from here on, and the
@@ -424,13 +427,53 @@ class _Contest:
             self.suspects = True
             self.fastest = {n: min(c) for n, c in self.calls.items() if c}
             self.slowest = {n: max(c) for n, c in self.calls.items() if c}
+            self._judge(name, took, judge, mark)
             self._drop_crawlers()
         return took
+
+    def _timed(self, name: str) -> float | None:
+        """One timed call of ``name`` under the watchdog; None, and ``name`` out for good
+        (failed, or declined), if it raised."""
+        try:
+            return self.watched(self.clock.sample, self.fns[name])
+        except (Exception, CallTimeout) as exc:
+            self.alive.remove(name)
+            self.out.add(name)
+            if isinstance(exc, self.declines):
+                self.declined[name] = str(exc)
+            else:
+                self.failed[name] = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _judge(self, name: str, took: float, judge: Callable[[], int] | None,
+               mark: int) -> None:
+        """Whether ``name``'s new slowest call, ``took`` (started at CPU time ``mark``),
+        is doubtful evidence: over the crawl bound, and preempted."""
+        pol = self.pol
+        if judge is not None and took > self.crawl_ns and (
+                took > pol.preempt_factor * (judge() - mark) + pol.preempt_slack_s * 1e9):
+            self.doubtful.add(name)
+        else:
+            self.doubtful.discard(name)
+
+    def _still_crawls(self, name: str, floor: float) -> bool:
+        """``name``, whose slowest call was preempted, timed once more: whether it is as
+        slow again (over the crawl bound and ``floor``); the retry is its slowest call
+        from here on. False, and ``name`` out, if it raised."""
+        self.doubtful.discard(name)
+        again = self._timed(name)
+        if again is None:
+            return False
+        self.calls[name].append(again)
+        self.fastest[name] = min(again, self.fastest.get(name, again))
+        self.slowest[name] = again
+        return again > self.crawl_ns and again > floor
 
     def _drop_crawlers(self) -> None:
         """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
         the budget and over ``crawl_factor`` times another live candidate's fastest call
-        (so the fastest never goes, and nobody does when all are slow)."""
+        (so the fastest never goes, and nobody does when all are slow); one whose slowest
+        call was preempted only if a retry is as slow."""
         factor = self.pol.crawl_factor
         for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
             slowest = self.slowest.get(name, 0.0)
@@ -438,6 +481,10 @@ class _Contest:
                 break
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
             if others and slowest > factor * min(others):
+                if name in self.doubtful:
+                    if not self._still_crawls(name, factor * min(others)):
+                        continue
+                    slowest = self.slowest[name]
                 self.alive.remove(name)
                 self.out.add(name)
                 self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "

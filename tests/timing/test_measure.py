@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_arbiter.timing.measure import ComparePolicy, compare_latencies
+from pytest_arbiter.timing.measure import ComparePolicy, Comparison, compare_latencies
 from tests.factories import ScriptedTimer
 
 # -- kernels that raise -----------------------------------------------------------------
@@ -90,6 +90,42 @@ def test_a_crawler_is_dropped_after_its_first_call_and_ranked_last() -> None:
     assert comp.ratios["crawler"] == pytest.approx(2e5)
     assert comp.failed == {}
     assert comp.confidence == 1.0  # the fast one is left alone: the pick
+
+
+def _machine_compare(times: dict[str, tuple[int, ...]], preempted: set[int],
+                     slowdown: int) -> tuple[Comparison, dict[str, int]]:
+    """A comparison on a scripted machine with a CPU clock (each call ``times`` CPU
+    nanoseconds; the calls numbered in ``preempted``, 0-based over all calls, take
+    ``slowdown`` times that on the wall), and each candidate's number of calls."""
+    from tests.timing.test_rounds_differential import Machine, Script
+
+    machine = Machine(Script(times, {}, frozenset(), frozenset(preempted), slowdown))
+    comp = compare_latencies(machine.fns(), policy=ComparePolicy(budget_s=0.01),
+                             timer=machine, clocks=machine.clocks(cpu=True))
+    return comp, machine.made
+
+
+def test_a_preempted_call_of_a_fast_kernel_does_not_make_it_a_crawler() -> None:
+    """The fast kernel's first call, 10 us of CPU, is preempted to 200 ms of wall time:
+    over the crawl bound and 200x the other's 1 ms. It is timed once more before it
+    could be dropped, runs its 10 us, and stays the pick."""
+    comp, made = _machine_compare({"fast": (10_000,), "slow": (1_000_000,)}, {0}, 20_000)
+    assert comp.dropped == {}
+    assert comp.ranking == ["fast", "slow"]
+    assert made["fast"] == made["slow"] + 1  # the one retry
+
+
+def test_a_crawler_is_dropped_on_one_call_it_ran_and_on_a_retry_when_it_waited() -> None:
+    """A crawler whose 2 s call was its own CPU time is dropped on that call; one whose
+    calls wait (1 ms of CPU, 1 s of wall: a sleep, other threads' work) is timed once
+    more first, and dropped as slow again."""
+    comp, made = _machine_compare({"crawler": (2_000_000_000,), "fast": (10_000,)},
+                                  set(), 1)
+    assert list(comp.dropped) == ["crawler"] and made["crawler"] == 1
+    comp, made = _machine_compare({"crawler": (1_000_000,), "fast": (10_000,)},
+                                  {0, 2}, 1_000)
+    assert list(comp.dropped) == ["crawler"] and made["crawler"] == 2
+    assert "1 s" in comp.dropped["crawler"]
 
 
 def test_a_crawler_is_ranked_last_even_with_a_faster_median() -> None:
