@@ -298,10 +298,22 @@ class ArbiterSession:
                                    if not str(p[0]).startswith(("arbiter:", "arbiter-"))]
         if not delta:
             return
-        from pytest_arbiter.gating.junit import EXPECT_DEGRADE_PROPERTY, property_name
+        from pytest_arbiter.gating.junit import (
+            EXPECT_DEGRADE_PROPERTY,
+            REASON_OUTCOMES,
+            REASON_PREFIX,
+            property_name,
+            reason_text,
+        )
 
+        failing = [key for key, _ in delta if key.outcome in REASON_OUTCOMES]
+        reasons = self.ledger.reasons() if failing else {}
         for key, count in delta:
             item.user_properties.append((property_name(key), count))
+        for key in failing:  # what the summary says of the key: for people, never parsed
+            why = reason_text(reasons.get(key, ""))
+            if why.strip():
+                item.user_properties.append((property_name(key, REASON_PREFIX), why))
         if expected:
             # so that `pytest-arbiter gate` on the JUnit file leaves them out too
             item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))

@@ -18,10 +18,10 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from pytest_arbiter.cli.parser import command_parser
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
@@ -34,8 +34,14 @@ from pytest_arbiter.store.corpus import KeyChange, WinnerChange
 from pytest_arbiter.store.corpus_files import diff_files, merge_files
 from pytest_arbiter.store.safetext import escape, line as safe_line, lines as safe_lines
 
+if TYPE_CHECKING:
+    from pytest_arbiter.gating.junit import FleetCounts
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
+MAX_REASONS_SHOWN = 3
+"""Distinct reasons ``gate`` prints under a new entry; the rest are counted."""
+
 
 def format_ns(ns: float) -> str:
     """A latency to three significant digits, in the unit that reads best (``4.00 ms``
@@ -423,8 +429,26 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
 # -- gate ------------------------------------------------------------------------------
 
 
+def _new_entry_lines(fleet: FleetCounts, new: Mapping[HistogramKey, int]) -> Iterator[str]:
+    """A line per new failing entry, naming its tests, and under it the reasons its
+    JUnit reports record (none from a histogram file)."""
+    from pytest_arbiter.gating.junit import ids_for, reasons_for
+
+    tests = ids_for(fleet, new)
+    for key, count in sorted(new.items()):
+        ids = tests[key]
+        shown = ", ".join(ids[:MAX_TESTS_SHOWN])
+        more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
+        yield (f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
+               f"{shown or 'no recorded test'}{more}")
+        reasons = reasons_for(fleet, key) if fleet.reasons else []
+        yield from (f"  reason: {why}" for why in reasons[:MAX_REASONS_SHOWN])
+        if len(reasons) > MAX_REASONS_SHOWN:
+            yield f"  (+{len(reasons) - MAX_REASONS_SHOWN} more reasons)"
+
+
 def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_arbiter.gating.junit import ids_for, read_reports
+    from pytest_arbiter.gating.junit import read_reports
 
     fleet = read_reports(args.inputs, allow_no_data=args.allow_no_data)
     baseline_path = Path(args.baseline)
@@ -442,13 +466,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     if not fleet.counts:
         _say(out, "warning: the reports hold no pytest-arbiter dispatch data "
              "(was the plugin active? did any test dispatch?)")
-    tests = ids_for(fleet, fv.verdict.new)
-    for key, count in sorted(fv.verdict.new.items()):
-        ids = tests[key]
-        shown = ", ".join(ids[:MAX_TESTS_SHOWN])
-        more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
-        _say(out, f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
-             f"{shown or 'no recorded test'}{more}")
+    _say_all(out, _new_entry_lines(fleet, fv.verdict.new))
     # a line per known entry, up to a million: the key unpacked, not a call each
     _say_all(out, (f"known {outcome}: target={target} op={op} candidate={selected} ({count} "
                    "dispatches, in the baseline)"

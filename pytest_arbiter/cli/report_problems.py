@@ -21,7 +21,7 @@ MOST_LISTED = 5
 CORPUS_SOURCE = "the corpus (when measured)"
 NO_TESTS = "not named (a histogram file names no tests: give the JUnit report)"
 
-DEFAULT_REASONS = {
+DEFAULT_REASONS = {  # for a row no report gives a reason of (a histogram file, say)
     "degraded": "declined the inputs and no other candidate could run them (the reference "
                 "ran), or the key's measured winner could not run here; the run's terminal "
                 "summary gives the reason",
@@ -45,12 +45,16 @@ class HistogramInput:
     """The ``arbiter-stale:`` lines of a JUnit report: ``TARGET/OP/BUCKET/DTYPE: why``."""
     names_tests: bool = False
     """A JUnit report (it names the tests behind each count); a histogram file does not."""
+    reasons: Mapping[HistogramKey, Sequence[str]] = field(default_factory=dict)
+    """The reasons a JUnit report records for each failing key (escaped, capped); a
+    histogram file records none."""
 
     @classmethod
     def of(cls, source: str, fleet: FleetCounts) -> HistogramInput:
         return cls(source, dict(fleet.counts), {k: sorted(v) for k, v in fleet.tests.items()},
                    dict(fleet.expected), tuple(line for _, line in fleet.stale),
-                   names_tests=fleet.testcases > 0)
+                   names_tests=fleet.testcases > 0,
+                   reasons={k: sorted(v) for k, v in fleet.reasons.items()})
 
 
 Order = tuple[str, ...]
@@ -131,6 +135,9 @@ def _from_inputs(inputs: Sequence[HistogramInput]) -> list[Problem]:
             if isinstance(problem.tests, list):
                 problem.tests.extend(t for t in hist.tests.get(key, ())
                                      if t not in problem.tests)
+            # the run's own reasons, in place of the generic text (the corpus's follow)
+            problem.reasons.extend(r for r in hist.reasons.get(key, ())
+                                   if r not in problem.reasons)
     return list(found.values())
 
 

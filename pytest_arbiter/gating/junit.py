@@ -1,8 +1,10 @@
 """Dispatch counts from the fleet's reports: JUnit XML files and histogram JSON files.
 
 The plugin records each test's dispatches as testcase properties named
-``arbiter:TARGET/OP/SELECTED/OUTCOME`` with the count as the value, and the run's
-totals as properties of the ``<testsuite>`` (:func:`suite_properties`):
+``arbiter:TARGET/OP/SELECTED/OUTCOME`` with the count as the value, next to each
+failing one ``arbiter-reason:TARGET/OP/SELECTED/OUTCOME`` = why it happened (the
+reason the run's summary gives: for people, never read back by a decision), and the
+run's totals as properties of the ``<testsuite>`` (:func:`suite_properties`):
 
 - ``arbiter-report`` = ``1``: pytest-arbiter was active in the run (and this is the
   version of the scheme);
@@ -39,7 +41,7 @@ from operator import lt, sub
 from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.gating.histogram import OUTCOMES, HistogramKey
+from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, STALE, HistogramKey
 
 if TYPE_CHECKING:
     from pytest_arbiter.gating.baseline import Evidence
@@ -47,6 +49,15 @@ from pytest_arbiter.store.safetext import escape
 
 PROPERTY_PREFIX = "arbiter:"
 """Testcase property: ``arbiter:TARGET/OP/SELECTED/OUTCOME`` = what the test dispatched."""
+REASON_PREFIX = "arbiter-reason:"
+"""Testcase property: ``arbiter-reason:TARGET/OP/SELECTED/OUTCOME`` = why the test's
+dispatches of that failing key happened (:func:`reason_text` of the run's reason). A
+reader of ``arbiter:`` counts alone never sees it; an older gate refuses it by name."""
+REASON_OUTCOMES: tuple[str, ...] = (*GATED_OUTCOMES, STALE)
+"""The outcomes a reason is recorded for: those a gate can fail on."""
+MAX_REASON_CHARS = 500
+"""A recorded reason's length, escaped, at most: a traceback or a 10k-character message
+is cut (the run's own summary has the whole of it)."""
 EXPECT_DEGRADE_PROPERTY = "arbiter-expect-degrade"
 """A testcase property saying the test degrades on purpose: its entries are not gated."""
 REPORT_PROPERTY = "arbiter-report"
@@ -88,6 +99,9 @@ class FleetCounts:
     testcases: int = 0
     stale: list[tuple[str, str]] = field(default_factory=list)
     """(source, line) of each ``arbiter-stale:`` suite property read."""
+    reasons: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    """The reasons JUnit reports record for each key (:func:`reason_text`: one escaped
+    line, capped); a histogram file records none."""
     silent: list[str] = field(default_factory=list)
     """The reports (or their test suites) that carry no pytest-arbiter data: the plugin
     was off in that run, or the report was edited. A fleet gate fails closed on them."""
@@ -120,6 +134,8 @@ class FleetCounts:
             self.counts.update(other.counts)
         for key, tests in other.tests.items():
             self.tests.setdefault(key, set()).update(tests)
+        for key, why in other.reasons.items():
+            self.reasons.setdefault(key, set()).update(why)
         for key, count in other.expected.items():
             self.expected[key] = self.expected.get(key, 0) + count
         self.sources.extend(other.sources)
@@ -167,6 +183,17 @@ def parse_property(name: str, prefix: str = PROPERTY_PREFIX) -> HistogramKey | N
     if outcome not in OUTCOMES:
         raise ValueError(f"property {name!r} has unknown outcome {outcome!r}")
     return HistogramKey(target, op, selected, outcome)
+
+
+def reason_text(reason: object) -> str:
+    """``reason`` as a report records and prints it: one line, every non-printable
+    character escaped (:func:`pytest_arbiter.store.safetext.escape`), cut to
+    :data:`MAX_REASON_CHARS` with how much was left out. Idempotent."""
+    text = escape(reason)
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    kept = MAX_REASON_CHARS - 40  # room for the note, whatever its number
+    return f"{text[:kept]}... ({len(text) - kept} more characters)"
 
 
 def parse_count(name: str, value: str | None) -> int:
@@ -330,7 +357,20 @@ class _Suite:
     stale: list[str] = field(default_factory=list)
     checked: set[tuple[str, str, str]] = field(default_factory=set)
     registered: set[tuple[str, str, str]] = field(default_factory=set)
-    cases: dict[str, tuple[dict[HistogramKey, int], bool]] = field(default_factory=dict)
+    reasons: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    orphans: list[str] = field(default_factory=list)
+    """Why a testcase's reason property is not the plugin's (a reason without a count)."""
+    cases: dict[str, _Case] = field(default_factory=dict)
+
+
+@dataclass
+class _Case:
+    """One testcase's arbiter data, as read: its counts, its reasons, whether it
+    degrades on purpose."""
+
+    found: dict[HistogramKey, int] = field(default_factory=dict)
+    reasons: dict[HistogramKey, str] = field(default_factory=dict)
+    expected: bool = False
 
 
 def _properties(element: Any, where: str) -> list[tuple[str, str]]:
@@ -393,8 +433,7 @@ def _read_evidence(name: str, value: str, into: _Suite) -> None:
 
 def _read_case(case: Any, where: str, into: _Suite) -> None:
     tid = case_id(case.classname or "", case.name or "")
-    found: dict[HistogramKey, int] = {}
-    expected = False
+    read = _Case()
     for name, value in _properties(case, f"{where}: test {tid}"):
         if not name.startswith(_OURS):
             continue
@@ -403,27 +442,49 @@ def _read_case(case: Any, where: str, into: _Suite) -> None:
             if name == EXPECT_DEGRADE_PROPERTY:
                 if value != "1":
                     raise ValueError(f"property {name!r} has the value {value!r}, not '1'")
-                expected = True
-                continue
-            key = parse_property(name)
-            if key is None:
-                raise ValueError(f"unknown testcase property {name!r}")
-            found[key] = found.get(key, 0) + parse_count(name, value)
+                read.expected = True
+            elif name.startswith(REASON_PREFIX):
+                _read_reason(name, value, read)
+            else:
+                key = parse_property(name)
+                if key is None:
+                    raise ValueError(f"unknown testcase property {name!r}")
+                read.found[key] = read.found.get(key, 0) + parse_count(name, value)
         except ValueError as exc:
             raise ValueError(f"{where}: test {tid}: {exc}") from None
+    # said once the counts are checked: a count edited away is what such a report shows
+    into.orphans.extend(f"{where}: test {tid}: property "
+                        f"{property_name(key, REASON_PREFIX)!r} gives the reason for a "
+                        "key the test records no dispatch of"
+                        for key in read.reasons if key not in read.found)
     # a test written more than once (each attempt of a retried test) counts its last
-    into.cases[tid] = (found, expected)
+    into.cases[tid] = read
+
+
+def _read_reason(name: str, value: str, into: _Case) -> None:
+    """An ``arbiter-reason:`` property: a failing key, once, with some text."""
+    key = parse_property(name, REASON_PREFIX)
+    if key is None or key.outcome not in REASON_OUTCOMES:
+        raise ValueError(f"property {name!r}: a reason is recorded only for "
+                         f"{', '.join(REASON_OUTCOMES)} entries")
+    if key in into.reasons:
+        raise ValueError(f"property {name!r} appears twice")
+    if not value.strip():
+        raise ValueError(f"property {name!r} has an empty reason")
+    into.reasons[key] = reason_text(value)
 
 
 def _tally(into: _Suite) -> None:
-    """The suite's testcase counts: each test's last record."""
-    for tid, (found, expected) in into.cases.items():
-        for key, count in found.items():
+    """The suite's testcase counts and reasons: each test's last record."""
+    for tid, case in into.cases.items():
+        for key, count in case.found.items():
             into.in_cases[key] = into.in_cases.get(key, 0) + count
-            if expected:  # its entries do not count against the gate: never named behind one
+            if case.expected:  # its entries do not count against the gate: never named
                 into.expected[key] = into.expected.get(key, 0) + count
             else:
                 into.tests.setdefault(key, set()).add(tid)
+        for key, why in case.reasons.items():
+            into.reasons.setdefault(key, set()).add(why)
 
 
 def _check_suite(suite: _Suite, where: str) -> None:
@@ -446,6 +507,8 @@ def _check_suite(suite: _Suite, where: str) -> None:
                 f"{where}: {'/'.join(key)}: the testcases record {cases} dispatches and "
                 f"{outside} were outside any test, but the suite total is {total} "
                 "(a damaged or edited report)")
+    if suite.orphans:
+        raise ValueError(suite.orphans[0])
 
 
 def junit_counts(data: bytes, source: str) -> FleetCounts:
@@ -478,6 +541,8 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
             out.add(key, count)
         for key, tests in suite.tests.items():
             out.tests.setdefault(key, set()).update(tests)
+        for key, why in suite.reasons.items():
+            out.reasons.setdefault(key, set()).update(why)
         for key, count in suite.expected.items():
             out.expected[key] = out.expected.get(key, 0) + count
         out.stale.extend((source, line) for line in suite.stale)
@@ -544,6 +609,12 @@ def read_reports(paths: Iterable[str | os.PathLike[str]],
                 f"that is expected, pass --allow-no-data {escape(str(path))}")
         total.extend(found)
     return total
+
+
+def reasons_for(fleet: FleetCounts, key: HistogramKey) -> list[str]:
+    """The distinct reasons the reports record for ``key``, sorted (the same whatever
+    the order of the reports, the tests or the xdist workers)."""
+    return sorted(fleet.reasons.get(key, ()))
 
 
 def ids_for(fleet: FleetCounts, keys: Iterable[HistogramKey]

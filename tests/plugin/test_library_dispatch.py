@@ -90,7 +90,9 @@ def test_a_library_decline_from_a_plain_test_is_counted_gated_and_named(
         ("cpu", "kl_scale", "kl_vector8", "won"): 1,
         ("cpu", "kl_scale", "kl_vector8", "degraded"): 1}
     props = _properties(pytester.path / "j.xml")
-    assert props["test_ragged"] == {"arbiter:cpu/kl_scale/kl_vector8/degraded": "1"}
+    assert props["test_ragged"] == {
+        "arbiter:cpu/kl_scale/kl_vector8/degraded": "1",
+        "arbiter-reason:cpu/kl_scale/kl_vector8/degraded": "needs a multiple of 8 elements"}
     assert props["test_aligned"] == {"arbiter:cpu/kl_scale/kl_vector8/won": "1"}
 
 
