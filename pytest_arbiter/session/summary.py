@@ -196,13 +196,15 @@ def _histogram_lines(counts: dict[HistogramKey, int]) -> list[str]:
 
 def _new_entry_lines(verdict: BaselineVerdict, ledger: RunLedger) -> list[str]:
     """Each new failing entry, its reason, and the tests behind it."""
+    from pytest_arbiter.gating.junit import reason_text  # only a failing run needs it
+
     reasons = ledger.reasons()
     lines = []
     for line, key in zip(verdict.describe_new(), sorted(verdict.new), strict=True):
         lines.append(line)
         why = reasons.get(key)
-        if why:
-            lines.append(f"    reason: {why}")
+        if why:  # one line, cut as the JUnit report records it
+            lines.append(f"    reason: {reason_text(why)}")
         tests = sorted(set(ledger.tests.get(key, [])))  # the same under xdist or not
         shown = ", ".join(tests[:MAX_TESTS_SHOWN])
         more = len(tests) - MAX_TESTS_SHOWN

@@ -175,6 +175,10 @@ def test_a_hostile_reason_is_escaped_and_cut(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_hx=ONE_DISPATCH)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=j.xml")
     assert result.ret == 1, result.stdout.str()
+    # the run's own summary: the same one line, cut as the report records it
+    (said,) = [line for line in result.stdout.lines if line.startswith("    reason: ")]
+    assert "first line\\n::error::pwned\\x1b[31m]]>yyy" in said
+    assert len(said) <= len("    reason: ") + MAX_REASON_CHARS
     code, out = run_cli("gate", "--baseline", pytester.path / "b.json",
                         pytester.path / "j.xml")
     assert code == 1, out
