@@ -60,6 +60,7 @@ class TrialResult:
     pattern: str = ""
     recipe: Pattern | None = None
     regated: bool = False
+    accepts_false: bool = False  # "declined": the candidate's accepts() returned False
 
 
 @dataclass(frozen=True)
@@ -428,7 +429,8 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     copies = [same_layout_copy(x) for x in prep.trial.inputs]
     refused = _declined(cand, copies)
     if refused is not None:
-        return _result(prep, index, *refused)
+        status, reason, accepts_false = refused
+        return _result(prep, index, status, reason, accepts_false=accepts_false)
     skip = prep.skip_reason(op)
     if skip:
         return _result(prep, index, "skipped", skip)
@@ -471,15 +473,16 @@ def _result(prep: PreparedTrial, index: int, status: str, reason: str = "",
                        **values)
 
 
-def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str] | None:
-    """``(status, reason)`` when ``accepts()`` refuses the inputs or raises; else None."""
+def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str, bool] | None:
+    """``(status, reason, whether accepts() returned False)`` when ``accepts()`` refuses
+    the inputs or raises; else None."""
     try:
         if not cand.accepts(*inputs):
-            return "declined", "accepts() returned False"
+            return "declined", "accepts() returned False", True
     except Decline as dec:
-        return "declined", f"Decline: {dec.reason}"
+        return "declined", f"Decline: {dec.reason}", False
     except Exception as exc:
-        return "error", f"accepts() raised {type(exc).__name__}: {exc}"
+        return "error", f"accepts() raised {type(exc).__name__}: {exc}", False
     return None
 
 

@@ -671,3 +671,23 @@ def test_the_frame_holds_the_plain_formulas_values_bit_for_bit(
         assert getattr(frame.units, field).tobytes() == want.tobytes(), field
     assert frame.units.group.tolist() == rows[starts].tolist()
     assert frame.starts is not None and frame.starts.tolist() == starts.tolist()
+
+
+def test_a_trial_says_in_a_typed_field_whether_accepts_turned_it_down() -> None:
+    """``accepts_false`` tells a refusal through ``accepts()`` from a ``Decline`` raised
+    by the run (``gate_case`` skips on the first only), without reading the reason."""
+    region = SoftmaxRegion.of((4, 24), "float32")
+    op = OPS.get("softmax")
+
+    def declines(x: np.ndarray) -> np.ndarray:
+        raise Decline("not this layout")
+
+    refusing = FunctionCandidate(np.exp, "refusing", "softmax", "cpu", 0,
+                                 lambda x: False, None)
+    raising = FunctionCandidate(declines, "raising", "softmax", "cpu", 0, None, None)
+    by_accepts = f4_gate(refusing, op, region=region)
+    by_decline = f4_gate(raising, op, region=region)
+    assert by_accepts.trials and all(t.status == "declined" and t.accepts_false
+                                     for t in by_accepts.trials)
+    assert by_decline.trials and all(t.status == "declined" and not t.accepts_false
+                                     for t in by_decline.trials)
