@@ -7,11 +7,11 @@ test names come from registrations, workers' payloads and artifacts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.core.candidates import REGISTRY
+from pytest_arbiter.core.candidates import REGISTRY, Candidate
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.store.safetext import line as safe_line
@@ -99,6 +99,10 @@ def _one_line(ledger: RunLedger, cache_note: str | None, baseline_note: str,
                    if k.outcome in (*GATED_OUTCOMES, STALE))
     if expected:
         parts.append(f"{expected} expected degrades")
+    unavailable = unavailable_here(counts)
+    if unavailable:
+        parts.append(f"{len(unavailable)} candidate{'s' if len(unavailable) > 1 else ''} "
+                     "unavailable here")
     gate = "degrade gate passed" if end.verdict is not None else "not gated"
     parts.append(f"{gate} ({baseline_note.split(':')[0]})")
     return ["; ".join(parts) + " (-v for details)"]
@@ -131,6 +135,7 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
     for name in ledger.crashed:
         lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
     lines.extend(ledger.notes)
+    lines.extend(_unavailable_lines(unavailable_here(counts)))
     lines.extend(unknown_op_lines())
     for error in ledger.errors:
         lines.append(f"artifact error: {error}")
@@ -325,6 +330,34 @@ def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
             lines.append(f"  passed over {name}: {why}")
         for name, why in sorted(event.passed_over.items()):
             lines.append(f"  passed over {name}: {why}")
+    return lines
+
+
+def unavailable_here(counts: Mapping[HistogramKey, int]) -> list[tuple[Candidate, str]]:
+    """The candidates of each target and op this run dispatched that cannot run on this
+    machine (a missing package, a device it lacks), with their ``available()`` reason:
+    never timed nor run here, whatever their tier, so a reader is told."""
+    found = []
+    for target, op in sorted({(k.target, k.op) for k in counts}):
+        for cand in REGISTRY.for_op(op, target):
+            try:
+                reason = cand.unavailable_reason()
+            except Exception as exc:  # the dispatch said so too; the summary never raises
+                reason = f"available() raised {type(exc).__name__}: {exc}"
+            if reason is not None:
+                found.append((cand, reason))
+    return found
+
+
+def _unavailable_lines(found: Sequence[tuple[Candidate, str]]) -> list[str]:
+    if not found:
+        return []
+    lines = [f"{len(found)} candidate{'s' if len(found) > 1 else ''} of the dispatched ops "
+             "unavailable here (never timed nor run on this machine):"]
+    lines += [f"  {c.target}/{c.op}/{c.name} (tier {c.tier}): {reason}"
+              for c, reason in found[:MAX_KEYS_SHOWN]]
+    if len(found) > MAX_KEYS_SHOWN:
+        lines.append(f"  ... and {len(found) - MAX_KEYS_SHOWN} more")
     return lines
 
 

@@ -137,3 +137,48 @@ def test_show_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> No
     wide = _show(tmp_path, "--wide")
     assert max(map(len, wide.splitlines())) > 100
     assert LONG + "_2 +100.0%" in wide and HOST in wide
+
+
+UNAVAILABLE = """
+import pytest_arbiter
+
+pytest_arbiter.op("sum_twice", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("sum_twice", target="cpu", name="sum_plain")
+def plain(x):
+    return x + x
+
+
+@pytest_arbiter.candidate("sum_twice", target="cpu", name="sum_torch", tier=5,
+                          available=lambda: "torch is not installed (pip install torch)")
+def with_torch(x):
+    import torch_not_here  # noqa: F401
+    return x * 2
+"""
+
+TWICE = """
+import numpy as np
+import pytest_arbiter
+
+
+def test_twice():
+    assert (pytest_arbiter.dispatch("sum_twice", np.ones(4)) == 2).all()
+"""
+
+
+def test_a_candidate_unavailable_here_is_said_in_one_line_and_listed_with_v(
+        pytester: pytest.Pytester) -> None:
+    """The best-tier kernel of a dispatched op cannot run on this machine (its package is
+    missing): never timed nor run here, so the clean run's one line says how many such
+    candidates there are, and ``-v`` names each with its ``available()`` reason."""
+    pytester.makeconftest(UNAVAILABLE)
+    pytester.makepyfile(test_twice=TWICE)
+    assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
+    (line,) = section(pytester.runpytest("--arbiter-cache=c.json"))
+    assert "; 1 candidate unavailable here;" in line, line
+    verbose = section(pytester.runpytest("-v", "--arbiter-cache=c.json"))
+    at = verbose.index("1 candidate of the dispatched ops unavailable here (never timed "
+                       "nor run on this machine):")
+    assert verbose[at + 1] == ("  cpu/sum_twice/sum_torch (tier 5): torch is not installed "
+                               "(pip install torch)")
