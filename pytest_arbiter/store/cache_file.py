@@ -306,18 +306,23 @@ def lazy_entries(data: bytes, source: str, resolve: Resolve) -> LazyEntries | No
     if not data.startswith(_HEAD) or head < 0 or not data.endswith(_TAIL):
         return None
     tables = _Tables()
-    try:
-        # the whole file is JSON (a cut line, a conflict marker refused now, as a whole
-        # read refuses it, with its place); what each entry holds is checked when read
-        msgspec.json.decode(data, type=msgspec.Raw)
-        msgspec.json.decode(data[:head] + b'\n  "entries": []}', type=_Document,
-                            dec_hook=_table_hook(tables))
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        return None
     # from the entries' opening bracket to their closing one
     array = memoryview(data)[head + len(b'\n  "entries": '):len(data) - len(b"\n}\n")]
+    try:
+        msgspec.json.decode(data[:head] + b'\n  "entries": []}', type=_Document,
+                            dec_hook=_table_hook(tables))
+        # every entry's key, the entries' JSON parsed whole: a cut line, a conflict
+        # marker, a key that is not five strings go to the whole read, which names them
+        keys = _KEYS.decode(array)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError,
+            UnicodeDecodeError):
+        return None
     lines = EntryLines(data, head + len(_ENTRIES) - len(b'{"device":'),
                        len(data) - len(_TAIL))
+    # one entry a line, each key after the one before: else (a hand-resolved conflict,
+    # a key listed twice) the whole read, and the merge rule for a key listed twice
+    if not keys or len(lines) != len(keys) or not all(map(operator.lt, keys, keys[1:])):
+        return None
     return LazyEntries(source, tables, array, lines, resolve)
 
 

@@ -1,14 +1,15 @@
 """A cache file's entries read lazily: each entry's JSON kept as it lies in the file,
 decoded and checked the first time its key is looked up.
 
-A file in the writer's layout (one entry a line, sorted by key) is read as its bytes
-and an :class:`EntryLines` over them: a lookup is a binary search over byte offsets
-that decodes the key of each line it lands on (a few dozen for a big corpus), so
-reading the file costs the read and a count of its lines, not a decode of every key.
-Each line a search reads must be one whole entry, in key order with the lines around
-it; one that is not (a hand-edited file, a key listed twice) turns the cache to the
-slow road, every key decoded (:class:`_KeyIndex`), a key listed twice resolved by the
-merge rule. A line no lookup reads is never decoded: a damaged one stays as it lies.
+A file in the writer's layout (one entry a line, sorted by key, each key once:
+:func:`~pytest_arbiter.store.cache_file.lazy_entries` checks it with one decode of
+every key, else the file is read whole) is read as its bytes and an
+:class:`EntryLines` over them: a lookup is a binary search over byte offsets that
+decodes the key of each line it lands on (a few dozen for a big corpus), not a table
+of every key. Each line a search reads must still be one whole entry in key order with
+the lines around it; one that is not turns the cache to the slow road, every key
+decoded (:class:`_KeyIndex`), a key listed twice resolved by the merge rule. An entry
+no lookup reads is never decoded: a damaged one stays as it lies.
 
 What walks every entry (a full write, ``by_key``) decodes the rest in one pass, as an
 eager read does. A bad entry is an ``ArtifactError`` naming the file and the entry's
@@ -340,7 +341,11 @@ class LazyEntries:
         self._devices = None
         keys = self._slow_keys()
         if not keys.unique:  # a key listed twice: the merge rule picks, as a full read
-            self._complete_all()
+            try:
+                self._complete_all()
+            except ArtifactError as exc:  # never a lookup past the merge rule: this error
+                self._keys, self._failure = None, exc
+                raise
 
     def _slow_keys(self) -> _KeyIndex:
         """Every key decoded; ``ArtifactError`` (the same one each time) if the

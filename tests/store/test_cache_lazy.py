@@ -1,9 +1,8 @@
-"""A big corpus read lazily (``store/cache_lazy``): a run's lookups, and a tune's write
-of its few keys, decode the keys of a few dozen lines per key, never every line; a line
-no lookup reads is kept as it lies, if it is JSON (the read refuses a file that is not,
-naming the line); a line out of key order or a key listed twice, where
-a search reads it, takes the cache to the road of every key decoded, with the same
-answers as a whole read."""
+"""A big corpus read lazily (``store/cache_lazy``): the read decodes every entry's key
+once (a file not in the writer's layout, one entry a line in key order, is read whole,
+with the same answers and errors), then a run's lookups and a tune's write of its few
+keys decode the keys of a few dozen lines per key; an entry no lookup reads is kept as
+it lies."""
 
 from __future__ import annotations
 
@@ -50,13 +49,28 @@ def count_line_keys(monkeypatch: pytest.MonkeyPatch, *, no_whole_pass: bool = Tr
     counting = Counting(getattr(cache_lazy, "_KEY", None))
     monkeypatch.setattr(cache_lazy, "_KEY", counting, raising=False)
     if no_whole_pass:
-        refuse = Refusing()
+        refuse, keys = Refusing(), cache_file._KEYS
         for module in (cache_lazy, cache_file):
             for name in ("_KEYS", "_RAWS", "_ALL"):
                 monkeypatch.setattr(module, name, refuse, raising=False)
+        # the read's one pass over every key (the file's order and count checked)
+        monkeypatch.setattr(cache_file, "_KEYS", Once(keys))
         if hasattr(cache_lazy, "EntryLines"):  # an entry's place: counted for messages only
             monkeypatch.setattr(cache_lazy.EntryLines, "index", refuse.decode)
     return counting
+
+
+class Once:
+    """A decoder that may decode once: the read's pass over every key."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.calls = real, 0
+
+    def decode(self, data: Any) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            raise AssertionError("every key was decoded twice")
+        return self.real.decode(data)
 
 
 class Refusing:
@@ -73,9 +87,10 @@ def per_key(count: int = ENTRIES) -> int:
 
 def test_a_tune_of_ten_keys_decodes_a_few_lines_per_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The read, the lookups of ten keys (five new, five in the file), the line count,
-    the devices and the spliced write: no more than a search's lines per key, and no
-    pass over every line."""
+    """The read (one pass over every key: their order and count checked), then the
+    lookups of ten keys (five new, five in the file), the line count, the devices and
+    the spliced write: no more than a search's lines per key, and no other pass over
+    every line."""
     path = tmp_path / "c.json"
     entries = corpus(path)
     before = path.read_bytes()
@@ -164,7 +179,7 @@ def test_a_line_out_of_the_layout_where_a_search_reads_gives_the_whole_answer(
 def test_the_devices_of_a_big_file_cost_a_search_each(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The device tags of a lazily read file: the first line's, then a search past
-    each device's keys; no pass over every line."""
+    each device's keys; no pass over every line after the read's."""
     path = tmp_path / "c.json"
     corpus(path)
     counting = count_line_keys(monkeypatch)
@@ -211,25 +226,42 @@ def test_searches_answer_as_the_whole_read_for_any_keys(
     assert path.read_bytes() == full.read_bytes()
 
 
-def test_a_line_whose_key_cannot_be_read_where_a_search_reads_is_named_where_it_lies(
-        tmp_path: Path) -> None:
-    """A line whose key is not five strings, read by a lookup's search: that lookup,
-    and every one after it, is the whole read's error (the file and the entry's JSON
-    path); the devices are still answered (a summary's question), from the keys that
-    could be read."""
+def test_a_line_whose_key_cannot_be_read_is_refused_at_the_read(tmp_path: Path) -> None:
+    """A line whose key is not five strings, however far from the keys a run looks up:
+    the read refuses the file, naming the entry's JSON path, as a whole read does."""
     path = tmp_path / "c.json"
     corpus(path, count=200)
     lines = path.read_bytes().split(b"\n")
     at = next(i for i, line in enumerate(lines) if b'"bucket":"b00200"' in line)
     lines[at] = lines[at].replace(b'"device":"dev0"', b'"device":7', 1)
     path.write_bytes(b"\n".join(lines))
-    cache, _ = artifacts.read_cache_as_read(path)
     with pytest.raises(artifacts.ArtifactError) as whole:
         artifacts.read_cache(path)
     assert "$.entries[" in str(whole.value)
-    for key in [("dev0", "cpu", "matmul", "b00200", "float32"),
-                ("dev1", "cpu", "matmul", "b00202", "float32")]:
-        with pytest.raises(artifacts.ArtifactError) as raised:
-            cache.get(key)
-        assert str(raised.value) == str(whole.value)
-    assert cache.devices() <= {"dev0", "dev1", "dev2", "dev3"}
+    with pytest.raises(artifacts.ArtifactError) as lazy:
+        artifacts.read_cache_as_read(path)
+    assert str(lazy.value) == str(whole.value)
+
+
+@pytest.mark.parametrize("other", ["b054", "b006"], ids=["neighbours", "far apart"])
+def test_a_line_out_of_order_anywhere_is_found_and_written_once(
+        tmp_path: Path, other: str) -> None:
+    """Two lines swapped by hand (a hand-resolved conflict), where a lookup's search may
+    read neither: the moved key is still found, and a tune of it writes one line for
+    it, not a second."""
+    path = tmp_path / "c.json"
+    entries = [cache_entry(f"b{i:03d}", since=OLD) for i in range(0, 80, 2)]
+    path.write_bytes(encode_document(entries))
+    lines = path.read_bytes().split(b"\n")
+    first, second = (next(i for i, line in enumerate(lines) if f'"bucket":"{b}"'.encode()
+                          in line) for b in (other, "b056"))
+    lines[first], lines[second] = lines[second], lines[first]  # each keeps its comma
+    path.write_bytes(b"\n".join(lines))
+    moved = next(e for e in entries if e.bucket == "b056")
+    cache, as_read = artifacts.read_cache_as_read(path)
+    assert cache.get(moved.key) == moved
+    again = cache_entry("b056", since=LATER)
+    artifacts.update_cache(path, [again], known=as_read, measured_now=True)
+    assert path.read_bytes().count(b'"bucket":"b056"') == 1
+    after = {plain_key(e): e for e in artifacts.read_entries(path)}
+    assert after == {**{plain_key(e): e for e in entries}, plain_key(again): again}
