@@ -38,7 +38,7 @@ from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
 from pytest_arbiter.session.settings import ArbiterSettings, add_options, resolve
 from pytest_arbiter.session.summary import RunVerdict, render
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import counted, escape
 
 if TYPE_CHECKING:
     from pytest_arbiter.decision.arbiter import Arbiter
@@ -170,7 +170,7 @@ def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | N
     if path is None:
         return None
     if read is not None:
-        return f"cache {path}: {len(read)} entries read"
+        return f"cache {path}: {counted(len(read), 'entry', 'entries')} read"
     if settings.tune:
         return f"cache {path} does not exist yet: this run creates it"
     return (f"cache {path} does not exist: every key falls to the static tier order "

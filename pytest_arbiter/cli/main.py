@@ -32,7 +32,12 @@ from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, plain_key
 from pytest_arbiter.store.corpus import KeyChange, WinnerChange
 from pytest_arbiter.store.corpus_files import diff_files, merge_files
-from pytest_arbiter.store.safetext import escape, line as safe_line, lines as safe_lines
+from pytest_arbiter.store.safetext import (
+    counted,
+    escape,
+    line as safe_line,
+    lines as safe_lines,
+)
 
 if TYPE_CHECKING:
     from pytest_arbiter.gating.junit import FleetCounts
@@ -282,24 +287,20 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, PAIRED_NOTE)
     devices = sorted(set().union(*(b.devices for b in blocks)))
     low = sum(b.low for b in blocks)
-    summary = (f"{_count(count, 'entry', 'entries')} on {_count(len(devices), 'device')} "
+    summary = (f"{counted(count, 'entry', 'entries')} on {counted(len(devices), 'device')} "
                f"({', '.join(devices)})")
     if wide or len(summary) <= SHOW_WIDTH:
         _say(out, summary)
     else:  # the devices' tags on lines of their own, within the 100 columns
-        _say(out, f"{_count(count, 'entry', 'entries')} on "
-                  f"{_count(len(devices), 'device')}:")
+        _say(out, f"{counted(count, 'entry', 'entries')} on "
+                  f"{counted(len(devices), 'device')}:")
         _say_all(out, textwrap.wrap(", ".join(devices), SHOW_WIDTH,
                                     initial_indent="  ", subsequent_indent="  ",
                                     break_on_hyphens=False))
     if low:
-        _say(out, f"{_count(low, 'entry', 'entries')} low-confidence: the next "
+        _say(out, f"{counted(low, 'entry', 'entries')} low-confidence: the next "
              "--arbiter-tune measures them again")
     return EXIT_OK
-
-
-def _count(n: int, noun: str, many: str | None = None) -> str:
-    return f"{n} {noun if n == 1 else many or noun + 's'}"
 
 
 _LOW = attrgetter("low_confidence")
@@ -439,7 +440,8 @@ def _new_entry_lines(fleet: FleetCounts, new: Mapping[HistogramKey, int]) -> Ite
         ids = tests[key]
         shown = ", ".join(ids[:MAX_TESTS_SHOWN])
         more = f" (+{len(ids) - MAX_TESTS_SHOWN} more)" if len(ids) > MAX_TESTS_SHOWN else ""
-        yield (f"NEW {key.outcome}: {_entry_key(key)} ({count} dispatches) in "
+        dispatches = counted(count, "dispatch", "dispatches")
+        yield (f"NEW {key.outcome}: {_entry_key(key)} ({dispatches}) in "
                f"{shown or 'no recorded test'}{more}")
         reasons = reasons_for(fleet, key) if fleet.reasons else []
         yield from (f"  reason: {why}" for why in reasons[:MAX_REASONS_SHOWN])
@@ -469,7 +471,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     _say_all(out, _new_entry_lines(fleet, fv.verdict.new))
     # a line per known entry, up to a million: the key unpacked, not a call each
     _say_all(out, (f"known {outcome}: target={target} op={op} candidate={selected} ({count} "
-                   "dispatches, in the baseline)"
+                   f"{'dispatch' if count == 1 else 'dispatches'}, in the baseline)"
                    for (target, op, selected, outcome), count in sorted(fv.verdict.known.items())))
     fixed = ("removed from the baseline)" if args.update
              else "tighten the baseline with --update)")

@@ -52,7 +52,7 @@ from pytest_arbiter.cli.report_heatmap import (
 from pytest_arbiter.cli.report_problems import HistogramInput
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, MeasureCache
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import counted, escape
 
 __all__ = ["HistogramInput", "page", "render"]
 
@@ -88,11 +88,6 @@ figure svg { max-width: none; height: auto; display: block; }
 """
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:")
 """Nothing on the page may load from anywhere, and no script runs."""
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """``1 entry``, ``2 entries``."""
-    return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
 def page(title: str, body: Sequence[str]) -> str:
@@ -138,13 +133,13 @@ def _header_rows(found: _Corpus, corpus: str | None, inputs: Sequence[HistogramI
         counts[device] = counts.get(device, 0) + group.count
     devices = "; ".join(
         text(d) + "".join(f" ({text(n)})" for n in sorted(names[d]) if n)
-        + f": {plural(counts[d], 'entry', 'entries')}"
+        + f": {counted(counts[d], 'entry', 'entries')}"
         for d in sorted(names))
     first, last = found.dates
     return [
         ("Generated", now.strftime("%Y-%m-%d %H:%M UTC")),
         ("Corpus", (text(corpus) if corpus else "-")
-         + f" ({plural(found.count, 'entry', 'entries')})"),
+         + f" ({counted(found.count, 'entry', 'entries')})"),
         ("Commit", _commit(corpus)),
         ("Measured", f"{text(first)} to {text(last)}" if first else "not recorded"),
         ("Devices", devices or "none"),
@@ -205,7 +200,7 @@ def _due(rows: Sequence[CacheEntry], due: int, anchors: Mapping[CacheKey, str]
         out.append('<p class="ok">No entry.</p>')
         return [*out, "</section>"]
     whose, them = ("its", "it") if due == 1 else ("their", "them")
-    out.append(f"<p>{plural(due, 'entry', 'entries')}: the next <code>pytest "
+    out.append(f"<p>{counted(due, 'entry', 'entries')}: the next <code>pytest "
                f"--arbiter-tune</code> on {whose} device measures {them} again.</p>")
     return [*out, *table(["key", "winner", "why"], lines, "due"),
             *_cut_note(len(lines), due, "due entries", "pytest-arbiter show CACHE"),
@@ -260,9 +255,9 @@ def _devices(found: _Corpus, anchors: Mapping[CacheKey, str]) -> list[str]:
     out = ['<section id="devices"><h2>Devices side by side</h2>']
     if not keys:
         out.append(f"<p>No key was measured on more than one device "
-                   f"({plural(len(devices), 'device')} in the corpus).</p>")
+                   f"({counted(len(devices), 'device')} in the corpus).</p>")
         return [*out, "</section>"]
-    out.append(f"<p>{plural(len(keys), 'key')} measured on more than one device: each "
+    out.append(f"<p>{counted(len(keys), 'key')} measured on more than one device: each "
                "device's winner and median, and how much slower than the fastest device "
                "for the key.</p>")
     rows = []

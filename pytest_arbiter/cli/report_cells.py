@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_arbiter.store.cache import CacheEntry
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import counted, escape
 
 StaleKey = tuple[str, str, str, str]
 """(target, op, bucket, dtype): a key a recheck found stale (a JUnit report's
@@ -196,8 +196,9 @@ def due_for_remeasurement(entry: CacheEntry) -> str | None:
     if not entry.considered:
         return "it does not record what it was measured against (no considered candidates)"
     if entry.low_confidence:
+        rounds = entry.provenance.rounds
         return (f"low-confidence pick (confidence {entry.confidence:.3f}, "
-                f"{entry.provenance.rounds or '?'} rounds): re-tune with a larger "
+                f"{counted(rounds, 'round') if rounds else '? rounds'}): re-tune with a larger "
                 "--arbiter-tune-budget")
     return None
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pytest_arbiter.cli.report import page, plural, table
+from pytest_arbiter.cli.report import page, table
 from pytest_arbiter.cli.report_cells import breakable, latency, natural, text
 from pytest_arbiter.cli.report_git import Commit, changed_since_commit, commits, version
 from pytest_arbiter.cli.report_history_chart import chart_svg
@@ -27,7 +27,7 @@ from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store.cache import KeyTuple, plain_key
 from pytest_arbiter.store.cache_file import decode_document
 from pytest_arbiter.store.corpus import cache_of
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import counted, escape
 
 MAX_COMMITS = 50
 """Versions shown by default: the newest."""
@@ -140,11 +140,11 @@ def _header(path: str, versions: Sequence[Version], now: datetime.datetime) -> l
     rows = [f"<tr>{_td(v.label)}{_td(v.commit.date[:16].replace('T', ' ') if v.commit else '-')}"
             f"{_td(v.commit.author if v.commit else '-')}"
             f"{_td(v.commit.subject if v.commit else 'not committed')}"
-            f"{_td(v.error or plural(len(v.medians), 'entry', 'entries'))}</tr>"
+            f"{_td(v.error or counted(len(v.medians), 'entry', 'entries'))}</tr>"
             for v in reversed(versions)]
     return ["<header>", f"<h1>History of {text(path)}</h1>",
             f"<p>Generated {now:%Y-%m-%d %H:%M} UTC from git: "
-            f"{plural(len(versions), 'version')} of the corpus, oldest "
+            f"{counted(len(versions), 'version')} of the corpus, oldest "
             f"{text(versions[0].label)}, newest {text(versions[-1].label)}. A median "
             f"{(SLOWER - 1) * 100:.0f}% or more above the key's previous version with the "
             "same winner is marked slower.</p>", "</header>",
@@ -167,7 +167,7 @@ def _changes(keyed: dict[KeyTuple, list[Point | None]],
     out = ['<section id="changes"><h2>Winner changes and slowdowns</h2>']
     if not rows:
         return [*out, '<p class="ok">None across these versions.</p>', "</section>"]
-    out.append(f'<p class="bad">{plural(len(rows), "change")}.</p>')
+    out.append(f'<p class="bad">{counted(len(rows), "change")}.</p>')
     return [*out, *table(["what changed", "key", "version"], rows, "changes"),
             "</section>"]
 

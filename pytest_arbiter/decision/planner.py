@@ -28,6 +28,7 @@ from pytest_arbiter.extend.device import probe_device
 from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
 from pytest_arbiter.gating.histogram import HistogramKey, Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey
+from pytest_arbiter.store.safetext import counted
 
 
 @dataclass
@@ -133,10 +134,11 @@ def _read_entry(p: _Planning) -> None:
                 + "; ".join(v for k, v in sorted(p.stale.items()) if k != "reverify")
                 + "; tune with --arbiter-tune")
         if entry.low_confidence:
+            rounds = entry.provenance.rounds
             raise LowConfidence(
                 f"strict mode: the cached pick of {_where(p)} is low-confidence "
                 f"({entry.winner}, confidence {entry.confidence:.3g}, "
-                f"{entry.provenance.rounds or '?'} rounds): re-tune it "
+                f"{counted(rounds, 'round') if rounds else '? rounds'}): re-tune it "
                 "(pytest --arbiter-tune measures it again; a larger --arbiter-tune-budget "
                 "gives it more rounds)")
     p.entry = None if fresh.winner_changed else entry  # else its timings are of other code

@@ -8,6 +8,7 @@ from itertools import compress, repeat
 from operator import and_, eq, itemgetter, lt, not_
 
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, named_keys
+from pytest_arbiter.store.safetext import counted
 
 
 def failing_outcomes(*, stale: bool) -> tuple[str, ...]:
@@ -31,7 +32,7 @@ class BaselineVerdict:
 
     def describe_new(self) -> list[str]:
         return [f"new {k.outcome}: target={k.target} op={k.op} candidate={k.selected} "
-                f"({v} dispatches)"
+                f"({counted(v, 'dispatch', 'dispatches')})"
                 for k, v in sorted(self.new.items())]
 
     def describe_fixed(self) -> list[str]:

@@ -45,7 +45,7 @@ from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, STALE, His
 
 if TYPE_CHECKING:
     from pytest_arbiter.gating.baseline import Evidence
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import counted, escape
 
 PROPERTY_PREFIX = "arbiter:"
 """Testcase property: ``arbiter:TARGET/OP/SELECTED/OUTCOME`` = what the test dispatched."""
@@ -504,7 +504,8 @@ def _check_suite(suite: _Suite, where: str) -> None:
         cases, outside = suite.in_cases.get(key, 0), suite.outside.get(key, 0)
         if cases + outside != total:
             raise ValueError(
-                f"{where}: {'/'.join(key)}: the testcases record {cases} dispatches and "
+                f"{where}: {'/'.join(key)}: the testcases record "
+                f"{counted(cases, 'dispatch', 'dispatches')} and "
                 f"{outside} were outside any test, but the suite total is {total} "
                 "(a damaged or edited report)")
     if suite.orphans:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pytest_arbiter.core.candidates import REGISTRY, Candidate
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
-from pytest_arbiter.store.safetext import line as safe_line
+from pytest_arbiter.store.safetext import counted, line as safe_line
 
 if TYPE_CHECKING:
     from pytest_arbiter.decision.selection import DispatchEvent
@@ -89,7 +89,7 @@ def _one_line(ledger: RunLedger, cache_note: str | None, baseline_note: str,
     for key, count in counts.items():
         by_outcome[key.outcome] += count
     parts = [cache_note] if cache_note is not None else []
-    parts += [f"{sum(counts.values())} dispatches ("
+    parts += [counted(sum(counts.values()), "dispatch", "dispatches") + " ("
              + ", ".join(f"{n} {name}" for name, n in by_outcome.items() if n) + ")"
              if counts else "no dispatches"]
     keys = _keys_line(ledger.events())

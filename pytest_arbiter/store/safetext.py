@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["escape", "line", "lines"]
+__all__ = ["counted", "escape", "line", "lines"]
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _COMMAND_STARTS = ("::", "##")
@@ -70,3 +70,9 @@ def lines(texts: Sequence[str]) -> str:
         if ("::" not in text and "##" not in text) or _COMMAND_LINE.search(text) is None:
             return text
     return "".join(line(t) + "\n" for t in texts)
+
+
+def counted(count: int, noun: str, many: str | None = None) -> str:
+    """``1 dispatch``, ``2 dispatches``: ``count`` and its noun, plural past one (``many``
+    when the plural is not the noun and an ``s``)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"

@@ -189,7 +189,7 @@ def test_softmax(arbiter):
     arbiter.dispatch("softmax", np.ones((2, 5), np.float32))
 """
 
-NEW_DEGRADE = "NEW degraded: target=cpu op=fz_mm candidate=fz_declining (1 dispatches)"
+NEW_DEGRADE = "NEW degraded: target=cpu op=fz_mm candidate=fz_declining (1 dispatch)"
 NEW_LINE = f"{NEW_DEGRADE} in test_one::test_degrade"
 KNOWN = ("cpu", "fz_known_op", "known_slow", "degraded")
 
@@ -254,7 +254,7 @@ def _edit(report: Path, old: str, new: str, count: int = 1) -> Path:
 @pytest.mark.parametrize(("old", "new", "needle"), [
     # a testcase property no longer read (the fleet gate passed on this before)
     ('<property name="arbiter:cpu/fz_mm', '<qroperty name="arbiter:cpu/fz_mm',
-     "the testcases record 1 dispatches and 0 were outside any test, but the suite total "
+     "the testcases record 1 dispatch and 0 were outside any test, but the suite total "
      "is 2"),
     ('name="arbiter:cpu/fz_mm', 'nbme="arbiter:cpu/fz_mm', "a <property> without a name"),
     ('name="arbiter:cpu/fz_mm', 'name="arbiter-cpu/fz_mm', "unknown testcase property"),

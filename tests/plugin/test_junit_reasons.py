@@ -239,7 +239,7 @@ def test_a_rerun_test_gives_the_reason_of_its_last_attempt(pytester: pytest.Pyte
                         pytester.path / "j.xml")
     assert code == 1, out
     assert [line for line in out.splitlines() if line.startswith("NEW")] == [
-        "NEW degraded: target=cpu op=rr_second candidate=rr_second_k (1 dispatches) in "
+        "NEW degraded: target=cpu op=rr_second candidate=rr_second_k (1 dispatch) in "
         "test_flaky::test_flaky"], out
     assert reasons_under(out, "NEW degraded") == [
         "  reason: declined on the second attempt"], out

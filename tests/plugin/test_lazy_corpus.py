@@ -65,7 +65,7 @@ def test_a_damaged_entry_the_run_does_not_need_stops_nothing(
     path, bad_line = corpus_with(pytester, "b017")
     result = pytester.runpytest("--arbiter-cache=c.json")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*41 entries read; 1 dispatches (1 won); keys: 0 measured, "
+    result.stdout.fnmatch_lines(["*41 entries read; 1 dispatch (1 won); keys: 0 measured, "
                                  "1 reused from cache*"])
     # a tune of a new key keeps every other line, the damaged one too, byte for byte
     pytester.makepyfile(test_one=TEST.replace("SIZE", "64"))

@@ -81,7 +81,7 @@ def test_a_library_decline_from_a_plain_test_is_counted_gated_and_named(
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "*new degraded: target=cpu op=kl_scale candidate=kl_vector8 (1 dispatches)*",
+        "*new degraded: target=cpu op=kl_scale candidate=kl_vector8 (1 dispatch)*",
         "*reason: needs a multiple of 8 elements*",
         "*tests: test_lib.py::test_ragged*",
         "*degrade gate FAILED*",
@@ -154,11 +154,11 @@ def test_a_plain_run_never_runs_a_wrong_top_tier_kernel(pytester: pytest.Pyteste
     result.assert_outcomes(passed=12)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # static: every dispatch reaches them; tune: the dispatch that measured did
-    reached = 1 if tune else 12
+    reached = "1 dispatch" if tune else "12 dispatches"
     result.stdout.fnmatch_lines([
-        f"*new rejected: target=cpu op=kl_add1 candidate=kl_inplace ({reached} dispatches)*",
+        f"*new rejected: target=cpu op=kl_add1 candidate=kl_inplace ({reached})*",
         "*reason: failed the F4 gate: the kernel modified its inputs*",
-        f"*new rejected: target=cpu op=kl_add1 candidate=kl_zeros ({reached} dispatches)*",
+        f"*new rejected: target=cpu op=kl_add1 candidate=kl_zeros ({reached})*",
         "*reason: failed the F4 gate: output is all zeros*",
     ])
     counts = _histogram(pytester.path / "h.json")
@@ -295,9 +295,9 @@ def test_neg():
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "*new error: target=cpu op=kl_neg candidate=kl_badaccepts (1 dispatches)*",
+        "*new error: target=cpu op=kl_neg candidate=kl_badaccepts (1 dispatch)*",
         "*reason: accepts() raised KeyError: 'no stride table'*",
-        "*new error: target=cpu op=kl_neg candidate=kl_workspace (1 dispatches)*",
+        "*new error: target=cpu op=kl_neg candidate=kl_workspace (1 dispatch)*",
         "*reason: *MemoryError: workspace too small*",
         "*tests: test_neg.py::test_neg*",
     ])

@@ -75,7 +75,7 @@ def test_degrade_fails_without_baseline_and_passes_with_written_one(
     result.stdout.fnmatch_lines([
         "*= arbiter =*",
         "*no --arbiter-baseline given*",
-        "*new degraded: target=cpu op=plugin_mm candidate=plugin_declining (1 dispatches)*",
+        "*new degraded: target=cpu op=plugin_mm candidate=plugin_declining (1 dispatch)*",
         "*degrade gate FAILED*",
     ])
     result = pytester.runpytest("--arbiter-write-baseline=base.json")
@@ -584,7 +584,7 @@ def test_plugin_loads_and_gates_with_xdist_disabled(pytester: pytest.Pytester) -
     result = pytester.runpytest("-p", "no:xdist", "-p", "no:benchmark")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*new degraded: target=cpu op=plugin_mm "
-                                 "candidate=plugin_declining (1 dispatches)*"])
+                                 "candidate=plugin_declining (1 dispatch)*"])
 
 
 def test_worker_device_environment_round_robins_workers() -> None:
@@ -716,7 +716,7 @@ def scale3(x):
     result = pytester.runpytest("--arbiter-tune")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*new degraded: target=cpu op=plugin_scale3 "
-                                 "candidate=scale3_declines (1 dispatches)*"])
+                                 "candidate=scale3_declines (1 dispatch)*"])
 
 
 def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> None:
@@ -730,12 +730,12 @@ def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> N
     make_confident(pytester.path / "c.json")
     # a clean run says it in one line; -v lists the winners
     result = pytester.runpytest("--arbiter-cache=c.json")
-    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read; 1 dispatches (1 won); "
+    result.stdout.fnmatch_lines(["*cache *c.json: 1 entry read; 1 dispatch (1 won); "
                                  "keys: 0 measured, 1 reused from cache*; degrade gate "
                                  "passed*(-v for details)"])
     assert "winners:" not in result.stdout.str()
     result = pytester.runpytest("--arbiter-cache=c.json", "-v")
-    result.stdout.fnmatch_lines(["*cache *c.json: 1 entries read*", "*1 reused from cache*",
+    result.stdout.fnmatch_lines(["*cache *c.json: 1 entry read*", "*1 reused from cache*",
                                  "winners:", "  cpu/matmul/4x2x4/a4.2.1/float32: *_matmul "
                                  "(reused from cache)"])
 

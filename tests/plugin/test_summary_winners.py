@@ -59,7 +59,7 @@ def test_winner_line_names_the_candidate_that_ran(pytester: pytest.Pytester) -> 
         "winners:",
         "  cpu/summary_scale/*: summary_slow (reused from cache; the cached winner "
         "summary_fast could not run here: degraded)",
-        "new degraded: target=cpu op=summary_scale candidate=summary_fast (1 dispatches)",
+        "new degraded: target=cpu op=summary_scale candidate=summary_fast (1 dispatch)",
         "    reason: the measured winner summary_fast could not run here (it declined "
         "inputs of the shapes it was measured on: *); summary_slow ran instead, *x slower "
         "when measured"])

@@ -62,8 +62,8 @@ def test_a_clean_run_is_one_line(pytester: pytest.Pytester, quiet: list[str]) ->
                                 "--arbiter-baseline=base.json")
     assert result.ret == 0
     (line,) = section(result)
-    assert line.startswith("cache ") and "1 entries read" in line
-    assert "1 dispatches (1 won)" in line and "1 reused from cache" in line
+    assert line.startswith("cache ") and "1 entry read" in line
+    assert "1 dispatch (1 won)" in line and "1 reused from cache" in line
     assert "degrade gate passed" in line and line.endswith("(-v for details)")
 
 
