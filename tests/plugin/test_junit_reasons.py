@@ -233,8 +233,8 @@ def test_a_rerun_test_gives_the_reason_of_its_last_attempt(pytester: pytest.Pyte
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--reruns", "1",
                                            "--junitxml=j.xml")
     assert result.parseoutcomes().get("rerun") == 1, result.stdout.str()
-    # both attempts are in the file; only the last one counts
-    assert "declined on the first attempt" in (pytester.path / "j.xml").read_text()
+    # only the last attempt counts, whether the file holds both attempts (pytest 9 with
+    # pytest-rerunfailures 16) or the last alone (the lowest versions CI installs)
     code, out = run_cli("gate", "--baseline", pytester.path / "b.json",
                         pytester.path / "j.xml")
     assert code == 1, out
