@@ -344,10 +344,12 @@ class _First:
         self.size, self.buckets = size, buckets
         self.items: list[_Item] = []
         self.limit: str | None = None
+        self.room = 4 * size + 256
+        """How many entries are held before the next prune."""
 
     def add(self, item: _Item) -> None:
         self.items.append(item)
-        if len(self.items) >= 4 * self.size + 256:
+        if len(self.items) >= self.room:
             self.prune()
 
     def prune(self) -> list[_Item]:
@@ -362,9 +364,10 @@ class _First:
                 kept = [item for n, item in enumerate(items)
                         if n < self.size or (item[0], item[3]) <= last]
                 limit = None if limit is None else max(limit, last[0])
-            else:
-                limit = None
+            else:  # every bucket is one the heat map draws: every entry is kept
+                kept, limit = items, None
         self.items, self.limit = kept, limit
+        self.room = max(4 * self.size + 256, 2 * len(kept))  # a prune a doubling at most
         return kept
 
 

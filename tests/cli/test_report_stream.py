@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,21 @@ def test_a_file_read_in_blocks_gives_the_page_of_the_whole_cache(
     rows = page.split('<tr id="e-')[1:4]
     assert [row.split("</td>")[0].rsplit(">", 1)[-1] for row in rows] == [
         "1x64x64", "2x64x64", "3x64x64"]
+
+
+def test_a_heat_map_of_few_shapes_draws_every_cell_past_the_table_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device and op with fewer shapes than the heat map draws but more entries than a
+    table lists (60 shapes x 2 dtypes, tables cut at 100 rows): every one of the 120
+    cells is drawn, none dropped with the table's cut."""
+    pytest.importorskip("matplotlib")
+    from pytest_arbiter.cli import report
+    from tests.factories import ranked_entry
+
+    monkeypatch.setattr(report, "MAX_TABLE_ROWS", 100)
+    entries = [ranked_entry(f"m{b}", "a", "b", dtype=f"dt{d:02d}")
+               for b in range(60) for d in range(2)]
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    page = report.render(artifacts.MeasureCache(entries), now=now)
+    heat = page[page.index('<figure class="heatmap">'):page.index("</figure>")]
+    assert len(set(re.findall(r'id="g-\d+-cell-\d+"', heat))) == len(entries)
