@@ -98,9 +98,13 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     seen = set() if seen is None else seen
     seen.add(id(fn))
     inner = _python_function(fn)
-    if inner is not None and inner is not fn:  # compiled or cached: what it was made of
+    if inner is not None:  # compiled or cached: what it was made of, and its own call
         digest.update(b"\0wraps\0")
         _hash_callable(digest, inner, seen)
+        call = getattr(type(fn), "__call__", None)
+        if isinstance(call, types.FunctionType):  # a decorator class of the user's
+            digest.update(b"\0wrapper\0")
+            _hash_callable(digest, call, seen)
         return
     if isinstance(fn, functools.partial):
         _hash_callable(digest, fn.func, seen)
@@ -167,10 +171,11 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
 def _python_function(obj: Any) -> types.FunctionType | None:
     """The plain Python function a compiled or cached wrapper that is not one itself was
     made of: ``py_func`` (numba's ``@njit`` dispatchers), ``__wrapped__`` (a
-    ``functools.lru_cache``, ``jax.jit``); ``None`` for anything else. A function made by
-    a decorator is hashed as itself: its closure holds what it wraps."""
-    if isinstance(obj, (types.FunctionType, functools.partial)):
-        return None
+    ``functools.lru_cache``, ``jax.jit``, a decorator class's instance: its own
+    ``__call__`` is hashed beside it); ``None`` for anything else. A function made by a
+    decorator is hashed as itself: its closure holds what it wraps."""
+    if isinstance(obj, (types.FunctionType, functools.partial, types.ModuleType, type)):
+        return None  # a module's or a class's attributes are not looked up
     for attr in ("py_func", "__wrapped__"):
         try:
             inner = getattr(obj, attr, None)

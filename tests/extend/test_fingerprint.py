@@ -299,3 +299,29 @@ def test_a_lazy_module_or_a_partials_arguments_never_break_or_blur_the_fingerpri
 def test_a_name_instead_of_a_candidate_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"takes a candidate .*REGISTRY\.get\(name\).*'lse'"):
         fingerprint_of("lse")  # type: ignore[arg-type]
+
+
+def test_an_edit_to_a_decorator_classs_call_changes_the_fingerprint() -> None:
+    """A helper wrapped by a decorator class of the user's (``update_wrapper(self, fn)``):
+    both the function it wraps and the class's own ``__call__`` are hashed."""
+    source = """
+import functools
+
+class Doubled:
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+
+    def __call__(self, x):
+        return self.fn(x) * 2
+
+@Doubled
+def _rows(x):
+    return x + 1.0
+
+def k(a, b):
+    return _rows(np.matmul(a, b))
+"""
+    base = fingerprint_of(_candidate(source))
+    assert fingerprint_of(_candidate(source.replace("x + 1.0", "x - 1.0"))) != base
+    assert fingerprint_of(_candidate(source.replace(") * 2", ") * 3"))) != base
