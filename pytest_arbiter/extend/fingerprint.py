@@ -101,7 +101,8 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     if inner is not None:  # compiled or cached: what it was made of, and its own call
         digest.update(b"\0wraps\0")
         _hash_callable(digest, inner, seen)
-        call = getattr(type(fn), "__call__", None)
+        call = next((vars(k)["__call__"] for k in type(fn).__mro__
+                     if "__call__" in vars(k)), None)
         if isinstance(call, types.FunctionType):  # a decorator class of the user's
             digest.update(b"\0wrapper\0")
             _hash_callable(digest, call, seen)
