@@ -365,8 +365,10 @@ class _Contest:
         # candidate's fastest and slowest call are kept from the first suspect on
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
-        self.doubtful: set[str] = set()
-        """The candidates whose slowest call, over the crawl bound, was preempted."""
+        self.honest: dict[str, float] = {}
+        """Each candidate's slowest call over the crawl bound that was not preempted (and
+        a retry's): what convicts it of crawling; one whose slowest call is above this
+        is timed once more first."""
         self.watched: _Runner = lambda sample, fn: sample(fn)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
@@ -403,23 +405,27 @@ class _Contest:
 
     def call(self, name: str) -> float | None:
         """Time one call of ``name``; None, and ``name`` out for good, if it raised. While
-        rounds are judged, a slowest call over the crawl bound is judged as a round is
+        rounds are judged, a call over the crawl bound is judged as a round is
         (preempted: its wall time over ``preempt_factor`` times its CPU time plus
-        ``preempt_slack_s``): a preempted one convicts nobody before a retry
-        (:meth:`_still_crawls`)."""
+        ``preempt_slack_s``): only one that was not is evidence of crawling
+        (:attr:`honest`; :meth:`_still_crawls`)."""
         judge = self.cpu if self.judging() else None
         mark = judge() if judge is not None else 0
         took = self._timed(name)
         if took is None:
             return None
         self.calls[name].append(took)
+        if took > self.crawl_ns and took > self.honest.get(name, 0.0):
+            pol = self.pol
+            if judge is None or (
+                    took <= pol.preempt_factor * (judge() - mark) + pol.preempt_slack_s * 1e9):
+                self.honest[name] = took
         if self.suspects:
             # min(took, fastest) and max(took, slowest), as the builtins pick them
             if not self.fastest.get(name, took) < took:
                 self.fastest[name] = took
             if not self.slowest.get(name, took) > took:
                 self.slowest[name] = took
-                self._judge(name, took, judge, mark)
             self._drop_crawlers()
         elif took > self.crawl_ns:
             # the first suspect: each call's extremes are kept from here on, and the
@@ -427,7 +433,6 @@ class _Contest:
             self.suspects = True
             self.fastest = {n: min(c) for n, c in self.calls.items() if c}
             self.slowest = {n: max(c) for n, c in self.calls.items() if c}
-            self._judge(name, took, judge, mark)
             self._drop_crawlers()
         return took
 
@@ -445,35 +450,29 @@ class _Contest:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None
 
-    def _judge(self, name: str, took: float, judge: Callable[[], int] | None,
-               mark: int) -> None:
-        """Whether ``name``'s new slowest call, ``took`` (started at CPU time ``mark``),
-        is doubtful evidence: over the crawl bound, and preempted."""
-        pol = self.pol
-        if judge is not None and took > self.crawl_ns and (
-                took > pol.preempt_factor * (judge() - mark) + pol.preempt_slack_s * 1e9):
-            self.doubtful.add(name)
-        else:
-            self.doubtful.discard(name)
-
     def _still_crawls(self, name: str, floor: float) -> bool:
-        """``name``, whose slowest call was preempted, timed once more: whether it is as
-        slow again (over the crawl bound and ``floor``); the retry is its slowest call
-        from here on. False, and ``name`` out, if it raised."""
-        self.doubtful.discard(name)
+        """Whether ``name``, whose slowest call was preempted, crawls: timed once more, its
+        slowest call is then the slower of the retry and its :attr:`honest` one, which
+        must be over the crawl bound and ``floor``. With no room under the cap for a
+        retry, its calls stand as they are (as a preempted round that cannot be timed
+        again is kept). False, and ``name`` out, if the retry raised."""
+        if self.elapsed() + self.slowest[name] > self.pol.cap_s * 1e9:
+            return True
         again = self._timed(name)
         if again is None:
             return False
         self.calls[name].append(again)
+        self.timed += again
         self.fastest[name] = min(again, self.fastest.get(name, again))
-        self.slowest[name] = again
-        return again > self.crawl_ns and again > floor
+        slowest = self.slowest[name] = self.honest[name] = max(
+            again, self.honest.get(name, 0.0))
+        return slowest > self.crawl_ns and slowest > floor
 
     def _drop_crawlers(self) -> None:
         """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
         the budget and over ``crawl_factor`` times another live candidate's fastest call
         (so the fastest never goes, and nobody does when all are slow); one whose slowest
-        call was preempted only if a retry is as slow."""
+        call was preempted only as :meth:`_still_crawls` says."""
         factor = self.pol.crawl_factor
         for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
             slowest = self.slowest.get(name, 0.0)
@@ -481,7 +480,7 @@ class _Contest:
                 break
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
             if others and slowest > factor * min(others):
-                if name in self.doubtful:
+                if slowest > self.honest.get(name, 0.0):
                     if not self._still_crawls(name, factor * min(others)):
                         continue
                     slowest = self.slowest[name]

@@ -8,8 +8,9 @@ and clocks, and every field of the two comparisons must agree. Only the types, t
 clocks and ``LatencyStats`` are imported from the package (``test_rounds_differential``
 checks ``LatencyStats.of`` against ``statistics`` on its own), and the watchdog's runner,
 whose call now takes ``(fn, arg)``. Changed since it was frozen: that line, and one rule
-made in both (a slowest call over the crawl bound that was preempted convicts nobody
-before a retry: ``doubtful``, ``_judge``, ``_still_crawls``).
+made in both (only a call over the crawl bound that was not preempted convicts; a
+candidate whose slowest call was is timed once more first, room under the cap
+permitting: ``honest``, ``_still_crawls``).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class _FrozenContest:
         # after every later call too (a faster call elsewhere may convict it)
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
-        self.doubtful: set[str] = set()
+        self.honest: dict[str, float] = {}
         self.watched: Callable[..., float] = lambda f, arg: f(arg)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
@@ -171,14 +172,11 @@ class _FrozenContest:
             return None
         self.calls[name].append(took)
         self.fastest[name] = min(took, self.fastest.get(name, took))
-        if took >= self.slowest.get(name, took):
+        if took > self.crawl_ns and took > self.honest.get(name, 0.0):
             pol = self.pol
-            if judged and took > self.crawl_ns and (
-                    took > pol.preempt_factor * (self.cpu() - mark)
-                    + pol.preempt_slack_s * 1e9):
-                self.doubtful.add(name)
-            else:
-                self.doubtful.discard(name)
+            if not judged or (took <= pol.preempt_factor * (self.cpu() - mark)
+                              + pol.preempt_slack_s * 1e9):
+                self.honest[name] = took
         self.slowest[name] = max(took, self.slowest.get(name, took))
         if took > self.crawl_ns:
             self.suspects = True
@@ -199,15 +197,18 @@ class _FrozenContest:
             return None
 
     def _still_crawls(self, name: str, floor: float) -> bool:
-        """The rule made in both: a doubtful candidate timed once more."""
-        self.doubtful.discard(name)
+        """The rule made in both: a candidate whose slowest call was preempted."""
+        if self.elapsed() + self.slowest[name] > self.pol.cap_s * 1e9:
+            return True
         again = self._timed(name)
         if again is None:
             return False
         self.calls[name].append(again)
+        self.timed += again
         self.fastest[name] = min(again, self.fastest.get(name, again))
-        self.slowest[name] = again
-        return again > self.crawl_ns and again > floor
+        slowest = self.slowest[name] = self.honest[name] = max(
+            again, self.honest.get(name, 0.0))
+        return slowest > self.crawl_ns and slowest > floor
 
     def _drop_crawlers(self) -> None:
         """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
@@ -220,7 +221,7 @@ class _FrozenContest:
                 break
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
             if others and slowest > factor * min(others):
-                if name in self.doubtful:
+                if slowest > self.honest.get(name, 0.0):
                     if not self._still_crawls(name, factor * min(others)):
                         continue
                     slowest = self.slowest[name]

@@ -116,16 +116,32 @@ def test_a_preempted_call_of_a_fast_kernel_does_not_make_it_a_crawler() -> None:
 
 
 def test_a_crawler_is_dropped_on_one_call_it_ran_and_on_a_retry_when_it_waited() -> None:
-    """A crawler whose 2 s call was its own CPU time is dropped on that call; one whose
-    calls wait (1 ms of CPU, 1 s of wall: a sleep, other threads' work) is timed once
-    more first, and dropped as slow again."""
-    comp, made = _machine_compare({"crawler": (2_000_000_000,), "fast": (10_000,)},
-                                  set(), 1)
+    """A crawler whose 0.3 s call was its own CPU time is dropped on that call; one whose
+    calls wait (1 ms of CPU, 0.3 s of wall: a sleep, other threads' work) is timed once
+    more first, and dropped as slow again; one that waits 1.5 s leaves no room under the
+    2 s cap for a retry, and is dropped on the call it made."""
+    comp, made = _machine_compare({"crawler": (300_000_000,), "fast": (10_000,)}, set(), 1)
     assert list(comp.dropped) == ["crawler"] and made["crawler"] == 1
     comp, made = _machine_compare({"crawler": (1_000_000,), "fast": (10_000,)},
-                                  {0, 2}, 1_000)
+                                  {0, 2}, 300)
     assert list(comp.dropped) == ["crawler"] and made["crawler"] == 2
-    assert "1 s" in comp.dropped["crawler"]
+    assert "300 ms" in comp.dropped["crawler"]
+    assert comp.timed_ns >= 300_000_000  # the retry is a timed call too
+    comp, made = _machine_compare({"crawler": (1_000_000,), "fast": (10_000,)},
+                                  {0}, 1_500)
+    assert list(comp.dropped) == ["crawler"] and made["crawler"] == 1
+
+
+def test_a_retry_does_not_hide_a_slow_call_that_was_not_preempted() -> None:
+    """A's first call is a preempted 10 us (200 ms of wall), its second a genuine 150 ms
+    of CPU, then 0.5 ms; B's calls take 50 ms until its third, 1 ms. The retry A's
+    preempted call earns (once B's 1 ms makes it a suspect) does not wipe the genuine
+    call, which is over the crawl bound and 150x B's: A is dropped."""
+    comp, _ = _machine_compare({"A": (10_000, 150_000_000) + (500_000,) * 200,
+                                "B": (50_000_000, 50_000_000) + (1_000_000,) * 200},
+                               {0}, 20_000)
+    assert list(comp.dropped) == ["A"]
+    assert comp.ranking[0] == "B"
 
 
 def test_a_crawler_is_ranked_last_even_with_a_faster_median() -> None:
