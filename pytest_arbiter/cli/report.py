@@ -412,7 +412,9 @@ class _Group:
 
 class _Corpus:
     """What the page says of a corpus, taken in a block of entries at a time in any
-    order: nothing it does not show is kept."""
+    order: of the entries, only those the page shows are kept; besides them, a small
+    record per key (its device, op, bucket and dtype, for the devices table and the heat
+    maps' cells), so memory grows with the keys, not with what an entry holds."""
 
     def __init__(self, histograms: Sequence[HistogramInput]) -> None:
         self.histograms = histograms
