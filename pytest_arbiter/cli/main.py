@@ -462,7 +462,8 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         note = f"baseline {baseline_path} does not exist yet: it counts as empty"
     run = fleet.gated()
     failing = failing_outcomes(stale=args.stale == "fail")
-    fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence())
+    fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence(),
+                    dispatched=fleet.counts)
     _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
          f"{len(fleet.counts)} dispatch entries; {note}")
     if not fleet.counts:

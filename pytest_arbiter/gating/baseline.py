@@ -133,15 +133,18 @@ class Evidence:
 
 def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
                *, failing: tuple[str, ...] = GATED_OUTCOMES,
-               evidence: Evidence | None = None) -> FleetVerdict:
-    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones. With
-    ``evidence`` (the run itself, or JUnit reports that carry it), an entry is fixed
-    only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
+               evidence: Evidence | None = None,
+               dispatched: Mapping[HistogramKey, int] | None = None) -> FleetVerdict:
+    """:func:`compare_to_baseline`, with fixed entries split from unchecked ones: an
+    entry is fixed only where the run dispatched its target and op (``dispatched``: every
+    count, the on-purpose degrades' too, which ``run`` leaves out; ``run`` when not
+    given). With ``evidence`` (the run itself, or JUnit reports that carry it), an entry
+    is fixed only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
     verdict = compare_to_baseline(run, baseline, failing=failing)
     covered: set[tuple[str, str]] = set()
     if verdict.fixed:
-        run = _named(run)
-        covered.update(map(_TARGET_OP, compress(run, map(lt, repeat(0), run.values()))))
+        seen = _named(run if dispatched is None else dispatched)
+        covered.update(map(_TARGET_OP, compress(seen, map(lt, repeat(0), seen.values()))))
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
     fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE

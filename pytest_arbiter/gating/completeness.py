@@ -32,16 +32,20 @@ class RunScope:
 
 
 def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey, int],
-                      scope: RunScope) -> tuple[dict[HistogramKey, int], list[HistogramKey]]:
+                      scope: RunScope, dispatched: Mapping[HistogramKey, int] | None = None
+                      ) -> tuple[dict[HistogramKey, int], list[HistogramKey]]:
     """The baseline a run writes, and the old entries it kept without checking them.
 
-    An old entry is dropped only when this run covered the whole suite and dispatched
-    its target and op without it (then it is fixed); a ``stale`` one is always kept. A
-    partial run keeps every old entry, with the larger of the two counts where both have
-    it.
+    ``run``: the run's gated counts (a test that degrades on purpose adds nothing: the
+    baseline tolerates what unmarked tests do); ``dispatched``: every count, the
+    on-purpose ones too (``run`` when not given). An old entry is dropped only when this
+    run covered the whole suite and dispatched its target and op without it (then it is
+    fixed); a ``stale`` one is always kept. A partial run keeps every old entry, with the
+    larger of the two counts where both have it.
     """
     run, old = named_keys(run), named_keys(old)
-    dispatched = {(k.target, k.op) for k, v in run.items() if v > 0}
+    covered = {(k.target, k.op) for k, v in named_keys(
+        run if dispatched is None else dispatched).items() if v > 0}
     out = {k: v for k, v in run.items() if v > 0}
     kept: list[HistogramKey] = []
     for key, count in sorted(old.items()):
@@ -52,7 +56,7 @@ def baseline_to_write(run: Mapping[HistogramKey, int], old: Mapping[HistogramKey
                 out[key] = max(out[key], count)
             continue
         # a stale entry's absence may only mean no recheck reached the key
-        if scope.partial or (key.target, key.op) not in dispatched or key.outcome == STALE:
+        if scope.partial or (key.target, key.op) not in covered or key.outcome == STALE:
             out[key] = count
             kept.append(key)
     return out, kept

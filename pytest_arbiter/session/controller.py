@@ -79,7 +79,7 @@ class Controller:
         failing = failing_outcomes(stale=s.recheck == "fail")
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,
-                           evidence=ledger.evidence())
+                           evidence=ledger.evidence(), dispatched=counts)
         return RunVerdict(fleet.verdict, fleet.unchecked, failing, written)
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
@@ -102,7 +102,9 @@ class Controller:
             self.ledger.errors.append(f"--arbiter-write-baseline: not written, the current "
                                       f"file is unreadable: {exc}")
             return False
-        new, kept = baseline_to_write(counts, old, scope)
+        # what unmarked tests did: an on-purpose degrade must not make a real one known
+        new, kept = baseline_to_write(self.ledger.gated_counts(), old, scope,
+                                      dispatched=counts)
         errors = len(self.ledger.errors)
         self._write("--arbiter-write-baseline",
                     lambda: histogram_file.write_histogram(path, new))
