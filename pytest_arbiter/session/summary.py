@@ -323,9 +323,14 @@ def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
         lines.append(f"{_key_text(key)} [{event.source}]: {picked}")
         if event.fallback:
             lines.append(f"  degraded: {event.fallback}")
-        for name in event.order[1:]:
+        ahead = True  # the names ranked above the one that ran
+        for name in event.order:
+            if name == ran:
+                ahead = False
+                continue
             ratio = event.ratios.get(name)
-            why = (f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
+            why = ("ahead in the order, but it did not run the key's last inputs" if ahead
+                   else f"slower by {(ratio - 1) * 100:.1f}%" if ratio is not None
                    else "lower in the order")
             lines.append(f"  passed over {name}: {why}")
         for name, why in sorted(event.passed_over.items()):

@@ -182,3 +182,47 @@ def test_a_candidate_unavailable_here_is_said_in_one_line_and_listed_with_v(
                        "nor run on this machine):")
     assert verbose[at + 1] == ("  cpu/sum_twice/sum_torch (tier 5): torch is not installed "
                                "(pip install torch)")
+
+
+LAYOUTS = """
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("ex_twice", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("ex_twice", target="cpu", name="ex_rows", tier=3,
+                          accepts=lambda x: x.flags.c_contiguous)
+def rows(x):
+    return x + x
+
+
+@pytest_arbiter.candidate("ex_twice", target="cpu", name="ex_any")
+def any_layout(x):
+    return x * 2
+"""
+
+TWO_LAYOUTS = """
+import numpy as np
+import pytest_arbiter
+
+
+def test_two_layouts():
+    x = np.ones((4, 8))
+    pytest_arbiter.dispatch("ex_twice", x)
+    pytest_arbiter.dispatch("ex_twice", np.asfortranarray(x))
+"""
+
+
+def test_explain_never_passes_over_the_candidate_that_ran(pytester: pytest.Pytester) -> None:
+    """One key, two layouts: the top candidate runs the first, declines the second,
+    which the next one runs. ``--arbiter-explain`` names the one that ran last and says
+    why the other did not; it never lists the one that ran as passed over."""
+    pytester.makeconftest(LAYOUTS)
+    pytester.makepyfile(test_two=TWO_LAYOUTS)
+    lines = section(pytester.runpytest("--arbiter-explain"))
+    at = next(i for i, line in enumerate(lines) if "ex_twice" in line and "]: ran " in line)
+    assert lines[at].endswith("ran ex_any"), lines
+    assert lines[at + 1] == ("  passed over ex_rows: ahead in the order, but it did not run "
+                             "the key's last inputs"), lines
+    assert not any("passed over ex_any" in line for line in lines), lines
