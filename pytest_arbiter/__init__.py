@@ -40,4 +40,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+    """The public names and the module's dunders, not what it imports for itself."""
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__"))})

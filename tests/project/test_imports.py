@@ -62,6 +62,8 @@ def test_the_export_table_is_one_list_and_every_name_resolves() -> None:
     source = pathlib.Path(pytest_arbiter.__file__).read_text()
     assert not any(f'"{name}"' in source for name in listed)
     assert "dispatch" in dir(pytest_arbiter) and "__version__" in dir(pytest_arbiter)
+    # what the package imports for itself is not offered (a completer, help())
+    assert {n for n in dir(pytest_arbiter) if not n.startswith("__")} == set(listed)
     with pytest.raises(AttributeError, match="module 'pytest_arbiter' has no attribute"):
         pytest_arbiter.not_a_name  # noqa: B018
 
