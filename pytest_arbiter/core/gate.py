@@ -211,7 +211,7 @@ def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorMode
     ``flat_got`` (if given) is finite. Outputs equal in the exact result and in one group
     are one unit: a deterministic kernel computes them alike, so their errors are one
     observation, not several."""
-    stride = -(-flat_exact.size // STAT_SAMPLE)
+    stride = max(1, -(-flat_exact.size // STAT_SAMPLE))  # an empty output: no units
     index = np.arange(seed % stride, flat_exact.size, stride)
     sampled = flat_exact[index]
     keep = np.isfinite(sampled)

@@ -424,6 +424,9 @@ def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
         trials.extend(Trial(seed + i, t, names[i] if i < len(names)
                             else f"generated input {i}", "builtin", f"generated #{i}")
                       for i, t in enumerate(generated))
+    if not trials and op.builtin:
+        raise ValueError(f"{region.describe()} has an empty output: a gate on the region "
+                         "alone has nothing to check; gate a region with no zero dimension")
     return region, trials
 
 

@@ -56,7 +56,8 @@ def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str],
     this is called, i.e. when the test module is collected; ``target`` keeps one lane's.
     A case whose candidate is unavailable here (a GPU lane on a CPU runner) skips.
     Only the built-in ops have regions to generate inputs from; a user op is a
-    ``ValueError`` here, at collection (gate it on inputs: ``arbiter.gate(name, *inputs)``).
+    ``ValueError`` here, at collection (gate it on inputs: ``arbiter.gate(name, *inputs)``),
+    and so is a shape with a dimension below 1: an empty region has no values to gate.
     """
     if op not in ("matmul", "softmax"):
         raise ValueError(f"gate_matrix({op!r}, ...): it generates inputs for the built-in "
@@ -64,6 +65,12 @@ def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str],
                          "inputs of yours: arbiter.gate(candidate_name, *inputs)")
     reg = registry if registry is not None else REGISTRY
     shape_list = [tuple(int(d) for d in s) for s in shapes]
+    for shape in shape_list:
+        if not shape or min(shape) < 1:
+            raise ValueError(f"gate_matrix({op!r}, ...): shape {shape} has a dimension below "
+                             "1 (or none): an empty region has no values to gate; a "
+                             "dispatch of empty inputs checks only its output's shape and "
+                             "dtype (docs/contract.md)")
     dtype_list = list(dtypes)
     return [GateCase(op, cand.name, shape, dtype)
             for cand in reg.for_op(op, target)

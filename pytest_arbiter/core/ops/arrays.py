@@ -16,8 +16,11 @@ Reference = Callable[..., Array]
 
 
 def shape_of(x: Array) -> str:
+    """An array's shape for a message: ``4x0x16``, ``a 0-d array``, or the type's name."""
     shape = getattr(x, "shape", None)
-    return "x".join(str(d) for d in shape) if shape is not None else type(x).__name__
+    if shape is None:
+        return type(x).__name__
+    return "x".join(str(d) for d in shape) if len(shape) else "a 0-d array"
 
 
 def require_array(x: Array, what: str) -> None:
