@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from pytest_arbiter import __version__
+from pytest_arbiter.gating.histogram import GATED_OUTCOMES
 from pytest_arbiter.store.artifacts import LOCK_TIMEOUT_S
+from pytest_arbiter.store.corpus import CONFLICT_RULE, MERGE_RULE
 from pytest_arbiter.store.safetext import escape
 
 Command = Callable[[argparse.Namespace, TextIO], int]
@@ -128,12 +130,11 @@ def _add_cache_commands(sub: Subparsers, commands: Mapping[str, Command]) -> Non
 
     mrg = sub.add_parser(
         "merge", help="merge cache shards into a corpus",
-        description="Merge cache shards into OUT under OUT's lock (OUT.lock). OUT's "
-        "current entries are kept unless the merge rule prefers a shard's entry for the "
-        "same key (measured against newer code or a newer environment, then higher "
-        "confidence, more samples, lower spread); OUT is "
-        "created if missing and may also be listed as a shard. Conflicts (two clear "
-        "picks of different winners for one key) are printed.")
+        description="Merge cache shards into OUT under OUT's lock (OUT.lock); OUT is "
+        "created if missing and may also be listed as a shard. OUT's current entries "
+        "are kept unless the merge rule prefers a shard's entry for the same key: of two "
+        f"entries it keeps the one with {', then '.join(MERGE_RULE)}. Conflicts are "
+        f"printed: {CONFLICT_RULE}.")
     mrg.add_argument("-o", "--output", required=True, metavar="OUT",
                      help="the corpus to merge into (written atomically)")
     mrg.add_argument("shards", nargs="+", metavar="SHARD", help="cache artifacts to merge")
@@ -179,15 +180,19 @@ def _add_forget(sub: Subparsers, commands: Mapping[str, Command]) -> None:
     fgt.set_defaults(run=commands["forget"])
 
 
+_GATED = f"{', '.join(GATED_OUTCOMES[:-1])} or {GATED_OUTCOMES[-1]}"
+"""The outcomes the gate fails on, in words: ``degraded, rejected or error``."""
+
+
 def _add_fleet_commands(sub: Subparsers, commands: Mapping[str, Command]) -> None:
     """``gate`` and ``stale``: what the fleet's JUnit reports and histograms found."""
     gate = sub.add_parser(
-        "gate", help="fail on new degraded dispatches across the fleet's reports",
+        "gate", help=f"fail on new {_GATED} dispatches across the fleet's reports",
         description="Merge the dispatch counts of JUnit XML reports (the arbiter:... "
         "properties pytest-arbiter records per test) and/or histogram JSON files "
-        "(--arbiter-histogram), and fail (exit 1) on a degraded entry the baseline does "
-        "not list, naming target, op, candidate and the tests that hit it. Exit 2 when "
-        "an input cannot be read.")
+        f"(--arbiter-histogram), and fail (exit 1) on a {_GATED} entry the baseline "
+        "does not list, naming target, op, candidate and the tests that hit it. Exit 2 "
+        "when an input cannot be read.")
     gate.add_argument("--baseline", required=True, metavar="BASELINE",
                       help="the committed histogram baseline (a missing file counts as "
                       "empty)")

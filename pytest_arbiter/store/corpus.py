@@ -9,7 +9,8 @@ lower relative spread; then the smaller canonical JSON.
 That is a total order on entries, so :func:`merge` is commutative, associative and
 idempotent, and the result never depends on which runner wrote last. Two clear picks
 (confident, not a tie) of different winners for one key, measured against the same code
-and environment with the same ``since``, are reported as a :class:`Conflict`.
+and environment with the same ``since``, each winner timed in the other's comparison, are
+reported as a :class:`Conflict` (:func:`disagree`).
 """
 
 from __future__ import annotations
@@ -24,11 +25,28 @@ from pytest_arbiter.store.cache import CacheEntry, CacheKey, KeyTuple, MeasureCa
 
 Rank = tuple[datetime.datetime, int, float, int, float]
 
+MERGE_RULE: tuple[str, ...] = (
+    "the later since (measured against newer code or a newer environment)",
+    "more of the key's candidates timed",
+    "the higher confidence",
+    "more samples behind the winner",
+    "the winner's lower relative spread",
+    "the smaller canonical JSON",
+)
+"""The merge rule's criteria in words, most important first: one per field of
+:func:`rank`, then :func:`_pick`'s last resort. ``pytest-arbiter merge --help`` says
+the rule from here."""
+
+CONFLICT_RULE = ("two clear picks (confident, not a tie) of different winners for one "
+                 "key, measured against the same code and environment with the same "
+                 "since, each winner timed in the other's comparison")
+"""What :func:`disagree` calls a conflict, in words (``merge --help``)."""
+
 
 def rank(entry: CacheEntry) -> Rank:
-    """What the merge rule compares, most important first: ``since`` (the newer code
-    and environment), then the evidence: candidates timed, confidence, samples behind
-    the winner, the winner's spread (lower is better)."""
+    """What the merge rule compares, most important first (:data:`MERGE_RULE`):
+    ``since`` (the newer code and environment), then the evidence: candidates timed,
+    confidence, samples behind the winner, the winner's spread (lower is better)."""
     stats = entry.ranking[0].stats
     return (entry.since, entry.timed_count, entry.confidence, stats.samples, -stats.spread)
 
@@ -50,8 +68,8 @@ def _pick(a: CacheEntry, b: CacheEntry, ra: Rank, rb: Rank) -> CacheEntry:
 
 @dataclass(frozen=True)
 class Conflict:
-    """Clear picks of different winners for one key, measured against the same code and
-    environment: ``kept`` won by the merge rule."""
+    """Clear picks of different winners for one key, of the same code, each winner timed
+    in the other's comparison (:func:`disagree`): ``kept`` won by the merge rule."""
 
     key: CacheKey
     kept: CacheEntry
@@ -158,14 +176,35 @@ def _conflicts(key: KeyTuple, kept: CacheEntry, seen: list[CacheEntry]) -> list[
         return []
     others: dict[str, CacheEntry] = {}
     for entry in seen:
-        # another winner measured against other code or another environment is
-        # what a change does, not a disagreement; so is one a later measurement of
-        # the same code replaced (a recheck found the old winner slower: since moved)
-        if (entry.winner != kept.winner and entry.same_basis(kept)
-                and entry.since == kept.since):
+        if disagree(entry, kept):
             best = others.get(entry.winner)
             others[entry.winner] = entry if best is None else prefer(best, entry)
     return [Conflict(CacheKey._make(key), kept, others[w]) for w in sorted(others)]
+
+
+def disagree(a: CacheEntry, b: CacheEntry) -> bool:
+    """Whether two entries of one key are a conflict (:data:`CONFLICT_RULE`): clear
+    picks of different winners, of the same code at the same ``since``, that both
+    compared the two winners.
+
+    Not a conflict: a winner measured against other code or another environment (what
+    a change does), one a later measurement of the same code replaced (a recheck found
+    the old winner slower: ``since`` moved on), and a winner the other entry did not
+    time (unavailable or declining on its runner, or not considered there): that entry
+    never compared the two, so nothing disagrees. Symmetric in ``a`` and ``b``.
+    """
+    return (a.confident and b.confident and a.winner != b.winner and a.since == b.since
+            and a.same_basis(b) and timed_in(b, a.winner) and timed_in(a, b.winner))
+
+
+def timed_in(entry: CacheEntry, name: str) -> bool:
+    """Whether ``entry``'s comparison timed the candidate ``name``: its ``considered``
+    row is ``timed`` (as the merge rule counts them, :attr:`CacheEntry.timed_count`); an
+    entry without rows: its ranking names it."""
+    if not entry.considered:
+        return any(row.name == name for row in entry.ranking)
+    row = entry.considered.get(name)
+    return row is not None and row.outcome == "timed"
 
 
 @dataclass(frozen=True)

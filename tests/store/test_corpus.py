@@ -19,8 +19,16 @@ from pytest_arbiter.store.cache_file import (
     decode_document,
     encode_document,
 )
-from pytest_arbiter.store.corpus import diff, merge, prefer
-from tests.factories import T0, T1, cache_entry, stats
+from pytest_arbiter.store.corpus import (
+    MERGE_RULE,
+    diff,
+    disagree,
+    merge,
+    merge_key,
+    prefer,
+    rank,
+)
+from tests.factories import T0, T1, cache_entry, ranked_entry, stats
 
 
 def test_merge_prefers_confidence_then_samples_then_spread() -> None:
@@ -164,3 +172,59 @@ def test_a_stale_entry_replaced_by_a_later_measurement_is_not_a_conflict() -> No
     assert result.entries[old.key] is rechecked and result.conflicts == []
     same_time = cache_entry(winner="b", runner_up="a", fingerprints=code, since=T0, host="h2")
     assert len(merge([old], [same_time]).conflicts) == 1  # the same code, at one time
+
+
+SOFTMAX = ("numba_softmax", "inplace_softmax", "blocked_softmax")
+CODE = {name: name[:2] * 8 for name in SOFTMAX}
+
+
+def softmax_entry(host: str, confidence: float, *ranked: str,
+                  outcomes: dict[str, str] | None = None) -> CacheEntry:
+    """One key of a runner's shard: ``ranked`` timed fastest first, the other
+    candidates of :data:`SOFTMAX` recorded with ``outcomes`` (the same code everywhere)."""
+    rows = {name: Considered(CODE[name], "timed") for name in ranked}
+    for name, outcome in (outcomes or {}).items():
+        rows[name] = Considered(CODE[name], outcome, f"{outcome} on {host}")  # type: ignore[arg-type]
+    return ranked_entry("8x64", *ranked, medians=(1000.0, 1100.0, 1500.0)[:len(ranked)],
+                        op="softmax", dtype="float32", confidence=confidence, host=host,
+                        considered=rows)
+
+
+@pytest.mark.parametrize("outcome", ["unavailable", "declined", "accepts_declined"])
+def test_a_winner_the_other_runner_could_not_time_is_not_a_conflict(outcome: str) -> None:
+    """The issue: runner A timed numba_softmax and it won; on runner B it could not run
+    (its row says why), so B picked inplace_softmax from what it could time. Same code,
+    same since, two clear picks: before, a conflict; B never compared the two."""
+    a = softmax_entry("runner-a", 0.999, *SOFTMAX)
+    b = softmax_entry("runner-b", 0.9992, "inplace_softmax", "blocked_softmax",
+                      outcomes={"numba_softmax": outcome})
+    assert a.same_basis(b) and a.since == b.since and a.confident and b.confident
+    assert not disagree(a, b) and not disagree(b, a)
+    for parts in ([a], [b]), ([b], [a]), ([a], [b], [a]):
+        result = merge(*parts)
+        # the rule keeps the entry that timed more of the key's candidates (rule 2)
+        assert result.entries[a.key] is a and result.conflicts == []
+    assert merge_key(tuple(a.key), [b, a]) == (a, [])
+
+
+def test_clear_picks_that_timed_both_winners_are_still_a_conflict() -> None:
+    a = softmax_entry("runner-a", 0.999, *SOFTMAX)
+    c = softmax_entry("runner-c", 0.9995, "inplace_softmax", "numba_softmax", "blocked_softmax")
+    assert disagree(a, c) and disagree(c, a)
+    for parts in ([a], [c]), ([c], [a]):
+        result = merge(*parts)
+        assert result.entries[a.key] is c  # the same candidates timed: confidence decides
+        assert [(x.kept.winner, x.other.winner) for x in result.conflicts] == [
+            ("inplace_softmax", "numba_softmax")]
+    # each entry timed the other's winner, though not the same set: still a conflict
+    d = softmax_entry("runner-d", 0.9995, "inplace_softmax", "numba_softmax",
+                      outcomes={"blocked_softmax": "unavailable"})
+    assert disagree(a, d) and len(merge([a], [d]).conflicts) == 1
+
+
+def test_the_merge_rule_in_words_has_a_criterion_for_each_thing_compared() -> None:
+    """``MERGE_RULE`` (what ``merge --help`` says) names each field :func:`rank`
+    compares, in its order, then the canonical JSON."""
+    assert len(MERGE_RULE) == len(rank(cache_entry())) + 1
+    assert [MERGE_RULE[0].split()[2], MERGE_RULE[1], MERGE_RULE[-1]] == [
+        "since", "more of the key's candidates timed", "the smaller canonical JSON"]
