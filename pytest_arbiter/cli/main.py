@@ -359,9 +359,10 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 def _diff_line(change: WinnerChange | KeyChange) -> str:
     """``diff``'s line of a changed winner, or of a key added or removed."""
     if isinstance(change, WinnerChange):
-        margin = change.margin
-        beat = (f"; {change.old.winner} now {margin * 100:+.1f}% slower" if margin is not None
-                else f"; {change.old.winner} not timed in NEW")
+        margin = change.margin  # the old winner's ratio to the new one, less 1
+        beat = (f"; {change.old.winner} not timed in NEW" if margin is None
+                else f"; {change.old.winner} now {abs(margin) * 100:.1f}% "
+                f"{'slower' if margin >= 0 else 'faster'}")
         low = "; new pick low-confidence" if change.new.low_confidence else ""
         return (f"changed {_key_text(change.key)}: {change.old.winner} "
                 f"({format_ns(change.old_ns)}) -> {change.new.winner} "

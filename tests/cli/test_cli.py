@@ -204,7 +204,7 @@ def test_diff_names_changed_winners_and_by_how_much(tmp_path: Path) -> None:
     code, text = run("diff", old, new)
     assert code == 0
     assert ("changed sm_90/nvidia/matmul/k/float16: wmma (1.00 us) -> cublas (800 ns, -20.0%); "
-            "wmma now +50.0% slower") in text
+            "wmma now 50.0% slower") in text
     assert "added sm_90/nvidia/matmul/added/float16: x" in text
     assert "removed sm_90/nvidia/matmul/gone/float16: x" in text
     assert text.endswith("1 winners changed, 1 keys added, 1 removed, 0 unchanged\n")

@@ -51,14 +51,14 @@ def test_show_and_diff_say_the_paired_ratio_that_ranked_the_rows(tmp_path: Path)
     assert "lower median" not in text and "*" not in text
     out = io.StringIO()
     assert main(["diff", str(old), str(new)], out=out) == 0
-    assert "cublas now +3.1% slower" in out.getvalue()
+    assert "cublas now 3.1% slower" in out.getvalue()
     assert "low-confidence" not in out.getvalue()
     artifacts.write_cache(new, MeasureCache([ranked_entry(
         "m1", "wmma", "cublas", medians=(1000.0, 950.0), ratios=(1.0, 1.031),
         confidence=0.6)]))
     out = io.StringIO()
     assert main(["diff", str(old), str(new)], out=out) == 0
-    assert "+3.1% slower; new pick low-confidence" in out.getvalue()
+    assert "now 3.1% slower; new pick low-confidence" in out.getvalue()
     (row,) = [r for r in artifacts.read_entries(new)[0].ranking if r.name == "cublas"]
     assert row.ratio == 1.031
     out = io.StringIO()
@@ -66,6 +66,20 @@ def test_show_and_diff_say_the_paired_ratio_that_ranked_the_rows(tmp_path: Path)
     (shown,) = json.loads(out.getvalue())
     assert [r.get("ratio") for r in shown["ranking"]] == [1.0, 1.031]
     assert shown == artifacts.read_entries(new)[0].to_dict()
+
+
+def test_diff_says_faster_of_an_old_winner_that_is_faster_now(tmp_path: Path) -> None:
+    """The old winner lost the new comparison on the tie rule though its paired ratio is
+    0.996: 0.4% faster, not "-0.4% slower"."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    artifacts.write_cache(old, MeasureCache([ranked_entry("m1", "dot_matmul", "blas_matmul")]))
+    artifacts.write_cache(new, MeasureCache([ranked_entry(
+        "m1", "blas_matmul", "dot_matmul", medians=(1000.0, 996.0), ratios=(1.0, 0.996),
+        tie=True)]))
+    out = io.StringIO()
+    assert main(["diff", str(old), str(new)], out=out) == 0
+    assert "; dot_matmul now 0.4% faster\n" in out.getvalue()
+    assert "slower" not in out.getvalue()
 
 
 def _big_cache(path: Path, n: int = 3000) -> None:
