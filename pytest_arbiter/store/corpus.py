@@ -372,7 +372,6 @@ class ForgetFilter:
             when = self.measured_at(entry)
             return when is not None and when < self.measured_before
         return True
-"""Transitional: ``cli/main.py`` still imports the old name; delete with that import."""
 
 
 def _utc_time(text: str) -> datetime.datetime | None:
