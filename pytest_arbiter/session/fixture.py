@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry
+from pytest_arbiter.core.dtypes import DTYPE_NAMES
 from pytest_arbiter.core.gate import GateReport
 from pytest_arbiter.core.regions import MatmulRegion, Region, SoftmaxRegion
 from pytest_arbiter.decision.arbiter import Arbiter
@@ -72,6 +73,15 @@ def gate_matrix(op: str, shapes: Iterable[Sequence[int]], dtypes: Iterable[str],
                              "dispatch of empty inputs checks only its output's shape and "
                              "dtype (docs/contract.md)")
     dtype_list = list(dtypes)
+    for dtype in dtype_list:
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"gate_matrix({op!r}, ...): unknown dtype {dtype!r}; the gate "
+                             f"knows {', '.join(DTYPE_NAMES)}")
+    for shape in shape_list:
+        try:
+            GateCase(op, "", shape, dtype_list[0] if dtype_list else "float32").region()
+        except ValueError as exc:  # a shape the op's region cannot be: say so now
+            raise ValueError(f"gate_matrix({op!r}, ...): {exc}") from None
     return [GateCase(op, cand.name, shape, dtype)
             for cand in reg.for_op(op, target)
             for shape in shape_list
@@ -100,11 +110,12 @@ class ArbiterFixture:
 
     def gate(self, candidate_name: str, *inputs: Any, seed: int | None = None) -> GateReport:
         """F4-gate a candidate on ``inputs``; fails the test with the report when out of
-        budget, skips it (with the ``available()`` reason) when the candidate cannot run
-        here."""
+        budget; skips it when the candidate cannot run here (with the ``available()``
+        reason) or its ``accepts()`` turns down every gate input."""
         __tracebackhide__ = True  # pytest shows the report, not these frames
         self._skip_unavailable(candidate_name)
-        return self._checked(self.arbiter.gate(candidate_name, *inputs, seed=seed))
+        report = self.arbiter.gate(candidate_name, *inputs, seed=seed)
+        return self._checked(self._skip_refused(report, "these inputs"))
 
     def gate_region(self, candidate_name: str, region: Region,
                     seed: int | None = None) -> GateReport:
@@ -112,7 +123,8 @@ class ArbiterFixture:
         fails and skips)."""
         __tracebackhide__ = True  # pytest shows the report, not these frames
         self._skip_unavailable(candidate_name)
-        return self._checked(self.arbiter.gate_region(candidate_name, region, seed=seed))
+        report = self.arbiter.gate_region(candidate_name, region, seed=seed)
+        return self._checked(self._skip_refused(report, region.describe()))
 
     def _skip_unavailable(self, candidate_name: str) -> None:
         """Skip the test when the candidate cannot run on this machine (a GPU lane on a
@@ -124,18 +136,21 @@ class ArbiterFixture:
             self._skip(f"candidate {candidate_name!r} (target {cand.target}) is unavailable "
                        f"here: {reason}")
 
-    def gate_case(self, case: GateCase, seed: int | None = None) -> GateReport:
-        """Gate one :func:`gate_matrix` case; skips when its candidate cannot run here."""
-        __tracebackhide__ = True  # pytest shows the report, not these frames
-        self._skip_unavailable(case.candidate)
-        region = case.region()
-        report = self.arbiter.gate_region(case.candidate, region, seed=seed)
+    def _skip_refused(self, report: GateReport, what: str) -> GateReport:
+        """Skip the test when the candidate's ``accepts()`` returned False for every gate
+        input: it never runs such inputs, so it has nothing to pass or fail here (a
+        ``Decline`` raised by the run still fails: the kernel took the inputs)."""
         if not report.passed and report.trials and all(
-                t.status == "declined" and t.accepts_false
-                for t in report.trials):
-            self._skip(f"candidate {case.candidate!r} does not accept {region.describe()} "
+                t.status == "declined" and t.accepts_false for t in report.trials):
+            self._skip(f"candidate {report.candidate!r} does not accept {what} "
                        "(accepts() returned False for every gate input)")
-        return self._checked(report)
+        return report
+
+    def gate_case(self, case: GateCase, seed: int | None = None) -> GateReport:
+        """Gate one :func:`gate_matrix` case; skips when its candidate cannot run here or
+        does not accept the case."""
+        __tracebackhide__ = True  # pytest shows the report, not these frames
+        return self.gate_region(case.candidate, case.region(), seed=seed)
 
     def histogram(self, target: str | None = None, op: str | None = None
                   ) -> dict[HistogramKey, int]:

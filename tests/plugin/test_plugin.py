@@ -422,6 +422,58 @@ def test_region(arbiter):
                                  "torch)*"])
 
 
+def test_gate_on_inputs_a_candidate_does_not_accept_skips_as_gate_case_does(
+        pytester: pytest.Pytester) -> None:
+    """``arbiter.gate(name, *inputs)`` of inputs the candidate's ``accepts()`` turns down
+    skips, saying so, as a gate_matrix case does; a ``Decline`` raised by its run still
+    fails the gate (the kernel took the inputs)."""
+    pytester.makeconftest("""
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("acc_scale", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("acc_scale", target="cpu", name="acc_f32",
+                          accepts=lambda x: x.dtype == np.float32)
+def only_f32(x):
+    return x * 2
+
+
+@pytest_arbiter.candidate("acc_scale", target="cpu", name="acc_raises")
+def raises(x):
+    raise pytest_arbiter.Decline("never")
+""")
+    pytester.makepyfile(test_gate="""
+import numpy as np
+
+
+def test_refused(arbiter):
+    arbiter.gate("acc_f32", np.arange(8.0))
+
+
+def test_declined_in_the_run(arbiter):
+    arbiter.gate("acc_raises", np.arange(8.0))
+""")
+    result = pytester.runpytest("-rsf")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*candidate 'acc_f32' does not accept these inputs "
+                                 "(accepts() returned False for every gate input)*",
+                                 "*FAILED test_gate.py::test_declined_in_the_run*"])
+
+
+@pytest.mark.parametrize(("shapes", "dtypes", "says"), [
+    ([(8, 8)], ["float32"], "a matmul gate case needs (m, n, k), got (8, 8)"),
+    ([(8, 8, 8)], ["float33"], "unknown dtype 'float33'"),
+])
+def test_gate_matrix_refuses_a_case_it_cannot_gate_at_collection(
+        shapes: list[tuple[int, ...]], dtypes: list[str], says: str) -> None:
+    from pytest_arbiter import gate_matrix
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        gate_matrix("matmul", shapes, dtypes)
+
+
 def test_gate_case_failure_reports_the_summary(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import numpy as np
@@ -477,7 +529,8 @@ def test_xdist_controller_merges_workers_and_names_a_crashed_one(
                                 "--arbiter-write-baseline=base.json")
     assert result.ret == 0, result.stdout.str()
     entries = _entries(pytester.path / "base.json")
-    assert [e["count"] for e in entries if e["selected"] == "plugin_declining"] == [9]
+    # the on-purpose test's degrade adds nothing to the baseline
+    assert [e["count"] for e in entries if e["selected"] == "plugin_declining"] == [8]
     result.stdout.fnmatch_lines(["*new degraded: *candidate=plugin_declining (8 dispatches)*"])
 
     monkeypatch.setenv("ARBITER_TEST_CRASH", "1")
