@@ -101,6 +101,10 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     if inner is not None:  # compiled or cached: what it was made of, and its own call
         digest.update(b"\0wraps\0")
         _hash_callable(digest, inner, seen)
+        options = getattr(fn, "targetoptions", None)  # numba's: fastmath=True and such
+        if isinstance(options, dict):
+            digest.update(f"\0options\0{_stable_repr(tuple(sorted(options.items())))}"
+                          .encode())
         call = next((vars(k)["__call__"] for k in type(fn).__mro__
                      if "__call__" in vars(k)), None)
         if isinstance(call, types.FunctionType):  # a decorator class of the user's

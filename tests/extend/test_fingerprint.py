@@ -236,6 +236,9 @@ def k(a, b):
     compiled = source.replace("def k(a, b):", f"@{wrap}\ndef k(a, b):")
     first = fingerprint_of(_candidate(compiled))
     assert fingerprint_of(_candidate(compiled.replace("x + 1.0", "x * 0.0"))) != first
+    if module == "numba":  # its compiler options are part of what runs
+        fast = source.replace("@numba.njit\ndef _rows", "@numba.njit(fastmath=True)\ndef _rows")
+        assert fast != source and fingerprint_of(_candidate(fast)) != base
 
 
 def test_a_helper_in_another_of_the_users_modules_is_part_of_the_fingerprint(
