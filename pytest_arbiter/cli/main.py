@@ -425,6 +425,9 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, f"{args.cache}: removed {len(gone)} entries, {remain} remain")
     else:
         _say(out, f"{args.cache}: no entry matches; nothing removed, {remain} remain")
+    if not gone and remain and args.device is not None:  # a tag mistyped: the ones it has
+        devices = sorted(artifacts.read_cache(args.cache).devices())
+        _say(out, f"{args.cache}: its devices: {', '.join(devices)}")
     return EXIT_OK
 
 
@@ -570,9 +573,9 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.store import benchmark_json
 
     cache = artifacts.read_cache(args.cache)
-    entries = [e for e in cache.entries()
-               if (args.device is None or e.device == args.device)
-               and (args.op is None or e.op == args.op)]
+    entries = [e for e in cache.entries() if _shown(args, e)]  # show's --device and --op
+    if not entries and (args.device is not None or args.op is not None):
+        sys.stderr.write(f"pytest-arbiter export: {safe_line(_nothing_shown(args))}\n")
     if args.output is None:
         doc = benchmark_json.document(entries)
         out.write(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")

@@ -160,7 +160,8 @@ def _add_forget(sub: Subparsers, commands: Mapping[str, Command]) -> None:
         "at its target). Refuses to run without a filter unless --all is given. Says how "
         "many entries were removed and how many remain.")
     fgt.add_argument("cache", metavar="CACHE", help="the cache artifact to remove entries from")
-    fgt.add_argument("--device", type=_name, help="entries of this device tag")
+    fgt.add_argument("--device", type=_name, help="entries of this device tag, or of this "
+                     "target (cpu, nvidia, amd: all its devices)")
     fgt.add_argument("--op", type=_name, help="entries of this op")
     fgt.add_argument("--candidate", type=_name, metavar="NAME",
                      help="entries whose ranking, rejected or considered candidates name "
@@ -264,6 +265,7 @@ def _add_output_commands(sub: Subparsers, commands: Mapping[str, Command]) -> No
                      help="the output format")
     exp.add_argument("-o", "--output", metavar="FILE",
                      help="the file to write (default: standard output)")
-    exp.add_argument("--device", help="only entries of this device tag")
+    exp.add_argument("--device", help="only entries of this device tag, or of this target "
+                     "(cpu, nvidia, amd: all its devices)")
     exp.add_argument("--op", help="only entries of this op")
     exp.set_defaults(run=commands["export"])

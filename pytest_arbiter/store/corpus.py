@@ -332,9 +332,11 @@ class ForgetFilter:
     """The entries ``pytest-arbiter forget`` removes: those that every filter given
     (not ``None``) picks.
 
-    ``candidate`` picks an entry whose ranking, rejected or considered candidates name
-    it; ``measured_before`` one whose ``provenance.measured_at`` is earlier (an entry
-    without a readable ``measured_at`` is of unknown age, and never picked by it).
+    ``device`` picks an entry of that device tag, or of that target (``cpu``: every CPU
+    device's, as ``show --device`` picks); ``candidate`` one whose ranking, rejected or
+    considered candidates name it; ``measured_before`` one whose
+    ``provenance.measured_at`` is earlier (an entry without a readable ``measured_at`` is
+    of unknown age, and never picked by it).
     """
 
     device: str | None = None
@@ -360,7 +362,7 @@ class ForgetFilter:
         return self._times[text]
 
     def picks(self, entry: CacheEntry) -> bool:
-        if self.device is not None and entry.device != self.device:
+        if self.device is not None and self.device not in (entry.device, entry.target):
             return False
         if self.op is not None and entry.op != self.op:
             return False

@@ -3,6 +3,7 @@ reports that pytest wrote (xunit2, with and without xdist)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -19,7 +20,7 @@ from pytest_arbiter.gating.junit import case_id, parse_property, read_junit
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
-from tests.factories import ranked_entry, stats
+from tests.factories import cache_entry, ranked_entry, stats
 
 DECLINING_CONFTEST = """
 import pytest_arbiter
@@ -480,7 +481,8 @@ def test_forget_each_filter_and_all_of_them_together(tmp_path: Path) -> None:
     assert "kept 1 entries that match but do not say when they were measured" in text
     before = path.read_bytes()
     code, text = run("forget", "--device", "nowhere", path)
-    assert (code, text) == (0, f"{path}: no entry matches; nothing removed, 3 remain\n")
+    assert (code, text) == (0, f"{path}: no entry matches; nothing removed, 3 remain\n"
+                               f"{path}: its devices: sm_90\n")
     assert path.read_bytes() == before
 
 
@@ -667,3 +669,22 @@ def test_shows_closing_line_fits_100_columns_with_long_device_tags(tmp_path: Pat
                           "  " + ", ".join(tags[:2]) + ",", "  " + ", ".join(tags[2:])]
     code, text = run("show", "--wide", path)
     assert text.splitlines()[-1] == f"4 entries on 4 devices ({', '.join(tags)})"
+
+
+def test_device_picks_alike_in_show_export_and_forget(tmp_path: Path) -> None:
+    """``--device`` takes a tag or a target (``cpu``: every CPU device's entries) in
+    ``show``, ``export`` and ``forget``; a device no entry has is said, with the devices
+    the file does have, not a silent zero."""
+    path = tmp_path / "c.json"
+    entries = [cache_entry("b1", device="cpu-x86_64-a"), cache_entry("b2", device="cpu-x86_64-b")]
+    artifacts.write_cache(path, MeasureCache(entries))
+    code, text = run("export", "--format", "pytest-benchmark", path, "--device", "cpu")
+    assert code == 0 and len(json.loads(text)["benchmarks"]) == 4
+    code, text = run("forget", path, "--device", "cpu", "--dry-run")
+    assert code == 0 and "2 entries would be removed, 0 would remain" in text
+    code, text = run("forget", path, "--device", "cpu-x86_64-c", "--dry-run")
+    assert code == 0 and "its devices: cpu-x86_64-a, cpu-x86_64-b" in text
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code, _ = run("export", "--format", "pytest-benchmark", path, "--device", "nosuch")
+    assert code == 0 and "no entry matches --device nosuch (devices: cpu-x86_64-a" in err.getvalue()
