@@ -239,6 +239,11 @@ class ComparePolicy:
     preempt_slack_s: float = 50e-6
     max_discards: int = 10
 
+    def preempted(self, wall_ns: float, cpu_ns: float) -> bool:
+        """Whether a timing of ``wall_ns`` on the wall clock that cost ``cpu_ns`` of this
+        thread's CPU was preempted: another process ran in it (the rule above)."""
+        return wall_ns > self.preempt_factor * cpu_ns + self.preempt_slack_s * 1e9
+
 
 @dataclass
 class Comparison:
@@ -396,8 +401,7 @@ class _Contest:
             return False
         cpu = self.cpu() - cpu_start
         pol = self.pol
-        if (wall <= pol.preempt_factor * cpu + pol.preempt_slack_s * 1e9
-                or self.elapsed() + wall > pol.cap_s * 1e9):
+        if not pol.preempted(wall, cpu) or self.elapsed() + wall > pol.cap_s * 1e9:
             return False
         self.discarded += 1
         self.discarded_cpu += cpu
@@ -416,9 +420,7 @@ class _Contest:
             return None
         self.calls[name].append(took)
         if took > self.crawl_ns and took > self.honest.get(name, 0.0):
-            pol = self.pol
-            if judge is None or (
-                    took <= pol.preempt_factor * (judge() - mark) + pol.preempt_slack_s * 1e9):
+            if judge is None or not self.pol.preempted(took, judge() - mark):
                 self.honest[name] = took
         if self.suspects:
             # min(took, fastest) and max(took, slowest), as the builtins pick them
