@@ -24,6 +24,7 @@ from pytest_arbiter.timing.pairing import (
     WinCounts,
     paired_leader,
     paired_ratios,
+    ratio_upper,
     wins_needed,
     worst_p,
 )
@@ -210,9 +211,14 @@ class ComparePolicy:
     when a retry would pass the cap, every round is kept and the budget counts wall
     time again. The cap counts wall time throughout.
 
-    There is always one timed round. A pick that the rounds do not support at
-    ``tie_alpha`` and that is ahead by less than ``tie_margin`` is a tie: the higher tier
-    is preferred. ``disable_gc`` keeps the cyclic garbage collector out of the timed calls.
+    There is always one timed round. A tie is evidence of equality, not the want of
+    evidence of a gap: the pick's lead is not significant at ``tie_alpha``, the
+    runner-up's median paired ratio is under ``1 + tie_margin``, and the rounds bound
+    that ratio under ``1 + tie_bound`` at ``tie_alpha`` (a distribution-free bound on a
+    median: too few or too noisy rounds bound nothing). Among the candidates that meet
+    both, the higher tier is preferred; rounds that bound nothing leave a pick of low
+    confidence, never a tie. ``disable_gc`` keeps the cyclic garbage collector out of
+    the timed calls.
 
     Bad kernels are contained: ``call_timeout_s`` arms a per-call watchdog around every
     call (see ``pytest_arbiter.timing.watchdog``); a candidate that raises is out of the
@@ -231,6 +237,7 @@ class ComparePolicy:
     confident_p: float = 0.01
     tie_alpha: float = 0.01
     tie_margin: float = 0.01
+    tie_bound: float = 0.05
     seed: int | None = 0
     disable_gc: bool = True
     call_timeout_s: float | None = None
@@ -627,10 +634,12 @@ class _Contest:
         ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
                                               -tier_of.get(n, 0), n))
         p_worst = worst_p(table, lead)
-        runner_up = ranked[1]
-        tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
+        pol = self.pol
+        upper = dict(zip(names, ratio_upper(table, lead, pol.tie_alpha).tolist(), strict=True))
+        tied = [n for n in ranked
+                if ratios[n] - 1.0 < pol.tie_margin and upper[n] - 1.0 < pol.tie_bound]
+        tie = p_worst >= pol.tie_alpha and len(tied) > 1
         if tie:
-            tied = [n for n in ranked if ratios[n] - 1.0 < self.pol.tie_margin]
             preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
             ranked.remove(preferred)
             ranked.insert(0, preferred)

@@ -44,6 +44,21 @@ def wins_needed(trials: int, below: float) -> int:
     return 0
 
 
+@functools.lru_cache(maxsize=4096)
+def bound_rank(trials: int, below: float) -> int:
+    """The largest rank ``k`` (1-based) such that the median of ``trials`` values is
+    under their ``k``-th largest with probability at least ``1 - below``, whatever their
+    distribution (a binomial tail: ``P(Binomial(trials, 1/2) <= k - 1) <= below``); 0 when
+    not even the largest bounds it at that level (too few values)."""
+    whole = 1 << trials
+    tail = 0
+    for k in range(trials + 1):
+        tail += math.comb(trials, k)
+        if tail / whole > below:
+            return k
+    return trials
+
+
 class WinCounts:
     """Pairwise win counts over the kept rounds: ``counts[a, b]`` rounds in which ``a``
     was faster than ``b``, both timed. One NumPy update a round instead of a Python
@@ -122,3 +137,20 @@ def worst_p(table: np.ndarray, leader: int) -> float:
     rounds = table.shape[0]
     return max((sign_test_p(w, rounds) for i, w in enumerate(wins) if i != leader),
                default=0.0)
+
+
+def ratio_upper(table: np.ndarray, leader: int, below: float) -> np.ndarray:
+    """Each column's upper confidence bound on its median paired ratio to column
+    ``leader`` (:func:`paired_ratios`' rounds), one-sided at ``below``: the
+    :func:`bound_rank`-th largest ratio, infinite where the rounds are too few."""
+    import numpy as np
+
+    lead = table[:, leader]
+    timed = lead > 0
+    rounds = int(timed.sum())
+    rank = bound_rank(rounds, below)
+    if rank == 0:
+        return np.full(table.shape[1], np.inf)
+    ordered = np.sort(table[timed] / lead[timed][:, None], axis=0)
+    bound: np.ndarray = ordered[rounds - rank]
+    return bound

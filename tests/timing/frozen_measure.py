@@ -352,10 +352,12 @@ class _FrozenContest:
         ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
                                               -tier_of.get(n, 0), n))
         p_worst = _worst_p(leader, names, samples)
-        runner_up = ranked[1]
-        tie = p_worst >= self.pol.tie_alpha and ratios[runner_up] - 1.0 < self.pol.tie_margin
+        pol = self.pol
+        tied = [n for n in ranked if ratios[n] - 1.0 < pol.tie_margin
+                and _ratio_upper(samples[n], samples[leader], pol.tie_alpha) - 1.0
+                < pol.tie_bound]
+        tie = p_worst >= pol.tie_alpha and len(tied) > 1
         if tie:
-            tied = [n for n in ranked if ratios[n] - 1.0 < self.pol.tie_margin]
             preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))
             ranked.remove(preferred)
             ranked.insert(0, preferred)
@@ -403,6 +405,19 @@ def _paired_ratio(mine: Sequence[float], leader: Sequence[float]) -> float:
     """Median over rounds of my time over the leader's time in the same round."""
     pairs = [m / lead for m, lead in zip(mine, leader, strict=True) if lead > 0]
     return statistics.median(pairs) if pairs else 1.0
+
+
+def _ratio_upper(mine: Sequence[float], leader: Sequence[float], below: float) -> float:
+    """The paired ratios' ``k``-th largest, ``k`` the largest rank at which the median is
+    below it with probability at least ``1 - below`` (binomial tail); infinite with none."""
+    pairs = sorted(m / lead for m, lead in zip(mine, leader, strict=True) if lead > 0)
+    n, k, tail = len(pairs), 0, 0
+    while k < n:
+        tail += math.comb(n, k)
+        if tail / 2**n > below:
+            break
+        k += 1
+    return pairs[n - k] if k else math.inf
 
 
 def _worst_p(leader: str, names: Sequence[str], samples: Mapping[str, Sequence[float]]) -> float:

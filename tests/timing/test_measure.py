@@ -234,6 +234,35 @@ def test_difference_inside_the_noise_is_a_tie_won_by_the_higher_tier() -> None:
     assert comp.confidence == pytest.approx(0.0)
 
 
+def test_rounds_too_noisy_to_bound_the_gap_are_no_tie() -> None:
+    """A tiered kernel 2.8x slower in some rounds and 2x faster in others (bursts of a
+    loaded machine) is 0.5% behind on the median paired ratio and the leader's lead is
+    not significant: once a tie handed it the pick. The rounds bound its ratio only
+    under 2.8, so it is no tie; the measured leader is the pick, of low confidence."""
+    pattern = {"fast": (100.0, 100.0, 100.0), "tiered": (50.0, 280.0, 100.5)}
+    timer = ScriptedTimer({n: (lambda k, t=t: t[k % 3]) for n, t in pattern.items()})
+    policy = ComparePolicy(warmup=2, min_rounds=5, max_rounds=13, budget_s=10.0)
+    comp = compare_latencies(timer.fns(), tiers={"fast": 0, "tiered": 2},
+                             policy=policy, timer=timer)
+    assert comp.rounds == 13
+    assert comp.ratios["tiered"] == pytest.approx(1.005)
+    assert not comp.tie
+    assert comp.ranking == ["fast", "tiered"]
+    assert comp.confidence == pytest.approx(1.0 - 2380 / 8192)  # 8 wins of 13 rounds
+
+
+def test_rounds_that_bound_the_gap_within_the_margin_are_a_tie() -> None:
+    """The same kernels with a few percent of noise: the rounds bound the ratio under
+    1.05, so the higher tier wins the tie."""
+    pattern = {"fast": (100.0, 100.0, 100.0), "tiered": (98.0, 103.0, 100.0)}
+    timer = ScriptedTimer({n: (lambda k, t=t: t[k % 3]) for n, t in pattern.items()})
+    policy = ComparePolicy(warmup=2, min_rounds=5, max_rounds=13, budget_s=10.0)
+    comp = compare_latencies(timer.fns(), tiers={"fast": 0, "tiered": 2},
+                             policy=policy, timer=timer)
+    assert comp.tie
+    assert comp.ranking[0] == "tiered"
+
+
 def test_small_but_significant_difference_is_not_a_tie() -> None:
     """Significant at tie_alpha: the measured leader wins although another is tiered higher."""
     timer = ScriptedTimer({"tiered": 100.5, "fast": 100.0})
