@@ -80,7 +80,7 @@ class Controller:
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,
                            evidence=ledger.evidence(), dispatched=counts)
-        return RunVerdict(fleet.verdict, fleet.unchecked, failing, written)
+        return RunVerdict(fleet.verdict, fleet.unchecked, failing, written, scope.incomplete)
 
     def _write(self, what: str, write: Callable[[], None]) -> None:
         """``write()``, an error naming ``what`` (and the file) on failure."""

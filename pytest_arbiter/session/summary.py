@@ -45,6 +45,9 @@ class RunVerdict:
     failing: tuple[str, ...] = ()
     baseline_written: bool = False
     """``--arbiter-write-baseline`` wrote its file."""
+    incomplete: tuple[str, ...] = ()
+    """Why the run's counts are incomplete (an interrupted session, a crashed worker):
+    the gate saw only the dispatches made before."""
 
 
 def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | None,
@@ -63,13 +66,13 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
 def _notable(ledger: RunLedger, settings: ArbiterSettings, end: RunVerdict) -> bool:
     """Whether the run has something a reader must see: a gated or stale entry (new or
     known), a key measured, stale or low-confidence, a fallback, an error, a crashed
-    worker, a note, an unknown op, a baseline entry now fixed, or a cache to read that
-    is missing."""
+    worker or an interrupted run, a note, an unknown op, a baseline entry now fixed, or a
+    cache to read that is missing."""
     if settings.cache is not None and not settings.tune and not settings.cache.exists():
         return True
     if any(v and k.outcome in (*GATED_OUTCOMES, STALE) for k, v in ledger.counts().items()):
         return True
-    if ledger.errors or ledger.crashed or ledger.notes or unknown_op_lines():
+    if ledger.errors or ledger.crashed or ledger.notes or end.incomplete or unknown_op_lines():
         return True
     verdict = end.verdict
     if verdict is not None and (not verdict.passed or verdict.fixed):
@@ -158,6 +161,9 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
                 if any(key.outcome == STALE for key in verdict.new):
                     lines.append("stale cached winners: re-tune those keys "
                                  "(pytest --arbiter-tune --arbiter-recheck)")
+        elif end.incomplete:
+            lines.append("degrade gate passed on the dispatches made before the run "
+                         f"ended ({'; '.join(end.incomplete)}): the rest were not gated")
         else:
             lines.append("degrade gate passed")
     return [safe_line(text) for text in lines]
