@@ -275,7 +275,10 @@ def test_a_clean_fleet_merges_every_shard_and_passes(tmp_path: Path) -> None:
     assert {"16x16x16", "32x32x32", "64x64x64"} <= buckets, buckets
     assert {e.op for e in corpus.entries()} == {"matmul", "mylib_scale"}
     # what the pull request would say
-    assert (fleet.store / "corpus" / "corpus-pr.md").read_text().count("matmul") >= 3
+    body = (fleet.store / "corpus" / "corpus-pr.md").read_text()
+    assert body.count("matmul") >= 3
+    # and what the merge said: its conflicts and its count
+    assert "entries after merging 3 shard(s); 0 conflict(s)" in body, body
     assert _code(fleet, "gate", "gate every runner") == 0, log
     gate = fleet.output["gate: gate every runner's JUnit report"]
     assert "read 4 report(s)" in gate and "degrade gate passed" in gate, gate
