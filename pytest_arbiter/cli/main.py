@@ -251,7 +251,8 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         from pytest_arbiter.store.cache_json import json_block_chunks
 
-        parts: Iterable[list[CacheEntry]] = artifacts.ordered_blocks(args.cache)
+        parts: Iterable[list[CacheEntry]] = artifacts.ordered_blocks(args.cache,
+                                                                     shared=False)
         if args.device is not None or args.op is not None:
             parts = ([e for e in block if _shown(args, e)] for block in parts)
         binary = getattr(out, "buffer", None)  # a real stdout: no text round trip
@@ -275,7 +276,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         return _ShownBlock(lines, widths, set(map(_DEVICE, block)), lows.count(True),
                            any(map(_paired_only, block)))
 
-    blocks = artifacts.each_block(args.cache, work)
+    blocks = artifacts.each_block(args.cache, work, shared=False)
     count = sum(len(b.lines) for b in blocks)
     if not count:
         _say(out, _nothing_shown(args))

@@ -76,8 +76,8 @@ def diff_files(old: FilePath, new: FilePath, describe: Callable[[WinnerChange | 
 
 
 def _entries(path: FilePath) -> Iterator[CacheEntry]:
-    with open(path, "rb") as file:
-        for block in key_blocks(file):
+    with open(path, "rb") as file:  # each change is described, its entries let go
+        for block in key_blocks(file, _Tables(shared=False)):
             yield from block
 
 
@@ -162,7 +162,7 @@ class _Part:
 def _merge_streamed(out: FilePath, shards: Sequence[FilePath]) -> MergedFile:
     paths = [out, *shards] if os.path.exists(out) else list(shards)
     with contextlib.ExitStack() as files:
-        tables = [_Tables() for _ in paths]
+        tables = [_Tables(shared=False) for _ in paths]  # each window written, let go
         parts = [_Part(keyed_blocks(files.enter_context(open(path, "rb")), t))
                  for path, t in zip(paths, tables, strict=True)]
         if not parts or any(not p.block for p in parts):

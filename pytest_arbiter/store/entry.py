@@ -330,15 +330,19 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
             tables.pending.append(self)
             return
         # one object for each repeated value of the document: a million entries of a few
-        # devices, ops and candidates hold a few strings, not several million
-        one = tables.strings.setdefault
-        force_setattr(self, "since", one(since, since))
-        force_setattr(self, "device", one(self.device, self.device))
-        force_setattr(self, "target", one(self.target, self.target))
-        force_setattr(self, "op", one(self.op, self.op))
-        force_setattr(self, "dtype", one(self.dtype, self.dtype))
+        # devices, ops and candidates hold a few strings, not several million (not for
+        # a block of entries read and let go: :attr:`_Tables.strings` is ``None``)
+        strings = tables.strings
+        one = None if strings is None else strings.setdefault
+        if one is not None:
+            force_setattr(self, "since", one(since, since))
+            force_setattr(self, "device", one(self.device, self.device))
+            force_setattr(self, "target", one(self.target, self.target))
+            force_setattr(self, "op", one(self.op, self.op))
+            force_setattr(self, "dtype", one(self.dtype, self.dtype))
         for row in self.ranking:
-            force_setattr(row, "name", one(row.name, row.name))
+            if one is not None:
+                force_setattr(row, "name", one(row.name, row.name))
             st = row.stats
             if not (0 < st.max_ns and st.min_ns <= st.q1_ns <= st.median_ns <= st.q3_ns
                     <= st.max_ns) or (row.carried and row.ratio is not None):

@@ -233,12 +233,15 @@ class _Tables:
 
     def __init__(self, runs: list[Run] | None = None,
                  environments: list[Environment] | None = None,
-                 considered: list[ConsideredMap] | None = None) -> None:
+                 considered: list[ConsideredMap] | None = None, *,
+                 shared: bool = True) -> None:
         self.runs = runs
         self.environments = environments
         self.considered = considered
-        self.strings: dict[Any, Any] = {}
-        """Each repeated value of the document's entries, once."""
+        self.strings: dict[Any, Any] | None = {} if shared else None
+        """Each repeated value of the document's entries, once (``None``, ``shared``
+        false: the entries are read a block at a time and let go, so nothing is
+        shared; each keeps its own)."""
         self.pending: list[Any] = []
         """The entries decoded so far whose ``__post_init__`` left work to
         :func:`pytest_arbiter.store.entry.finish_read`."""

@@ -16,6 +16,7 @@ from pytest_arbiter.store import artifacts, cache_file, corpus_files
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache
 from pytest_arbiter.store.cache_file import decode_document, encode_document, key_blocks
 from pytest_arbiter.store.corpus import KeyChange, WinnerChange, diff
+from pytest_arbiter.store.tables import _Tables
 from tests.factories import T0, T1, cache_bytes, cache_entry
 
 
@@ -229,3 +230,25 @@ def test_a_dry_run_forget_reads_a_block_at_a_time_and_starts_again_when_it_must(
     gone, remain = artifacts.forget_entries(ordered, lambda e: e.bucket < "b0050",
                                             dry_run=True)
     assert (len(gone), remain) == (50, 50)
+
+
+def test_blocks_read_without_sharing_names_are_the_same_entries_checked_alike(
+        tmp_path: Path, small_blocks: None) -> None:
+    """A block read and let go (``show``, ``diff``, ``merge``) keeps no table of the
+    names its entries repeat, and gives the same entries; an impossible row is refused
+    as ever, naming the file and the entry."""
+    path = write(tmp_path / "c.json", corpus(300))
+    unshared = _Tables(shared=False)
+    with path.open("rb") as file:
+        blocks = list(key_blocks(file, unshared))
+    assert unshared.strings is None
+    assert [e for b in blocks for e in b] == artifacts.read_cache(path).entries()
+    text = path.read_text()
+    lines = text.split("\n")
+    first = next(i for i, line in enumerate(lines) if '{"device":' in line)
+    at = next(i for i, line in enumerate(lines) if '"bucket":"b0200"' in line)
+    lines[at] = lines[at].replace('"q1_ns":', '"q1_ns":9', 1)  # past its median
+    path.write_text("\n".join(lines))
+    with pytest.raises(ArtifactError, match="latencies must satisfy") as raised:
+        artifacts.each_block(path, len, shared=False)
+    assert "c.json" in str(raised.value) and f"entries[{at - first}]" in str(raised.value)
