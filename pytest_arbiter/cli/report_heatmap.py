@@ -55,9 +55,21 @@ def matplotlib() -> Any:
     return matplotlib
 
 
+PAD_INCHES = 0.05
+"""Room around what a figure draws."""
+SVG_DPI = 72
+"""The resolution matplotlib draws an SVG at, whatever the figure's."""
+
+
 def svg_of(fig: Any) -> str:
+    """The figure as inline SVG, cut to what it draws (its tight box, padded). The box
+    is measured first, over the artists in the layout only (a heat map's cells, inside
+    its axes, are not: :func:`heatmap_figure`), and the figure drawn once in it: a
+    ``bbox_inches="tight"`` would draw every cell twice, once to measure."""
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", pad_inches=0.05,
+    fig.set_dpi(SVG_DPI)  # measured as drawn: an SVG's text is laid out at 72 dpi
+    box = fig.get_tightbbox().padded(PAD_INCHES)
+    fig.savefig(buffer, format="svg", bbox_inches=box,
                 metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buffer.getvalue()
     # inline: no XML prolog or DOCTYPE (a DTD reference a browser would not need)
@@ -212,12 +224,13 @@ def _draw_cell(ax: Any, entry: CacheEntry, at: tuple[int, int], gid: str,
     patch.set_gid(gid)
     if anchor is not None:
         patch.set_url(f"#{anchor}")
-    ax.add_patch(patch)
+    ax.add_artist(patch)  # the limits are set: no data limits to update (add_patch)
     for number, line in enumerate(lines):
+        # inside its cell, inside the axes: not measured for the figure's box (svg_of)
         ax.text(col + 0.5, row + (number + 0.75) / (len(lines) + 0.5), line,
                 ha="center", va="center", color=step.ink,
                 fontweight="bold" if number == 0 else "normal",
-                fontstyle="italic" if number == 2 else "normal")
+                fontstyle="italic" if number == 2 else "normal", in_layout=False)
 
 
 def _axes(ax: Any, rows: Sequence[str], columns: Sequence[str]) -> None:

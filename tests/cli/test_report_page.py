@@ -328,6 +328,38 @@ def test_a_user_ops_axis_labels_never_meet(tmp_path: Path,
     assert f"<title>{LONG_BUCKET}</title>" in html  # and on hover
 
 
+def test_a_heat_map_is_drawn_once_in_the_box_a_tight_save_gives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figure's box is measured without drawing the cells (they lie inside the
+    axes): each heat map is drawn once, not twice as ``bbox_inches="tight"`` does, and
+    its size is the size a tight save gives."""
+    from matplotlib.figure import Figure
+
+    figures: list[Any] = []
+    draws: list[Any] = []
+    real_draw, real_svg = Figure.draw, report_heatmap.svg_of
+
+    def counted(self: Any, renderer: Any) -> None:
+        draws.append(self)
+        real_draw(self, renderer)
+
+    def kept(fig: Any) -> str:
+        figures.append(fig)
+        return real_svg(fig)
+
+    monkeypatch.setattr(Figure, "draw", counted)
+    monkeypatch.setattr(report_heatmap, "svg_of", kept)
+    once = render_user_op(tmp_path).read_text(encoding="utf-8")
+    assert len(figures) == 1 and draws == figures
+    mpl = report_heatmap.matplotlib()
+    with mpl.rc_context(report_heatmap.RC):
+        tight = io.StringIO()
+        figures[0].savefig(tight, format="svg", bbox_inches="tight",
+                           pad_inches=report_heatmap.PAD_INCHES)
+    size = re.compile(r'<svg [^>]*width="([^"]+)" height="([^"]+)"')
+    assert size.search(once).groups() == size.search(tight.getvalue()).groups()
+
+
 def test_labels_and_keys_break_where_a_reader_expects() -> None:
     assert wrap_label("float32,int64,py_float", 14) == "float32,int64,\npy_float"
     assert wrap_label("a2.1-b3.2", 5) == "a2.1-\nb3.2"
