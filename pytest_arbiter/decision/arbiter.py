@@ -257,7 +257,8 @@ class Arbiter:
         elif fb is not None and fb.unavailable:
             # the measured winner cannot run here, and nothing else could: the reference
             self.record.add(HistogramKey(target, op_name, fb.winner, "degraded"),
-                            fb.reason(fb.unavailable, REFERENCE))
+                            fb.reason(fb.unavailable, REFERENCE),
+                            severity=fb.slowdown(REFERENCE))
         elif not reached:
             self.record.add(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"),
                             kp.no_candidate)
@@ -317,7 +318,7 @@ class Arbiter:
         assert kp.fallback is not None
         reason = kp.fallback.reason(why, step.cand.name)
         self.record.add(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner, "degraded"),
-                        reason)
+                        reason, severity=kp.fallback.slowdown(step.cand.name))
         self._note_ran(kp, step.cand.name, reason)
         return out
 
@@ -398,7 +399,7 @@ class Arbiter:
             return None
         reason = kp.fallback.reason(why, step.cand.name)
         self.record.note(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner,
-                                      "degraded"), reason)
+                                      "degraded"), reason, kp.fallback.slowdown(step.cand.name))
         if event is not None:
             event.fallback = reason
         return kp.degraded

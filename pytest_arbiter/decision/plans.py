@@ -4,6 +4,7 @@ two-generation tables that hold them (:class:`PlanTables`)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,11 +64,19 @@ class Fallback:
         except (AttributeError, TypeError, ValueError):
             return False
 
+    def slowdown(self, ran: str) -> float:
+        """How much slower ``ran`` was than the winner when measured: the reference,
+        never timed, is the slowest there is (the largest float: a worker sends it as
+        JSON); 0 when ``ran`` was not timed."""
+        if ran == REFERENCE:
+            return sys.float_info.max
+        mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
+        return theirs / mine if mine > 0 and theirs > 0 else 0.0
+
     def reason(self, why: str, ran: str) -> str:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
-        mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
-        if mine > 0 and theirs > 0:
-            ratio = theirs / mine
+        ratio = self.slowdown(ran)
+        if ran != REFERENCE and ratio > 0:
             slower = (f", {ratio:.3g}x slower when measured" if ratio >= 1.01
                       else ", as fast within 1% when measured")
         else:

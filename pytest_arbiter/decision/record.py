@@ -1,4 +1,4 @@
-"""What an arbiter records: the dispatch counts, the first reason behind each entry, and
+"""What an arbiter records: the dispatch counts, the worst reason behind each entry, and
 the findings of measurements and replays.
 
 The counting rule (docs/contract.md, "Counting"): every dispatch counts once, under the
@@ -18,6 +18,29 @@ from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.gating.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
 
 
+class Reasons:
+    """One reason per entry: the first seen, unless a later one is more severe. The
+    severity is a silent fallback's measured slowdown (one entry may fall back on many
+    keys, by 1.1x on one and 10x on another: the worst is the one to read), 0 for
+    reasons without a measure."""
+
+    def __init__(self) -> None:
+        self.text: dict[HistogramKey, str] = {}
+        self.severity: dict[HistogramKey, float] = {}
+
+    def keep(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
+        """Keep ``reason`` for ``key`` if it is the first, or more severe than the kept
+        one."""
+        if key not in self.text or severity > self.severity[key]:
+            self.text[key] = reason
+            self.severity[key] = severity
+
+    def take(self, other: Reasons) -> None:
+        """:meth:`keep` each of ``other``'s reasons."""
+        for key, reason in other.text.items():
+            self.keep(key, reason, other.severity[key])
+
+
 class Record:
     """Counts, reasons and findings of one process.
 
@@ -27,19 +50,29 @@ class Record:
 
     def __init__(self, histogram: DispatchHistogram) -> None:
         self.histogram = histogram
-        self.reasons: dict[HistogramKey, str] = {}
-        """Why each degraded, rejected, error and no_candidate entry happened (the first
-        reason seen): the decline's reason, the gate's report line, the exception."""
+        self.kept = Reasons()
+        """Why each degraded, rejected, error and no_candidate entry happened: the
+        decline's reason, the gate's report line, the exception."""
         self.findings: dict[FindingKey, str] = {}
         """The findings of this process, in the order found, with their reasons."""
         self.reached: set[FindingKey] = set()
         """The findings a dispatch of this process reached."""
         self._lock = threading.Lock()
 
-    def add(self, key: HistogramKey, reason: str, at: DispatchKey | None = None) -> None:
-        """Count one dispatch of ``key`` (of dispatch key ``at``); keep ``reason`` if it
-        is the first. The first dispatch to reach a found kernel takes its count."""
-        self.reasons.setdefault(key, reason)
+    @property
+    def reasons(self) -> dict[HistogramKey, str]:
+        """The kept reason of each entry (:class:`Reasons`)."""
+        return self.kept.text
+
+    def keep(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
+        """:meth:`Reasons.keep`."""
+        self.kept.keep(key, reason, severity)
+
+    def add(self, key: HistogramKey, reason: str, at: DispatchKey | None = None,
+            severity: float = 0.0) -> None:
+        """Count one dispatch of ``key`` (of dispatch key ``at``); :meth:`keep` its
+        reason. The first dispatch to reach a found kernel takes its count."""
+        self.keep(key, reason, severity)
         if at is not None and key.outcome in ("rejected", "error"):
             found: FindingKey = (*at, key.selected, key.outcome)
             with self._lock:
@@ -48,9 +81,9 @@ class Record:
                     return
         self.histogram.add(key)
 
-    def note(self, key: HistogramKey, reason: str) -> None:
-        """Keep ``reason`` for ``key`` if none is kept yet (nothing counted)."""
-        self.reasons.setdefault(key, reason)
+    def note(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
+        """:meth:`keep` ``reason`` for ``key`` (nothing counted)."""
+        self.keep(key, reason, severity)
 
     def finding(self, at: DispatchKey, name: str, outcome: Outcome, reason: str) -> None:
         """Count a failing kernel found for ``at``: once per key in the process."""
@@ -59,7 +92,7 @@ class Record:
             if found in self.findings:
                 return
             self.findings[found] = reason
-        self.reasons.setdefault(HistogramKey(at.target, at.op, name, outcome), reason)
+        self.keep(HistogramKey(at.target, at.op, name, outcome), reason)
         self.histogram.add(HistogramKey(at.target, at.op, name, outcome))
 
     def snapshot(self) -> tuple[dict[FindingKey, str], set[FindingKey]]:

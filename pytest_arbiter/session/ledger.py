@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_arbiter.decision.record import Reasons
 from pytest_arbiter.gating.baseline import Evidence
 from pytest_arbiter.gating.histogram import (
     OUTCOMES,
@@ -54,7 +55,7 @@ class RunLedger:
         self.worker_counts: list[dict[HistogramKey, int]] = []
         self.worker_expected: list[dict[HistogramKey, int]] = []
         self.worker_events: list[DispatchEvent] = []
-        self.worker_reasons: dict[HistogramKey, str] = {}
+        self.worker_reasons = Reasons()
         self.worker_evidence: dict[str, set[tuple[str, str, str]]] = {
             "checked": set(), "failed": set(), "registered": set()}
         """What the workers saw of their candidates (:meth:`evidence`)."""
@@ -170,9 +171,16 @@ class RunLedger:
         return out
 
     def reasons(self) -> dict[HistogramKey, str]:
-        """Why each failing entry happened: this process's first reason, else a worker's."""
-        own = self.arbiter.reasons if self.arbiter is not None else {}
-        return {**self.worker_reasons, **own}
+        """Why each failing entry happened: the most severe reason of this process and
+        the workers (this process's first among equals)."""
+        return self._reasons().text
+
+    def _reasons(self) -> Reasons:
+        merged = Reasons()
+        if self.arbiter is not None:
+            merged.take(self.arbiter.record.kept)
+        merged.take(self.worker_reasons)
+        return merged
 
     def record_test(self, nodeid: str, before: Mapping[HistogramKey, int],
                     expected: bool, *, once: bool = False) -> list[tuple[HistogramKey, int]]:
@@ -318,6 +326,7 @@ class RunLedger:
             # only what this worker measured: the controller read the same cache file
             measured = document_builtins(self.measured_entries())
         found, reached = self.own_findings()
+        kept = self._reasons()
         return {
             "histogram": histogram_file.payload(self.dispatch_counts()),
             "findings": [[*f, why, f in self.expected_findings, f in reached]
@@ -326,7 +335,8 @@ class RunLedger:
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
-            "reasons": [[*key, why] for key, why in sorted(self.reasons().items())],
+            "reasons": [[*key, [why, kept.severity[key]]]
+                        for key, why in sorted(kept.text.items())],
             "evidence": {kind: sorted(map(list, found))
                          for kind, found in self.own_evidence().items()},
             "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
@@ -352,8 +362,8 @@ class RunLedger:
                 payload["expected"], source=f"worker {name}")[0])
             self._absorb_findings(payload.get("findings", []))
             self._absorb_evidence(payload.get("evidence", {}))
-            for key, why in _keyed(payload.get("reasons", []), "reasons"):
-                self.worker_reasons.setdefault(key, str(why))
+            for key, (why, severity) in _keyed(payload.get("reasons", []), "reasons"):
+                self.worker_reasons.keep(key, str(why), float(severity))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):
                 self.tests.setdefault(key, []).extend(str(n) for n in nodeids)
             self._absorb_rechecks(payload.get("rechecks", []))

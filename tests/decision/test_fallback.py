@@ -189,3 +189,32 @@ def test_a_lost_device_lane_stops_the_dispatch_and_later_ones_say_why() -> None:
     assert counts == {("cpu", "fb_twice", "poisoning", "error"): 1,
                       ("cpu", "fb_twice", "none", "no_candidate"): 2}, counts
     assert "poisoned the lane" in arb.reasons[("cpu", "fb_twice", "none", "no_candidate")]
+
+
+def sized_slow(x: Any) -> Any:
+    time.sleep(0.0002 if x.size < 1000 else 0.004)
+    return x * 2
+
+
+def test_the_reason_kept_is_the_worst_measured_slowdown() -> None:
+    """One winner missing on two keys, by 1.x on the first dispatched and ~10x on the
+    second: the entry's reason says the worst, not the first."""
+    small, large = np.arange(64.0), np.arange(4096.0)
+    reg, ops = setup("fb_twice", (fast, "fast", None), (sized_slow, "sized_slow", None))
+    cache = MeasureCache()
+    tuner = Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=POLICY)
+    tuner.dispatch("fb_twice", small)
+    tuner.dispatch("fb_twice", large)
+    slowdown = sorted(e.ranking[1].stats.median_ns / e.ranking[0].stats.median_ns
+                      for e in cache.entries())
+    assert [e.winner for e in cache.entries()] == ["fast", "fast"] and slowdown[1] > 2.0
+    gone = CandidateRegistry()
+    gone.extend([FunctionCandidate(fast, "fast", "fb_twice", "cpu", 0, None, lambda: False),
+                 FunctionCandidate(sized_slow, "sized_slow", "fb_twice", "cpu", 0, None, None)])
+    arb = Arbiter(registry=gone, ops=ops, cache=cache, mode="static")
+    arb.dispatch("fb_twice", small)
+    arb.dispatch("fb_twice", large)
+    arb.dispatch("fb_twice", small)
+    assert arb.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 3}
+    why = arb.reasons[("cpu", "fb_twice", "fast", "degraded")]
+    assert f"sized_slow ran instead, {slowdown[1]:.3g}x slower when measured" in why, why

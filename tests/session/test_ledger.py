@@ -54,6 +54,19 @@ def test_a_workers_stale_finding_survives_another_workers_event_for_the_key() ->
                                ("cpu", "matmul", "a", "won"): 3}
 
 
+def test_the_controller_keeps_the_workers_worst_fallback_reason() -> None:
+    """Two workers saw the same missing winner fall back, by 1.2x and by 9x: the run's
+    reason is the 9x one, whichever worker reported first."""
+    key = ["cpu", "lse", "fast", "degraded"]
+    ledger = RunLedger()
+    for name, why, severity in (("gw0", "1.2x slower", 1.2), ("gw1", "9x slower", 9.0),
+                                ("gw2", "3x slower", 3.0)):
+        sent = payload([], {tuple(key): 1})
+        sent["reasons"] = [[*key, [why, severity]]]
+        ledger.absorb(name, sent, take_measured=lambda entries: None)
+    assert ledger.reasons() == {tuple(key): "9x slower"}
+
+
 def test_a_crashed_or_garbled_worker_is_never_silently_lost() -> None:
     ledger = RunLedger()
     ledger.absorb("gw0", None)
