@@ -4,17 +4,25 @@ budget ("F4" is the gate's name in this project, not an abbreviation)."""
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.dtypes import precision, round_to, spacing
-from pytest_arbiter.core.ops import ERROR_LAMBDA, ErrorModel, Op, compares_exactly, to_host
+from pytest_arbiter.core.dtypes import precision, round_to
+from pytest_arbiter.core.gate_stats import (
+    STAT_DTYPES,
+    STAT_SAMPLE as STAT_SAMPLE,  # re-exported: read as the gate's
+    FrameRequest,
+    _by_group_then_value as _by_group_then_value,
+    _frame as _frame,
+    _statistics,
+    frames,
+)
+from pytest_arbiter.core.ops import ErrorModel, Op, compares_exactly, to_host
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import (
     SENSITIVE,
@@ -158,270 +166,87 @@ def _call_guard(call_timeout_s: float | None) -> Guard:
     return lambda: watch
 
 
-STAT_ALPHA = 1e-9
-"""False-alarm probability of each statistical check on one gate input (two-sided)."""
-_LOG_TERM = math.log(2.0 / STAT_ALPHA)
-_MIN_UNITS = 8
-"""Fewer distinct outputs than this and the statistical checks say nothing."""
-STAT_SAMPLE = 2048
-"""The statistical checks look at this many outputs of a trial at most, evenly spread."""
-_ROUNDING_VARIANCE = 1.0 / 12.0  # of one rounding to nearest, in ulp^2: the weights' floor
-_STAT_DTYPES = ("float32", "float16", "bfloat16")
-_FLUSH_MARGIN = 64.0
-
-
-@dataclass(frozen=True)
-class _Units:
-    """The sampled outputs of one trial, one entry per distinct (group, exact value), in
-    units of the output's spacing (ulp) at the exact value."""
-
-    d: np.ndarray  # got - round(exact): the error beyond a correctly rounded result
-    z: np.ndarray  # got - exact
-    z_ideal: np.ndarray  # round(exact) - exact: the correctly rounded result's own error
-    sign: np.ndarray  # sign of the exact value
-    sd: np.ndarray
-    common: np.ndarray
-    systematic: np.ndarray
-    bound: np.ndarray  # the largest |z| the elementwise budget lets through
-    group: np.ndarray  # the group (softmax row); each unit its own when nothing is shared
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """What the statistical checks compute before they read an output: the sampled
-    outputs (positions sorted and grouped, exact values, their spacing and correctly
-    rounded values), the units' terms (:class:`_Units` but ``d`` and ``z``) and both
-    checks' weights and thresholds (``None`` under _MIN_UNITS units)."""
-
-    index: np.ndarray
-    e: np.ndarray
-    ulp: np.ndarray
-    ideal: np.ndarray
-    starts: np.ndarray | None  # where each unit of equal outputs starts; None: one each
-    counts: np.ndarray | None
-    units: _Units
-    bias: tuple[np.ndarray, np.ndarray, float, float, float] | None
-    spread: _SpreadTerms | None
-
-
-def _frame(flat_exact: np.ndarray, flat_got: np.ndarray | None, model: ErrorModel,
-           dtype: str, seed: int) -> _Frame:
-    """At most STAT_SAMPLE finite outputs, every k-th one (a choice fixed before the errors
-    are seen, so the checks' false-alarm bound holds for the sample), and those where
-    ``flat_got`` (if given) is finite. Outputs equal in the exact result and in one group
-    are one unit: a deterministic kernel computes them alike, so their errors are one
-    observation, not several."""
-    stride = max(1, -(-flat_exact.size // STAT_SAMPLE))  # an empty output: no units
-    index = np.arange(seed % stride, flat_exact.size, stride)
-    sampled = flat_exact[index]
-    keep = np.isfinite(sampled)
-    if flat_got is not None:
-        keep &= np.isfinite(flat_got[index])
-    gaps = None
-    if model.flush:
-        # where flushing float32 subnormals to zero (allowed) could move an output by more
-        # than 1/64 of its spacing, its error says nothing about rounding
-        gaps = spacing(np.where(keep, sampled, 0.0), dtype)
-        keep &= gaps >= _FLUSH_MARGIN * model.flush
-        gaps = gaps[keep]  # the kept outputs' spacing, made once
-    index = index[keep]
-    e = sampled[keep]
-    # sorted, and equal neighbours found (finite values: equal exactly when their
-    # difference is 0)
-    if model.group_size:
-        groups = index // model.group_size
-        order = _by_group_then_value(groups, e)
-        groups, e = groups[order], e[order]
-        same = (e[1:] == e[:-1]) & (groups[1:] == groups[:-1])
-    else:
-        order = np.argsort(e)
-        e = e[order]
-        same = e[1:] == e[:-1]
-        groups = np.arange(e.size)
-    index = index[order]
-    ulp = spacing(e, dtype) if gaps is None else gaps[order]
-    ideal = round_to(e, dtype)
-    scales = model.scales(index)
-    z_ideal = (ideal - e) / ulp
-    # one array, each row divided and reduced as it would be alone
-    maxima = np.stack([scales.sd, scales.common, scales.systematic,
-                       model.allowed.reshape(-1)[index]]) / ulp
-    sign = np.sign(e)
-    starts = counts = None
-    if same.any():
-        starts = np.concatenate(([0], np.flatnonzero(~same) + 1))
-        counts = np.diff(np.append(starts, e.size))
-        z_ideal = np.add.reduceat(z_ideal, starts) / counts
-        maxima = np.maximum.reduceat(maxima, starts, axis=1)
-        sign, groups = sign[starts], groups[starts]
-    sd, common, systematic, bound = maxima
-    units = _Units(sign, sign, z_ideal, sign, sd, common, systematic, bound,
-                   np.asarray(groups, dtype=np.int64))
-    enough = sign.size >= _MIN_UNITS
-    return _Frame(index, e, ulp, ideal, starts, counts, units,
-                  _bias_terms(units) if enough else None,
-                  _spread_terms(units) if enough else None)
-
-
-def _by_group_then_value(groups: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``np.lexsort((e, groups))`` for finite ``e``, a few times faster: a stable sort of
-    complex numbers orders by the real part (the group, exact in float64), then the
-    imaginary (the value), ties kept in place."""
-    pairs = np.empty(e.size, dtype=np.complex128)
-    pairs.real = groups
-    pairs.imag = e
-    order: np.ndarray = np.argsort(pairs, kind="stable")
-    return order
-
-
-def _units(frame: _Frame, flat_got: np.ndarray) -> _Units:
-    """The frame's units with the output's errors, in ulp: ``d`` beyond the correctly
-    rounded value, ``z`` from the exact one (averaged over each unit's outputs)."""
-    g = flat_got[frame.index]
-    d, z = (g - frame.ideal) / frame.ulp, (g - frame.e) / frame.ulp
-    if frame.starts is not None:
-        d = np.add.reduceat(d, frame.starts) / frame.counts
-        z = np.add.reduceat(z, frame.starts) / frame.counts
-    u = frame.units  # made field by field: dataclasses.replace costs more than the rest
-    return _Units(d, z, u.z_ideal, u.sign, u.sd, u.common, u.systematic, u.bound, u.group)
-
-
-def _bernstein(variance: float, largest: float) -> float:
-    """The deviation a sum of independent zero-mean terms (total variance ``variance``,
-    each within ``largest`` of its mean) exceeds with probability at most STAT_ALPHA."""
-    return math.sqrt(2.0 * _LOG_TERM * variance) + 2.0 / 3.0 * _LOG_TERM * largest
-
-
-_total = np.add.reduce
-"""``np.sum`` of a 1-D array, without its wrapper (the checks' units are 1-D)."""
-_largest = np.maximum.reduce
-"""``np.max`` of a 1-D array, likewise."""
-
-
-def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    out: np.ndarray = np.bincount(group, weights=values)
-    return out
-
-
-def _bias_terms(u: _Units) -> tuple[np.ndarray, np.ndarray, float, float, float]:
-    """The bias check's weights (and times the signs), threshold, allowance and total
-    weight: see :func:`_bias_check`."""
-    v = u.sd + u.sd ** 2 + u.common + u.systematic
-    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
-    independent = float(_total(w * w * v))
-    shared = float(_total(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
-    threshold = _bernstein(independent + shared, float(_largest(2.0 * w * (u.bound + 0.5))))
-    return w, w * u.sign, threshold, float(_total(w * u.systematic)), float(_total(w))
-
-
-def _bias_check(u: _Units, terms: tuple[np.ndarray, np.ndarray, float, float, float]
-                ) -> tuple[float, str]:
-    """Bias: the weighted mean of ``d`` (signed, and relative to each output's sign) is
-    zero for round to nearest, up to the model's systematic allowance and its noise.
-
-    Under the rounding model, E[d] equals the mean shift of the value before the last
-    rounding (its position within a spacing being uniform), and
-    E[d^2] <= E|c| + E[c^2] for a shift c: so with c of scale sd (independent), common
-    (shared by a group) and systematic, Var(d) <= sd + sd^2 + common + systematic.
-    """
-    w, w_sign, threshold, allowance, total = terms
-    worst_ratio, worst_text = 0.0, ""
-    for stat, lean in ((float(_total(w_sign * u.d)), ("away from zero", "toward zero")),
-                       (float(_total(w * u.d)), ("upward", "downward"))):
-        ratio = (abs(stat) - allowance) / threshold
-        if ratio > worst_ratio:
-            worst_ratio = ratio
-            worst_text = (
-                f"bias check: the errors lean {lean[0] if stat > 0 else lean[1]}, "
-                f"{stat / total:+.3g} ulp on average over {u.d.size} distinct outputs, "
-                f"where round to nearest allows {(allowance + threshold) / total:.2g} "
-                f"({ratio:.3g}x the bound)")
-    return worst_ratio, worst_text
-
-
-class _SpreadTerms(NamedTuple):
-    w: np.ndarray
-    fit: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # w h, the groups' fit weight, h
-    mean: float
-    threshold: float
-    total: float
-
-
-def _spread_terms(u: _Units) -> _SpreadTerms:
-    """The spread check's weights, the shared error's fit, the expected statistic, its
-    threshold and the total weight: see :func:`_spread_check`."""
-    sd2 = u.sd ** 2
-    expected = sd2 + u.systematic ** 2
-    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
-    reach = u.bound + 0.5
-    fit = None
-    if u.common.any():
-        h = u.common * u.sign
-        common2 = u.common ** 2
-        fit_w = w * common2
-        fit_total = np.maximum(_group_sums(fit_w, u.group), 1e-300)
-        fit = (w * h, fit_total, h)
-        noise = _group_sums(w * w * common2 * (expected + 0.25), u.group) / fit_total ** 2
-        expected = expected + common2 * noise[u.group]
-        reach = reach + ERROR_LAMBDA * u.common
-    flips = u.sd + sd2 + u.systematic + u.common + expected
-    variance = float(_total(w * w * flips * reach ** 2))
-    threshold = _bernstein(variance, float(_largest(w * (reach ** 2 + 0.25))))
-    return _SpreadTerms(w, fit, float(_total(w * expected)), threshold, float(_total(w)))
-
-
-def _spread_check(u: _Units, terms: _SpreadTerms) -> tuple[float, str]:
-    """Spread: the squared error beyond the correctly rounded result's, z^2 - z_ideal^2,
-    has mean E[c^2] <= sd^2 + systematic^2 for a shift c before the last rounding. A
-    group's shared relative error is first estimated (least squares, clipped to the
-    budget's ERROR_LAMBDA scales) and taken out, its estimation error allowed for."""
-    z = u.z
-    if terms.fit is not None:
-        w_h, fit_w, h = terms.fit
-        slope = np.clip(_group_sums(w_h * z, u.group) / fit_w, -ERROR_LAMBDA, ERROR_LAMBDA)
-        z = z - slope[u.group] * h
-    stat = float(_total(terms.w * (z ** 2 - u.z_ideal ** 2)))
-    mean, threshold, total = terms.mean, terms.threshold, terms.total
-    ratio = (stat - mean) / threshold
-    text = (f"spread check: the errors are {math.sqrt(max(stat, 0.0) / total):.3g} ulp RMS "
-            f"beyond correct rounding over {z.size} distinct outputs, where the rounding "
-            f"model allows {math.sqrt((mean + threshold) / total):.3g} ({ratio:.3g}x the bound)")
-    return ratio, text
-
-
-def _statistics(got: np.ndarray, exact: np.ndarray, model: ErrorModel, dtype: str,
-                seed: int, prep: PreparedTrial | None = None) -> tuple[float, float, str]:
-    """``(bias ratio, spread ratio, reason)`` of one trial; a ratio over 1 fails, and the
-    reason says which check failed and by how much ("" when both pass). The frame is made
-    once for ``prep``'s trial, for outputs finite wherever it samples (an output that is
-    not gets a frame of its own)."""
-    flat_got = got.reshape(-1)
-    frame = prep.checks if prep is not None else None
-    if frame is None:
-        frame = _frame(exact.reshape(-1), None, model, dtype, seed)
-        if prep is not None:
-            prep.checks = frame
-    if not bool(np.isfinite(flat_got[frame.index]).all()):
-        frame = _frame(exact.reshape(-1), flat_got, model, dtype, seed)
-    if frame.bias is None or frame.spread is None:
-        return 0.0, 0.0, ""
-    units = _units(frame, flat_got)
-    bias, bias_text = _bias_check(units, frame.bias)
-    spread, spread_text = _spread_check(units, frame.spread)
-    if bias > 1.0:
-        return bias, spread, bias_text
-    if spread > 1.0:
-        return bias, spread, spread_text
-    return bias, spread, ""
 
 
 _STAT_SOURCES = ("builtin", "generated", "user")
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A trial whose output passed every check but the statistical ones: what their
+    verdict needs (the output in float64, NaN where it is not checked; the model; the
+    trial's seed; the elementwise worst errors, absolute, relative and over the budget)
+    and the output's copy to keep with the verdict (``kept``, :meth:`PreparedTrial.keep`)."""
+
+    prep: PreparedTrial
+    index: int
+    sample: np.ndarray
+    model: ErrorModel
+    out_float: str
+    seed: int
+    worst: tuple[float, float, float]
+    kept: np.ndarray | None = None
+
+    def verdict(self) -> TrialResult:
+        """The trial's result, with the statistical checks (the frame made before)."""
+        prep = self.prep
+        assert prep.expected is not None
+        bias, spread, why = _statistics(self.sample, prep.expected[0], self.model,
+                                        self.out_float, self.seed, prep)
+        worst_abs, worst_rel, worst_ratio = self.worst
+        return _result(prep, self.index, "fail" if why else "pass", why,
+                       worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
+                       bias=bias, spread=spread)
+
+
+def _run_trials(cand: Candidate, op: Op, prepared: Sequence[PreparedTrial],
+                guard: Guard) -> list[TrialResult]:
+    """``cand``'s result on each trial, in order. The statistical checks of the outputs
+    that reach them run after the candidate's last trial, their frames made for all of
+    them at once (:func:`_settle`); and before a trial met again in this gate (a pattern
+    re-gated twice) runs again, so that its verdict is known to it."""
+    results: list[TrialResult | _Pending] = []
+    met: set[int] = set()
+    for i, prep in enumerate(prepared):
+        if id(prep) in met:
+            _settle(results)
+        met.add(id(prep))
+        results.append(_check_trial(cand, op, i, prep, guard))
+    return _settle(results)
+
+
+def _settle(results: list[TrialResult | _Pending]) -> list[TrialResult]:
+    """``results`` with each pending trial's verdict in its place (kept with the output's
+    copy for the trial's next candidates): the frames the trials lack made together, per
+    output dtype (:func:`~pytest_arbiter.core.gate_stats.frames`), then each trial's
+    checks."""
+    pending = [r for r in results if isinstance(r, _Pending)]
+    lacking: dict[str, list[_Pending]] = {}
+    for p in pending:
+        if p.prep.checks is None:
+            lacking.setdefault(p.out_float, []).append(p)
+    for dtype, group in lacking.items():
+        made = frames([FrameRequest(_exact_of(p.prep).reshape(-1), None, p.model, p.seed)
+                       for p in group], dtype)
+        for p, frame in zip(group, made, strict=True):
+            p.prep.checks = frame
+    for i, r in enumerate(results):
+        if isinstance(r, _Pending):
+            results[i] = judged = r.verdict()
+            r.prep.remember(r.kept, judged)
+    return [r for r in results if isinstance(r, TrialResult)]
+
+
+def _exact_of(prep: PreparedTrial) -> np.ndarray:
+    assert prep.expected is not None
+    return prep.expected[0]
+
+
 def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
-                 guard: Guard) -> TrialResult:
+                 guard: Guard) -> TrialResult | _Pending:
     """Run ``cand`` on one gate input and judge its output (NumPy's floating-point
-    warnings off: :func:`evaluate` turns them off once for all the trials)."""
+    warnings off: :func:`evaluate` turns them off once for all the trials), but for the
+    statistical checks: an output that reaches them is :class:`_Pending`."""
     # the candidate's code, accepts() included, sees copies of the trial's inputs, never
     # the trial's own arrays (shared with the key's other candidates): a write to them
     # fails this candidate alone. The copies keep the inputs' memory layout (strides and
@@ -457,10 +282,13 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     if seen is not None:
         return seen if seen.index == index else replace(seen, index=index)
     if compares_exactly(op, out_dtype):
-        judged = _result(prep, index, *_exact_verdict(out, exact))
+        judged: TrialResult | _Pending = _result(prep, index, *_exact_verdict(out, exact))
     else:
         judged = _judge_values(op, index, prep, out)
-    prep.remember(out, judged)
+    if isinstance(judged, _Pending):
+        judged.kept = prep.keep(out)  # now: the kernel may write into it later
+    else:
+        prep.remember(prep.keep(out), judged)
     return judged
 
 
@@ -514,9 +342,11 @@ def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
                     f"{exact[where]:g} (integer and boolean outputs are compared exactly)")
 
 
-def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> TrialResult:
+def _judge_values(op: Op, index: int, prep: PreparedTrial,
+                  out: np.ndarray) -> TrialResult | _Pending:
     """A floating-point output against the reference: non-finite values, the elementwise
-    budget, and on the gate's own random inputs the bias and spread checks."""
+    budget, and on the gate's own random inputs the bias and spread checks (pending: they
+    run for the gate's trials together, :func:`_settle`)."""
     trial = prep.trial
     assert prep.expected is not None
     exact = prep.expected[0]
@@ -549,17 +379,17 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial, out: np.ndarray) -> T
             f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
             worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
             numeric="far_over_budget" if worst_ratio > FAR_OVER_BUDGET else None)
-    bias = spread = 0.0
-    why = ""
-    if (model is not None and trial.seed is not None and out_float in _STAT_DTYPES
+    if (model is not None and trial.seed is not None and out_float in STAT_DTYPES
             and trial.source in _STAT_SOURCES):
         # the checks' null model holds for random inputs only; the dispatch's inputs may
         # be structured (equal rows, sorted values) and make a correct kernel's rounding
         # errors look biased, and offsets and specials add errors of their own
         sample = got if checked is None else np.where(checked, got, np.nan)
-        bias, spread, why = _statistics(sample, exact, model, out_float, trial.seed, prep)
-    return _result(prep, index, "fail" if why else "pass", why, worst_abs=worst_abs,
-                   worst_rel=worst_rel, worst_ratio=worst_ratio, bias=bias, spread=spread)
+        assert out_float is not None
+        return _Pending(prep, index, sample, model, out_float, trial.seed,
+                        (worst_abs, worst_rel, worst_ratio))
+    return _result(prep, index, "pass", worst_abs=worst_abs, worst_rel=worst_rel,
+                   worst_ratio=worst_ratio)
 
 
 def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
@@ -655,7 +485,7 @@ def evaluate(cand: Candidate, op: Op, *, inputs: Sequence[Any] | None = None,
     # ``filterwarnings = error`` a warning would be raised as one)
     with watch_session(call_timeout_s), np.errstate(all="ignore"):
         # the watchdog's handler installed once, not per call
-        results = [_check_trial(cand, op, i, t, guard) for i, t in enumerate(prepared)]
+        results = _run_trials(cand, op, prepared, guard)
     trials.settle()
     checked = [r for r in results if r.status not in ("declined", "skipped")]
     failing = next((r for r in results if r.status in ("fail", "error")), None)

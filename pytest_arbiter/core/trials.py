@@ -32,7 +32,9 @@ DERIVED = ("generated", "conditioned", "special")
 SENSITIVE = ("conditioned", "special", "user")
 """Trials that may be ill-conditioned: their budget adds the reference's sensitivity."""
 CHECKSUM_BYTES = 64 * 1024
-"""An input larger than this is compared by a checksum of its bytes, not element by element."""
+"""An input larger than this is compared element by element, as unsigned integers of its
+element size (by a checksum of its bytes for a size with none), not as a copy of its
+bytes."""
 JUDGED_OUTPUTS = 4
 """A trial keeps this many distinct outputs and their verdicts, for candidates that return
 the same bits (:meth:`PreparedTrial.judged_before`)."""
@@ -177,11 +179,18 @@ class PreparedTrial:
                     return verdict
         return None
 
-    def remember(self, out: np.ndarray, verdict: Any) -> None:
-        """Keep ``verdict`` for outputs with ``out``'s bits (a copy: a kernel may write
-        into the array it returned later)."""
+    def keep(self, out: np.ndarray) -> np.ndarray | None:
+        """A copy of ``out`` to keep with its verdict (:meth:`remember`), taken when the
+        output is judged (a kernel may write into the array it returned later); ``None``
+        when the trial keeps JUDGED_OUTPUTS already, or ``out`` has no plain bits."""
         if len(self.judged) < JUDGED_OUTPUTS and _bits(out) is not None:
-            kept = np.array(out, copy=True)
+            return np.array(out, copy=True)
+        return None
+
+    def remember(self, kept: np.ndarray | None, verdict: Any) -> None:
+        """Keep ``verdict`` for outputs with the bits of ``kept`` (:meth:`keep`'s copy;
+        ``None``: nothing is kept)."""
+        if kept is not None and len(self.judged) < JUDGED_OUTPUTS:
             raw = kept.tobytes() if kept.nbytes <= CHECKSUM_BYTES else None
             self.judged.append((kept, raw, verdict))
 
@@ -192,9 +201,10 @@ class PreparedTrial:
 
     def unchanged(self, i: int, now: Any) -> bool:
         """Whether ``now`` is still input ``i`` as it was copied, bit for bit: the
-        elements' bytes in C order, or their :func:`checksum` past CHECKSUM_BYTES; an input
-        whose dtype or shape differs, or that has no bits to compare, as values (NaN equal
-        to NaN)."""
+        elements' bytes in C order, past CHECKSUM_BYTES the elements as unsigned integers
+        (one pass over both, no checksum of the copy to make first), or their
+        :func:`checksum` for an element size with no such integer; an input whose dtype or
+        shape differs, or that has no bits to compare, as values (NaN equal to NaN)."""
         before = self.originals()[i]
         if not _as_bits(before, now):
             return bool(np.array_equal(before, now, equal_nan=True))
@@ -203,6 +213,9 @@ class PreparedTrial:
             if raw is None:
                 raw = self.raw[i] = before.tobytes()  # the copy is never written to
             return raw == now.tobytes()
+        bits_before, bits_now = _bits(before), _bits(now)
+        if bits_before is not None and bits_now is not None:
+            return bool(np.array_equal(bits_before, bits_now))
         if i not in self.sums:
             self.sums[i] = checksum(before)
         return self.sums[i] == checksum(now)
