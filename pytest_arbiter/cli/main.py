@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import heapq
 import itertools
 import json
 import os
@@ -26,7 +27,12 @@ from typing import TYPE_CHECKING, NamedTuple, TextIO
 from pytest_arbiter.cli.parser import command_parser
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
-from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet, tightened
+from pytest_arbiter.gating.baseline import (
+    FleetVerdict,
+    failing_outcomes,
+    gate_fleet,
+    tightened,
+)
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, plain_key
@@ -46,6 +52,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MAX_TESTS_SHOWN = 10
 MAX_REASONS_SHOWN = 3
 """Distinct reasons ``gate`` prints under a new entry; the rest are counted."""
+MAX_LISTED = 20
+"""Known, fixed and unchecked entries ``gate`` lists of each kind, the first in key
+order, the rest counted in one line (``--verbose`` lists every one): a fleet's gate
+may know half a million entries, which no CI log should print."""
 
 
 def format_ns(ns: float) -> str:
@@ -454,6 +464,47 @@ def _new_entry_lines(fleet: FleetCounts, new: Mapping[HistogramKey, int]) -> Ite
             yield f"  (+{len(reasons) - MAX_REASONS_SHOWN} more reasons)"
 
 
+def _first(keys: Iterable[HistogramKey], count: int, verbose: bool) -> list[HistogramKey]:
+    """The keys ``gate`` lists of ``count``: all of them, sorted, with ``verbose`` or when
+    they are few, else the first :data:`MAX_LISTED` in key order (not a sort of all)."""
+    if verbose or count <= MAX_LISTED:
+        return sorted(keys)
+    return heapq.nsmallest(MAX_LISTED, keys)
+
+
+def _rest(kind: str, count: int, shown: int, what: str) -> Iterator[str]:
+    """The line that counts the entries of one kind left out of the list."""
+    if count > shown:
+        yield f"{kind}: +{count - shown} more {what}; --verbose lists each"
+
+
+def _known_lines(known: Mapping[HistogramKey, int], verbose: bool) -> Iterator[str]:
+    """A line per known entry listed (the key unpacked, not a call each: with
+    ``--verbose``, up to a million), then how many more there are."""
+    keys = _first(known, len(known), verbose)
+    yield from (f"known {outcome}: target={target} op={op} candidate={selected} ({count} "
+                f"{'dispatch' if count == 1 else 'dispatches'}, in the baseline)"
+                for (target, op, selected, outcome), count in zip(
+                    keys, map(known.__getitem__, keys), strict=True))
+    yield from _rest("known", len(known), len(keys), "entries in the baseline (they pass)")
+
+
+def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool) -> Iterator[str]:
+    """A line per fixed, then per unchecked, entry listed, each kind's rest counted."""
+    fixed = ("removed from the baseline)" if update
+             else "tighten the baseline with --update)")
+    listed = _first(fv.fixed, len(fv.fixed), verbose)
+    yield from (f"fixed {outcome}: target={target} op={op} candidate={selected} (no longer "
+                f"seen; {fixed}" for target, op, selected, outcome in listed)
+    yield from _rest("fixed", len(fv.fixed), len(listed),
+                     f"entries no longer seen ({fixed[:-1]})")
+    listed = _first(fv.unchecked, len(fv.unchecked), verbose)
+    yield from (f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
+                f"{key.target}/{key.op}: kept in the baseline)" for key in listed)
+    yield from _rest("unchecked", len(fv.unchecked), len(listed),
+                     "entries of a target and op no report dispatched (kept in the baseline)")
+
+
 def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.gating.junit import read_reports
 
@@ -475,16 +526,8 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         _say(out, "warning: the reports hold no pytest-arbiter dispatch data "
              "(was the plugin active? did any test dispatch?)")
     _say_all(out, _new_entry_lines(fleet, fv.verdict.new))
-    # a line per known entry, up to a million: the key unpacked, not a call each
-    _say_all(out, (f"known {outcome}: target={target} op={op} candidate={selected} ({count} "
-                   f"{'dispatch' if count == 1 else 'dispatches'}, in the baseline)"
-                   for (target, op, selected, outcome), count in sorted(fv.verdict.known.items())))
-    fixed = ("removed from the baseline)" if args.update
-             else "tighten the baseline with --update)")
-    _say_all(out, (f"fixed {outcome}: target={target} op={op} candidate={selected} (no longer "
-                   f"seen; {fixed}" for target, op, selected, outcome in fv.fixed))
-    _say_all(out, (f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
-                   f"{key.target}/{key.op}: kept in the baseline)" for key in fv.unchecked))
+    _say_all(out, _known_lines(fv.verdict.known, args.verbose))
+    _say_all(out, _fixed_lines(fv, args.update, args.verbose))
     if args.update:
         histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "

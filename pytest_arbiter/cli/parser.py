@@ -211,6 +211,10 @@ def _add_fleet_commands(sub: Subparsers, commands: Mapping[str, Command]) -> Non
                       help="'fail': a 'stale' entry (a cached winner a recheck found "
                       "slower, --arbiter-recheck) the baseline does not list fails the "
                       "gate too (default: report)")
+    gate.add_argument("-v", "--verbose", action="store_true",
+                      help="list every known, fixed and unchecked entry (by default the "
+                      "first few of each kind, the rest counted); new entries are always "
+                      "listed in full")
     gate.set_defaults(run=commands["gate"])
 
     stl = sub.add_parser(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pytest_arbiter.cli.main import main
+from pytest_arbiter.cli.main import MAX_LISTED, main
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import (
@@ -213,17 +213,87 @@ def gate_pair(tmp: Path) -> tuple[Path, Path]:
     return paths
 
 
-def test_the_gate_prints_and_writes_what_the_key_by_key_gate_did(tmp_path: Path) -> None:
-    run, baseline = gate_pair(tmp_path)
+GATE_RUNS = (("gate", ()), ("gate --stale=fail", ("--stale=fail",)), ("gate itself", ()),
+             ("gate --update", ("--update",)))
+
+
+def gate_outputs(tmp: Path, *flags: str) -> dict[str, tuple[int, str]]:
+    """Exit status and output of each of :data:`GATE_RUNS` with ``flags``, and the
+    baseline's bytes after ``--update``."""
+    tmp.mkdir()
+    run, baseline = gate_pair(tmp)
     seen: dict[str, tuple[int, str]] = {}
-    kinds: set[str] = set()
-    for name, argv in (("gate", (baseline,)), ("gate --stale=fail", (baseline, "--stale=fail")),
-                       ("gate itself", (run,)), ("gate --update", (baseline, "--update"))):
+    for name, argv in GATE_RUNS:
         out = io.StringIO()
-        code = main(["gate", "--baseline", *map(str, argv), str(run)], out=out)
-        text = out.getvalue().replace(str(tmp_path), "TMP")
-        seen[name] = (code, hashlib.sha256(text.encode()).hexdigest())
-        kinds.update(line.split(" ", 1)[0] for line in text.splitlines())
-    seen["baseline after --update"] = (0, hashlib.sha256(baseline.read_bytes()).hexdigest())
-    assert seen == GATE_DIGESTS
+        against = run if name == "gate itself" else baseline
+        code = main(["gate", "--baseline", str(against), *argv, *flags, str(run)], out=out)
+        seen[name] = (code, out.getvalue().replace(str(tmp), "TMP"))
+    seen["baseline after --update"] = (0, baseline.read_text(encoding="utf-8"))
+    return seen
+
+
+def digests(seen: Mapping[str, tuple[int, str]]) -> dict[str, tuple[int, str]]:
+    return {name: (code, hashlib.sha256(text.encode()).hexdigest())
+            for name, (code, text) in seen.items()}
+
+
+def test_the_gate_prints_and_writes_what_the_key_by_key_gate_did(tmp_path: Path) -> None:
+    seen = gate_outputs(tmp_path / "verbose", "--verbose")
+    assert digests(seen) == GATE_DIGESTS
+    kinds = {line.split(" ", 1)[0] for _, text in seen.values() for line in text.splitlines()}
     assert {"NEW", "known", "fixed", "unchecked", "degrade"} <= kinds
+
+
+LISTED = ("known", "fixed", "unchecked")
+SUMMARY_DIGESTS = {
+    "gate": (1, "ec3c6fa82b1de68c53097efb3cee07e7b3465ab5b0bce40cd16fa6450dd53edb"),
+    "gate --stale=fail": (1, "42fafa073364915ae7d8dfc8f9175391f53d5a692cec4ba69ccff0f6dfb031cc"),
+    "gate itself": (0, "0f2f08ac0490260714fc1fec7dfd5520332115e45057f96cf23de042fa9266d8"),
+    "gate --update": (1, "ad800b7e0e7641320da98bfa2406278962181506564d327d337b2208d62012db"),
+    "baseline after --update": (
+        0, "a8447b248dc7f71f72a08720a87596477e81d5b3f85172745fc7c2f509931dad"),
+}
+"""The same runs without ``--verbose``: each kind of :data:`LISTED` cut to its first
+:data:`~pytest_arbiter.cli.main.MAX_LISTED` lines and a count."""
+
+
+def summarised(text: str, rest: Mapping[str, str]) -> str:
+    """``--verbose`` output as the default prints it: of each kind of :data:`LISTED`,
+    the first lines, then ``KIND: +N more REST...`` where more were cut."""
+    out: list[str] = []
+    left: dict[str, int] = {}
+    for line in text.splitlines(keepends=True):
+        kind = line.split(" ", 1)[0]
+        if kind in LISTED and line.split(":", 1)[0] != kind:
+            left[kind] = left.get(kind, 0) + 1
+            if left[kind] > MAX_LISTED:
+                continue
+        out.append(line)
+    for kind in LISTED:
+        extra = left.get(kind, 0) - MAX_LISTED
+        if extra > 0:
+            at = max(i for i, line in enumerate(out) if line.startswith(f"{kind} "))
+            out.insert(at + 1, f"{kind}: +{extra} more {rest[kind]}; --verbose lists each\n")
+    return "".join(out)
+
+
+REST = {"known": "entries in the baseline (they pass)",
+        "fixed": "entries no longer seen (tighten the baseline with --update)",
+        "unchecked": "entries of a target and op no report dispatched (kept in the baseline)"}
+
+
+def test_the_gate_lists_the_first_known_fixed_and_unchecked_and_counts_the_rest(
+        tmp_path: Path) -> None:
+    """New entries in full, every other kind cut to its first lines and a count: a
+    fleet's gate of half a million known entries prints a page, not a million lines."""
+    full = gate_outputs(tmp_path / "verbose", "--verbose")
+    seen = gate_outputs(tmp_path / "default")
+    updated = {**REST, "fixed": "entries no longer seen (removed from the baseline)"}
+    for name, (code, text) in seen.items():
+        want = full[name][1]
+        if name.startswith("gate"):
+            want = summarised(want, updated if name == "gate --update" else REST)
+        assert (code, text) == (full[name][0], want), name
+    cut = [line for line in seen["gate"][1].splitlines() if "more" in line]
+    assert [line.split(":", 1)[0] for line in cut] == ["known", "fixed", "unchecked"]
+    assert digests(seen) == SUMMARY_DIGESTS
