@@ -25,6 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from pytest_arbiter.cli.parser import command_parser
+from pytest_arbiter.cli.show_rows import (
+    NARROW_COLUMNS,
+    PAIRED_NOTE,
+    SHOW_WIDTH,
+    Columns,
+    format_ns,
+    narrow_columns,
+    paired_only,
+    row_columns,
+    slower,
+)
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import (
@@ -56,21 +67,6 @@ MAX_LISTED = 20
 """Known, fixed and unchecked entries ``gate`` lists of each kind, the first in key
 order, the rest counted in one line (``--verbose`` lists every one): a fleet's gate
 may know half a million entries, which no CI log should print."""
-
-
-def format_ns(ns: float) -> str:
-    """A latency to three significant digits, in the unit that reads best (``4.00 ms``
-    beside ``13.5 us``, never ``4 ms``)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if ns >= scale * 0.9995:  # 999.6 ns rounds to 1.00 us, not 1000 ns
-            return f"{_three_digits(ns / scale)} {unit}"
-    return f"{_three_digits(ns)} ns"
-
-
-def _three_digits(value: float) -> str:
-    if round(value, 1) >= 100:
-        return f"{value:.0f}"
-    return f"{value:.1f}" if round(value, 2) >= 10 else f"{value:.2f}"
 
 
 def _key_text(key: Sequence[str]) -> str:
@@ -113,7 +109,7 @@ def _show_row(e: CacheEntry) -> tuple[str, ...]:
     if second is not None and second.carried:
         runner = f"{second.name} (carried: not timed with the winner)"
     elif second is not None and ratio is not None:
-        runner = f"{second.name} {_slower(ratio, e.tie)}"
+        runner = f"{second.name} {slower(ratio, e.tie)}"
     else:
         runner = "-"
     conf = (f"{e.confidence:.3f}" + (" tie" if e.tie else "")
@@ -123,138 +119,39 @@ def _show_row(e: CacheEntry) -> tuple[str, ...]:
             e.provenance.host or "-", e.provenance.measured_at or "-")
 
 
-def _slower(ratio: float, tie: bool) -> str:
-    """How much slower the runner-up measured, with one sign. A runner-up faster by the
-    median ranks second only in a tie (broken by tier): the difference is noise; or
-    because it lost most of the paired rounds: marked ``*`` (:data:`PAIRED_NOTE`)."""
-    pct = (ratio - 1) * 100
-    if pct < 0 and tie:
-        return f"\u00b1{-pct:.1f}%"
-    return f"{pct:+.1f}%" + ("*" if pct < 0 else "")
-
-
-PAIRED_NOTE = ("* a lower median, but ranked second: it lost most of the rounds timed side "
-               "by side (docs/ci.md)")
-SHOW_WIDTH = 100
-NARROW_COLUMNS = ("key", "winner", "median", "runner-up", "confidence")
-NARROW_CAPS = (44, 13, 8, 17, 10)
-"""Each narrow column's widest cell: with the separators, 100 columns."""
-
-
-def _cut(text: str, width: int, middle: bool = False) -> str:
-    """``text`` in ``width`` columns: cut at the end, or in the middle (a key keeps
-    its dtype)."""
-    if len(text) <= width:
-        return text
-    if middle:
-        head = (width - 3) // 2
-        return text[:head] + "..." + text[len(text) - (width - 3 - head):]
-    return text[:width - 3] + "..."
-
-
-def _narrow_row(e: CacheEntry, low: bool) -> tuple[str, ...]:
-    """``show``'s default row: the key (device/op/bucket/dtype), the winner and its
-    median, the runner-up and how much slower, the confidence (``low``: the entry's
-    :attr:`~CacheEntry.low_confidence`); cut to fit 100 columns."""
-    ranking = e.ranking
-    second = ranking[1] if len(ranking) > 1 else None
-    names: tuple[str, ...] = (e.device, e.op, e.bucket, e.dtype, ranking[0].name,
-                              "" if second is None else second.name)
-    if not "".join(names).isprintable():  # one C call: most rows have nothing to escape
-        names = tuple(map(escape, names))
-    if second is None:
-        runner = "-"
-    else:
-        if second.carried:
-            how = "carried"
-        else:
-            ratio = e.over_winner(second)
-            how = "-" if ratio is None else _slower(ratio, e.tie)
-        runner = f"{_cut(names[5], NARROW_CAPS[3] - len(how) - 1)} {how}"
-    conf = f"{e.confidence:.3f}"
-    if e.tie:
-        conf += " tie,low" if low else " tie"
-    elif low:
-        conf += " low"
-    winner = names[4]
-    median = format_ns(ranking[0].stats.median_ns)
-    caps = NARROW_CAPS
-    return (_key_cell(*names[:4]),
-            winner if len(winner) <= caps[1] else _cut(winner, caps[1]),
-            median if len(median) <= caps[2] else _cut(median, caps[2]),
-            runner if len(runner) <= caps[3] else _cut(runner, caps[3]),
-            conf if len(conf) <= caps[4] else _cut(conf, caps[4]))
-
-
-def _key_cell(device: str, op: str, bucket: str, dtype: str) -> str:
-    """``device/op/bucket/dtype`` in the key column. Too long, the device tag is cut
-    first, to one width (a long CPU tag is the same on every row of a runner, and the
-    summary line names it whole), then the op: the bucket and dtype, what tells one row
-    from the next, stay whole while they fit; the rest is cut in the middle."""
-    key = f"{device}/{op}/{bucket}/{dtype}"
-    width = NARROW_CAPS[0]
-    if len(key) <= width:
-        return key
-    tag = _cut(device, CUT_DEVICE)
-    tail = f"{bucket}/{dtype}"
-    room = width - len(tag) - len(tail) - 2  # the op's, between two slashes
-    if room >= len(op):
-        return f"{tag}/{op}/{tail}"
-    return _cut(f"{tag}/{_cut(op, max(room, MIN_KEY_PART))}/{tail}", width, middle=True)
-
-
-MIN_KEY_PART = 6
-"""The fewest characters a cut op keeps in ``show``'s key column."""
-CUT_DEVICE = 10
-"""The characters a long device tag keeps in ``show``'s key column (``cpu-x86...``)."""
-
-
-_CELLS = "\x00"  # never in an escaped cell
-
-
 class _ShownBlock(NamedTuple):
-    """What ``show`` keeps of a block of entries: its rows as lines of cells joined by
-    ``_CELLS`` (escaped), the widest cell of each column, and what the summary needs."""
+    """What ``show`` keeps of a block of entries: its rows as columns of cells
+    (escaped), the widest cell of each column, and what the summary needs."""
 
-    lines: list[str]
+    columns: list[list[str]]
     widths: list[int]
     devices: set[str]
     low: int
     paired: bool
 
 
-def _table_lines(rows: Iterable[Sequence[str]], *, escaped: bool = False
-                 ) -> tuple[list[str], list[int]]:
-    """Each row kept as one string until every width is known (a million rows as lists
-    of cells would double ``show``'s memory), and the widest cell of each column.
-    ``escaped``: the rows' cells need no escape (else each row is checked)."""
-    # one C call checks a whole row: most rows have nothing to escape
-    cells = list(rows) if escaped else [
-        row if "".join(row).isprintable() else tuple(map(escape, row)) for row in rows]
-    if not cells:
-        return [], []
-    return (list(map(_CELLS.join, cells)),
-            [max(map(len, column)) for column in zip(*cells, strict=True)])
+def _escaped_rows(rows: Iterable[Sequence[str]]) -> Iterator[Sequence[str]]:
+    """Each row with its cells escaped (one C call checks a whole row: most rows have
+    nothing to escape)."""
+    for row in rows:
+        yield row if "".join(row).isprintable() else tuple(map(escape, row))
 
 
-def _print_blocks(blocks: Sequence[tuple[list[str], list[int]]], out: TextIO) -> None:
+def _widths(columns: list[list[str]]) -> list[int]:
+    """The widest cell of each column (none: no rows)."""
+    return [max(map(len, column)) for column in columns] if columns[0] else []
+
+
+def _print_blocks(blocks: Sequence[tuple[list[list[str]], list[int]]], out: TextIO) -> None:
     """The rows of ``blocks``, each column padded to its widest cell in any block."""
     widths: list[int] = []
     for _, seen in blocks:
         if seen:
             widths = list(map(max, widths, seen)) if widths else seen
-    for lines, _ in blocks:
-        _say_all(out, ["  ".join(map(str.ljust, text.split(_CELLS), widths)).rstrip()
-                       for text in lines])
-
-
-def _paired_only(e: CacheEntry) -> bool:
-    """``show`` printed a runner-up faster than the winner that no tie ranked second (a
-    row without a paired ratio, whose own median is lower)."""
-    if len(e.ranking) < 2 or e.tie:
-        return False
-    ratio = e.over_winner(e.ranking[1])
-    return ratio is not None and ratio < 1.0
+    row = "  ".join(f"{{:<{width}}}" for width in widths).format  # str.ljust's padding
+    for columns, seen in blocks:
+        if seen:
+            _say_all(out, map(str.rstrip, map(row, *columns)))
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -280,20 +177,21 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             block = [e for e in block if _shown(args, e)]
         lows = list(map(_LOW, block))
         if wide:
-            lines, widths = _table_lines(map(_show_row, block))
+            shown = Columns(row_columns(_escaped_rows(map(_show_row, block)),
+                                        len(SHOW_COLUMNS)), any(map(paired_only, block)))
         else:
-            lines, widths = _table_lines(map(_narrow_row, block, lows), escaped=True)
-        return _ShownBlock(lines, widths, set(map(_DEVICE, block)), lows.count(True),
-                           any(map(_paired_only, block)))
+            shown = narrow_columns(block, lows)
+        return _ShownBlock(shown.cells, _widths(shown.cells), set(map(_DEVICE, block)),
+                           lows.count(True), shown.paired)
 
     blocks = artifacts.each_block(args.cache, work, shared=False)
-    count = sum(len(b.lines) for b in blocks)
+    count = sum(len(b.columns[0]) for b in blocks)
     if not count:
         _say(out, _nothing_shown(args))
         return EXIT_OK
     header = SHOW_COLUMNS if wide else NARROW_COLUMNS
-    _print_blocks([([_CELLS.join(header)], list(map(len, header))),
-                   *((b.lines, b.widths) for b in blocks)], out)
+    _print_blocks([([[name] for name in header], list(map(len, header))),
+                   *((b.columns, b.widths) for b in blocks)], out)
     if any(b.paired for b in blocks):
         _say(out, PAIRED_NOTE)
     devices = sorted(set().union(*(b.devices for b in blocks)))
