@@ -130,6 +130,7 @@ class ArbiterFixture:
         """Skip the test when the candidate cannot run on this machine (a GPU lane on a
         CPU runner, a kernel whose optional package is missing): its gate would only
         report the missing piece as the kernel's failure."""
+        __tracebackhide__ = True  # the skip's location is the test's line, not this one
         cand = self.arbiter.registry.get(candidate_name)
         reason = cand.unavailable_reason()
         if reason is not None:
@@ -140,6 +141,7 @@ class ArbiterFixture:
         """Skip the test when the candidate's ``accepts()`` returned False for every gate
         input: it never runs such inputs, so it has nothing to pass or fail here (a
         ``Decline`` raised by the run still fails: the kernel took the inputs)."""
+        __tracebackhide__ = True  # the skip's location is the test's line, not this one
         if not report.passed and report.trials and all(
                 t.status == "declined" and t.accepts_false for t in report.trials):
             self._skip(f"candidate {report.candidate!r} does not accept {what} "

@@ -417,7 +417,8 @@ def test_region(arbiter):
 """)
     result = pytester.runpytest("-rs")
     result.assert_outcomes(passed=2, skipped=1)
-    result.stdout.fnmatch_lines(["*SKIPPED*candidate 'skip_torch' (target cpu) is "
+    # the skip points at the test's line, not at the plugin's fixture
+    result.stdout.fnmatch_lines(["*SKIPPED*test_gate.py:*: candidate 'skip_torch' (target cpu) is "
                                  "unavailable here: torch is not installed (pip install "
                                  "torch)*"])
 
@@ -457,7 +458,8 @@ def test_declined_in_the_run(arbiter):
 """)
     result = pytester.runpytest("-rsf")
     result.assert_outcomes(failed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*SKIPPED*candidate 'acc_f32' does not accept these inputs "
+    result.stdout.fnmatch_lines(["*SKIPPED*test_gate.py:*: candidate 'acc_f32' does not "
+                                 "accept these inputs "
                                  "(accepts() returned False for every gate input)*",
                                  "*FAILED test_gate.py::test_declined_in_the_run*"])
 
