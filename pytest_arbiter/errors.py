@@ -18,16 +18,23 @@ class ConfigurationError(ValueError):
 class CacheMiss(LookupError):
     """Strict mode: a dispatch key has no cached winner."""
 
+    kind = "no cached winner"
+    """What strict mode refused, for the run's summary: one per class."""
+
 
 class StaleEntry(CacheMiss):
     """Strict mode: a dispatch key's cached entry is out of date: its winner's code
     changed, or a candidate that can run the key was never measured for it."""
+
+    kind = "a stale entry"
 
 
 class LowConfidence(CacheMiss):
     """Strict mode: a dispatch key's cached pick has too little evidence behind it
     (:attr:`pytest_arbiter.CacheEntry.low_confidence`): re-tune it with a larger
     ``--arbiter-tune-budget``."""
+
+    kind = "a low-confidence pick"
 
 
 class Decline(Exception):

@@ -43,7 +43,7 @@ from pytest_arbiter.decision.states import (
     exc_text,
     is_mode,
 )
-from pytest_arbiter.errors import Decline
+from pytest_arbiter.errors import CacheMiss, Decline
 from pytest_arbiter.extend.device import target_of_array, unusable_reason
 from pytest_arbiter.gating.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
 from pytest_arbiter.store.cache import MeasureCache
@@ -357,6 +357,9 @@ class Arbiter:
         resets = self.plans.resets
         try:
             plan = self._plan(mode, op_name, inputs, target)
+        except CacheMiss as exc:  # strict mode's refusal: the summary counts them
+            self.record.refused[exc.kind] += 1
+            raise
         finally:
             self.gates.release_trials()
         if sig is not None:

@@ -12,6 +12,7 @@ that two workers found once, and one a worker's dispatch reached not at all.
 
 from __future__ import annotations
 
+import collections
 import threading
 
 from pytest_arbiter.decision.states import DispatchKey
@@ -57,6 +58,8 @@ class Record:
         """The findings of this process, in the order found, with their reasons."""
         self.reached: set[FindingKey] = set()
         """The findings a dispatch of this process reached."""
+        self.refused: collections.Counter[str] = collections.Counter()
+        """Strict mode's refused dispatches, by what was refused (``CacheMiss.kind``)."""
         self._lock = threading.Lock()
 
     @property

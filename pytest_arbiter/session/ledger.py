@@ -13,6 +13,7 @@ the run measured, where two workers' entries for one key resolve by the merge ru
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ class RunLedger:
         self.worker_expected: list[dict[HistogramKey, int]] = []
         self.worker_events: list[DispatchEvent] = []
         self.worker_reasons = Reasons()
+        self.worker_refused: collections.Counter[str] = collections.Counter()
         self.worker_evidence: dict[str, set[tuple[str, str, str]]] = {
             "checked": set(), "failed": set(), "registered": set()}
         """What the workers saw of their candidates (:meth:`evidence`)."""
@@ -174,6 +176,14 @@ class RunLedger:
         """Why each failing entry happened: the most severe reason of this process and
         the workers (this process's first among equals)."""
         return self._reasons().text
+
+    def refused(self) -> dict[str, int]:
+        """Strict mode's refused dispatches by what was refused, this process's and the
+        workers'."""
+        total = collections.Counter(self.worker_refused)
+        if self.arbiter is not None:
+            total.update(self.arbiter.record.refused)
+        return dict(total)
 
     def _reasons(self) -> Reasons:
         merged = Reasons()
@@ -335,6 +345,8 @@ class RunLedger:
             # None: this worker never dispatched, so it has nothing to add to the cache
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
+            # a dict: execnet drops a Counter silently
+            "refused": dict(self.arbiter.record.refused) if self.arbiter is not None else {},
             "reasons": [[*key, [why, kept.severity[key]]]
                         for key, why in sorted(kept.text.items())],
             "evidence": {kind: sorted(map(list, found))
@@ -362,6 +374,8 @@ class RunLedger:
                 payload["expected"], source=f"worker {name}")[0])
             self._absorb_findings(payload.get("findings", []))
             self._absorb_evidence(payload.get("evidence", {}))
+            self.worker_refused.update({str(kind): int(n) for kind, n in
+                                        payload.get("refused", {}).items()})
             for key, (why, severity) in _keyed(payload.get("reasons", []), "reasons"):
                 self.worker_reasons.keep(key, str(why), float(severity))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):

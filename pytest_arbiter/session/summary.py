@@ -66,13 +66,14 @@ def render(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | No
 def _notable(ledger: RunLedger, settings: ArbiterSettings, end: RunVerdict) -> bool:
     """Whether the run has something a reader must see: a gated or stale entry (new or
     known), a key measured, stale or low-confidence, a fallback, an error, a crashed
-    worker or an interrupted run, a note, an unknown op, a baseline entry now fixed, or a
-    cache to read that is missing."""
+    worker or an interrupted run, a note, a strict-mode refusal, an unknown op, a baseline
+    entry now fixed, or a cache to read that is missing."""
     if settings.cache is not None and not settings.tune and not settings.cache.exists():
         return True
     if any(v and k.outcome in (*GATED_OUTCOMES, STALE) for k, v in ledger.counts().items()):
         return True
-    if ledger.errors or ledger.crashed or ledger.notes or end.incomplete or unknown_op_lines():
+    if (ledger.errors or ledger.crashed or ledger.notes or end.incomplete
+            or ledger.refused() or unknown_op_lines()):
         return True
     verdict = end.verdict
     if verdict is not None and (not verdict.passed or verdict.fixed):
@@ -135,6 +136,7 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
         lines.extend(_explain_lines(events))
     else:
         lines.extend(_winner_lines(events, ledger))
+    lines.extend(_refused_lines(ledger.refused()))
     for name in ledger.crashed:
         lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
     lines.extend(ledger.notes)
@@ -167,6 +169,16 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
         else:
             lines.append("degrade gate passed")
     return [safe_line(text) for text in lines]
+
+
+def _refused_lines(refused: dict[str, int]) -> list[str]:
+    """Strict mode's refusals: the tests that dispatched them failed with the error."""
+    if not refused:
+        return []
+    what = ", ".join(f"{n} for {kind}" for kind, n in sorted(refused.items()))
+    return [f"--arbiter-strict refused {counted(sum(refused.values()), 'dispatch', 'dispatches')}"
+            f" ({what}): the tests that made them failed; tune those keys "
+            "(pytest --arbiter-tune)"]
 
 
 def _keys_line(events: dict[EventKey, DispatchEvent]) -> str:

@@ -232,6 +232,9 @@ def test_strict_mode_cache_miss_is_an_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--arbiter-strict", "--arbiter-cache=corpus.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*CacheMiss*strict mode: no cached winner*"])
+    # the arbiter's summary counts the refusal: never one line saying all is well
+    result.stdout.fnmatch_lines(["--arbiter-strict refused 1 dispatch (1 for no cached "
+                                 "winner): the tests that made them failed*"])
 
 
 @pytest.mark.parametrize(("args", "needle"), [

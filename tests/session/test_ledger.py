@@ -67,6 +67,16 @@ def test_the_controller_keeps_the_workers_worst_fallback_reason() -> None:
     assert ledger.reasons() == {tuple(key): "9x slower"}
 
 
+def test_the_workers_strict_refusals_are_summed() -> None:
+    ledger = RunLedger()
+    for name, refused in (("gw0", {"no cached winner": 2}),
+                          ("gw1", {"no cached winner": 1, "a stale entry": 1})):
+        sent = payload([], {})
+        sent["refused"] = refused
+        ledger.absorb(name, sent, take_measured=lambda entries: None)
+    assert ledger.refused() == {"no cached winner": 3, "a stale entry": 1}
+
+
 def test_a_crashed_or_garbled_worker_is_never_silently_lost() -> None:
     ledger = RunLedger()
     ledger.absorb("gw0", None)
