@@ -32,6 +32,19 @@ def test_natural_keys_sort_as_natural_does() -> None:
                 assert (ka == kb) == (natural(a) == natural(b)), (a, b)
 
 
+def test_natural_keys_of_long_numbers_stay_one_a_value() -> None:
+    """A run of ten digits (a length written as a line break once split one value in
+    two, and the report failed), of 48 (a length written as a digit), of thousands."""
+    values = ["m1234567890", "m999999999", "m" + "7" * 48, "m" + "7" * 47, "k0" * 3000,
+              "m12345678901", "x" + "1" * 4000, "m1234567890"]
+    for batch in (values, [*values, "\x00" + "2" * 10]):  # joined, and one at a time
+        keys = natural_keys(batch)
+        assert len(keys) == len(batch)
+        assert [v for _, v in sorted(zip(keys, batch, strict=True))] == sorted(batch,
+                                                                              key=natural)
+        assert keys[0] == keys[7] and keys[0] != keys[5]
+
+
 def test_a_file_read_in_blocks_gives_the_page_of_the_whole_cache(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``render_file`` keeps only what the page shows: with tables cut at 3 rows and a
