@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pytest_arbiter.core.dtypes import precision, spacing
+from pytest_arbiter.core.dtypes import precision, round_to, spacing
 from pytest_arbiter.core.ops import ERROR_LAMBDA, ErrorModel
 from pytest_arbiter.core.trials import PreparedTrial
 
@@ -104,6 +104,40 @@ def frames(requests: Sequence[FrameRequest], dtype: str) -> list[_Frame]:
     groups numbered past the previous trial's), so one NumPy call serves them all; a
     sum over a trial's units is taken over its block alone, in its order, so each value
     is bit for bit the one the trial alone gets."""
+    out: list[_Frame | None] = [None] * len(requests)
+    batch: list[int] = []
+    held = 0
+    for k, r in enumerate(requests):
+        size = r.flat_exact.size
+        sampled = -(-size // max(1, -(-size // STAT_SAMPLE)))
+        if sampled > BATCHED_UP_TO:
+            out[k] = _frame_alone(r, dtype)
+            continue
+        if held + sampled > BATCH_SAMPLES:
+            _into(out, batch, requests, dtype)
+            batch, held = [], 0
+        batch.append(k)
+        held += sampled
+    _into(out, batch, requests, dtype)
+    return [f for f in out if f is not None]
+
+
+BATCHED_UP_TO = 512
+"""A trial sampling more outputs than this gets its frame alone: NumPy's calls then cost
+more in arithmetic than in calls, and one trial's arrays stay in the fastest cache."""
+BATCH_SAMPLES = 4096
+"""The samples of the trials whose frames are made together, at most."""
+
+
+def _into(out: list[_Frame | None], batch: list[int], requests: Sequence[FrameRequest],
+          dtype: str) -> None:
+    if batch:
+        for k, frame in zip(batch, _batch([requests[k] for k in batch], dtype),
+                            strict=True):
+            out[k] = frame
+
+
+def _batch(requests: Sequence[FrameRequest], dtype: str) -> list[_Frame]:
     s = _Samples.of(requests, dtype)
     scales = np.empty((4, s.e.size))
     for i, r in enumerate(requests):
@@ -167,16 +201,24 @@ class _Samples(NamedTuple):
         ulp = spacing(e, dtype)
         if any(flush):
             keep &= ulp >= np.repeat(flush, lengths)
-        item = np.repeat(np.arange(len(requests)), lengths)
-        group = index // np.repeat(divisor, lengths) + np.repeat(base[:-1], lengths)
-        bounds = [0]
-        for n in np.bincount(item[keep], minlength=len(requests)).tolist():
-            bounds.append(bounds[-1] + n)
-        index, e, ulp, group = index[keep], e[keep], ulp[keep], group[keep]
-        order = _order(requests, group, e, bounds)
+        grouped = any(r.model.group_size for r in requests)
+        # the sort group: an op's group, numbered past the previous trial's; a trial
+        # without groups one group (an integer division costs more than a float one)
+        group = np.repeat(base[:-1], lengths)
+        if grouped:
+            group += index // np.repeat(divisor, lengths)
+        kept = np.flatnonzero(keep)
+        bounds = [0, *np.searchsorted(kept, np.cumsum(lengths)).tolist()]
+        order = kept[_order(requests, group[kept], e[kept], bounds)]
         index, e, ulp, group = index[order], e[order], ulp[order], group[order]
-        same = (e[1:] == e[:-1]) & (group[1:] == group[:-1])
-        return cls(index, e, ulp, nearest(e, ulp, dtype), group, same, bounds, base)
+        same = e[1:] == e[:-1]
+        if grouped:
+            same &= group[1:] == group[:-1]
+        else:
+            same[[b - 1 for b in bounds[1:-1] if 0 < b < e.size]] = False  # a trial ends
+        # float32's cast rounds as fast as any; a 16-bit type's costs far more
+        ideal = round_to(e, dtype) if dtype == "float32" else nearest(e, ulp, dtype)
+        return cls(index, e, ulp, ideal, group, same, bounds, base)
 
 
 def _order(requests: Sequence[FrameRequest], group: np.ndarray, e: np.ndarray,
@@ -219,10 +261,13 @@ class _Block:
             at += int(mine[-1]) + 1 if mine.size else 0
         self.local = local
         self.offsets = offsets
-        self.group = np.concatenate(local) + np.repeat(offsets, np.diff(self.unit_bounds))
         self.groups = at
         self.enough = [b - a >= _MIN_UNITS for a, b in pairwise(self.unit_bounds)]
         self.shared = [bool(self.common[a:b].any()) for a, b in pairwise(self.unit_bounds)]
+        self.group = np.zeros(0, dtype=np.int64)  # read only when a trial shares an error
+        if any(self.shared):
+            self.group = np.concatenate(local) + np.repeat(offsets,
+                                                           np.diff(self.unit_bounds))
         self._terms()
 
     def _sums(self, values: np.ndarray) -> np.ndarray:
@@ -235,11 +280,13 @@ class _Block:
         :func:`_bias_check` and :func:`_spread_check`); the terms of a trial whose common
         scale is zero everywhere leave its shared error out, as its own would."""
         sd, common, systematic, bound = self.sd, self.common, self.systematic, self.bound
-        v = sd + sd ** 2 + common + systematic
-        w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
+        # the terms each trial sums, as rows (a row's slice sums as the slice alone)
+        self.totals = totals = np.empty((6, sd.size))
         sd2 = sd ** 2
+        v = sd + sd2 + common + systematic
+        w = np.divide(1.0, np.maximum(v, _ROUNDING_VARIANCE), out=totals[2])
         expected = sd2 + systematic ** 2
-        ws = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
+        ws = np.divide(1.0, np.maximum(expected, _ROUNDING_VARIANCE), out=totals[5])
         reach = bound + 0.5
         self.fit: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.shared_sums: np.ndarray | None = None
@@ -250,22 +297,24 @@ class _Block:
             fit_total = np.maximum(self._sums(ws * common2), 1e-300)
             self.fit = (ws * h, fit_total, h)
             noise = self._sums(ws * ws * common2 * (expected + 0.25)) / fit_total ** 2
-            mask = np.repeat(self.shared, np.diff(self.unit_bounds))
-            expected = np.where(mask, expected + common2 * noise[self.group], expected)
-            reach = np.where(mask, reach + ERROR_LAMBDA * common, reach)
+            if all(self.shared):
+                expected = expected + common2 * noise[self.group]
+                reach = reach + ERROR_LAMBDA * common
+            else:
+                mask = np.repeat(self.shared, np.diff(self.unit_bounds))
+                expected = np.where(mask, expected + common2 * noise[self.group], expected)
+                reach = np.where(mask, reach + ERROR_LAMBDA * common, reach)
         flips = sd + sd2 + systematic + common + expected
         self.w, self.w_sign, self.ws = w, w * self.sign, ws
-        # the terms each trial sums, as rows (a row's slice sums as the slice alone)
-        self.totals = totals = np.empty((6, w.size))
+        reach2 = reach ** 2
         np.multiply(w * w, v, out=totals[0])
         np.multiply(w, systematic, out=totals[1])
-        totals[2] = w
-        np.multiply(ws * ws * flips, reach ** 2, out=totals[3])
+        np.multiply(ws * ws * flips, reach2, out=totals[3])
         np.multiply(ws, expected, out=totals[4])
-        totals[5] = ws
         self.tops = tops = np.empty((2, w.size))
         np.multiply(2.0 * w, bound + 0.5, out=tops[0])
-        np.multiply(ws, reach ** 2 + 0.25, out=tops[1])
+        reach2 += 0.25
+        np.multiply(ws, reach2, out=tops[1])
 
     def frame(self, i: int, starts: np.ndarray, counts: np.ndarray) -> _Frame:
         """Trial ``i``'s frame, its arrays views of the block's."""
@@ -299,6 +348,88 @@ class _Block:
         return _Frame(s.at[a:b], s.e[a:b], s.ulp[a:b], s.ideal[a:b],
                       starts[ua:ub] - a if tied else None, counts[ua:ub] if tied else None,
                       units, bias, spread)
+
+
+def _frame_alone(r: FrameRequest, dtype: str) -> _Frame:
+    """One trial's frame (:func:`frames`), made alone."""
+    flat_exact, model = r.flat_exact, r.model
+    stride = max(1, -(-flat_exact.size // STAT_SAMPLE))  # an empty output: no units
+    index = np.arange(r.seed % stride, flat_exact.size, stride)
+    sampled = flat_exact[index]
+    keep = np.isfinite(sampled)
+    if r.flat_got is not None:
+        keep &= np.isfinite(r.flat_got[index])
+    gaps = spacing(sampled, dtype)  # the dropped outputs' spacing is never read
+    if model.flush:
+        keep &= gaps >= _FLUSH_MARGIN * model.flush
+    index, e, gaps = index[keep], sampled[keep], gaps[keep]
+    # sorted, and equal neighbours found (finite values: equal exactly when their
+    # difference is 0)
+    if model.group_size:
+        groups = index // model.group_size
+        order = _by_group_then_value(groups, e)
+        groups, e = groups[order], e[order]
+        same = (e[1:] == e[:-1]) & (groups[1:] == groups[:-1])
+    else:
+        order = np.argsort(e)
+        e = e[order]
+        same = e[1:] == e[:-1]
+        groups = np.arange(e.size)
+    index, ulp = index[order], gaps[order]
+    ideal = round_to(e, dtype) if dtype == "float32" else nearest(e, ulp, dtype)
+    scales = model.scales(index)
+    z_ideal = (ideal - e) / ulp
+    # one array, each row divided and reduced as it would be alone
+    maxima = np.stack([scales.sd, scales.common, scales.systematic,
+                       model.allowed.reshape(-1)[index]]) / ulp
+    sign = np.sign(e)
+    starts = counts = None
+    if same.any():
+        starts = np.concatenate(([0], np.flatnonzero(~same) + 1))
+        counts = np.diff(np.append(starts, e.size))
+        z_ideal = np.add.reduceat(z_ideal, starts) / counts
+        maxima = np.maximum.reduceat(maxima, starts, axis=1)
+        sign, groups = sign[starts], groups[starts]
+    sd, common, systematic, bound = maxima
+    units = _Units(sign, sign, z_ideal, sign, sd, common, systematic, bound,
+                   np.asarray(groups, dtype=np.int64))
+    enough = sign.size >= _MIN_UNITS
+    return _Frame(index, e, ulp, ideal, starts, counts, units,
+                  _bias_terms(units) if enough else None,
+                  _spread_terms(units) if enough else None)
+
+
+def _bias_terms(u: _Units) -> BiasTerms:
+    """The bias check's weights (and times the signs), threshold, allowance and total
+    weight, of one trial's units: see :func:`_bias_check`."""
+    v = u.sd + u.sd ** 2 + u.common + u.systematic
+    w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
+    independent = float(_total(w * w * v))
+    shared = float(_total(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
+    threshold = _bernstein(independent + shared, float(_largest(2.0 * w * (u.bound + 0.5))))
+    return w, w * u.sign, threshold, float(_total(w * u.systematic)), float(_total(w))
+
+
+def _spread_terms(u: _Units) -> _SpreadTerms:
+    """The spread check's weights, the shared error's fit, the expected statistic, its
+    threshold and the total weight, of one trial's units: see :func:`_spread_check`."""
+    sd2 = u.sd ** 2
+    expected = sd2 + u.systematic ** 2
+    w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
+    reach = u.bound + 0.5
+    fit = None
+    if u.common.any():
+        h = u.common * u.sign
+        common2 = u.common ** 2
+        fit_total = np.maximum(_group_sums(w * common2, u.group), 1e-300)
+        fit = (w * h, fit_total, h)
+        noise = _group_sums(w * w * common2 * (expected + 0.25), u.group) / fit_total ** 2
+        expected = expected + common2 * noise[u.group]
+        reach = reach + ERROR_LAMBDA * u.common
+    flips = u.sd + sd2 + u.systematic + u.common + expected
+    variance = float(_total(w * w * flips * reach ** 2))
+    threshold = _bernstein(variance, float(_largest(w * (reach ** 2 + 0.25))))
+    return _SpreadTerms(w, fit, float(_total(w * expected)), threshold, float(_total(w)))
 
 
 def nearest(e: np.ndarray, ulp: np.ndarray, dtype: str) -> np.ndarray:
@@ -347,6 +478,8 @@ def _bernstein(variance: float, largest: float) -> float:
 
 _total = np.add.reduce
 """``np.sum`` of a 1-D array, without its wrapper (the checks' units are 1-D)."""
+_largest = np.maximum.reduce
+"""``np.max`` of a 1-D array, likewise."""
 
 
 def _group_sums(values: np.ndarray, group: np.ndarray) -> np.ndarray:

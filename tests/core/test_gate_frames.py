@@ -88,14 +88,18 @@ def _same(a: Any, b: Any) -> bool:
     ("matmul", MatmulRegion.of(9, 7, 300, "bfloat16")),
 ])
 def test_a_batch_of_frames_is_each_trials_frame_alone_bit_for_bit(
-        op_name: str, region: Region) -> None:
-    """Made together, each trial's frame holds what it holds made alone, field by field
-    and bit for bit, and its thresholds and sums are the plain formulas' over its units."""
+        op_name: str, region: Region, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made together (every trial, however many outputs it samples), each trial's frame
+    holds what it holds made alone, field by field and bit for bit, and its thresholds
+    and sums are the plain formulas' over its units."""
     requests = _requests(op_name, region)
     assert len(requests) > 2
     with np.errstate(all="ignore"):
+        monkeypatch.setattr(gate_stats, "BATCHED_UP_TO", 1 << 30)
+        monkeypatch.setattr(gate_stats, "BATCH_SAMPLES", 1 << 30)
         together = gate_stats.frames(requests, region.dtype)
-        alone = [gate_stats.frames([r], region.dtype)[0] for r in requests]
+        monkeypatch.setattr(gate_stats, "BATCHED_UP_TO", -1)
+        alone = gate_stats.frames(requests, region.dtype)
     checked = 0
     for one, other in zip(together, alone, strict=True):
         for name in ("index", "e", "ulp", "ideal", "starts", "counts"):
