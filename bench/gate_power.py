@@ -22,9 +22,11 @@ only if it changes the output, bit for bit, on some input the gate ran; the othe
 equivalent. ``--seeds N`` then gates every correct variant on N gate seeds (the
 false-alarm sweep). ``--timing`` times the gate on the bundled CPU kernels; with
 ``--before DIR`` (an older tree: ``git archive <rev> | tar -x -C DIR``) it times that
-tree's gate beside this one, interleaved, through APIs every version of the gate has;
-then a user-op gate call at the sizes of docs/accuracy.md's examples, with the derived
-trials and one re-gated pattern (issue 27, point 7), beside the older tree's without it.
+tree's gate beside this one, interleaved, through APIs every version of the gate has
+(``--also DIR``, repeatable: another tree's first gate in the same rounds, say the tree
+before a change beside the one a target names); then a user-op gate call at the sizes
+of docs/accuracy.md's examples, with the derived trials and one re-gated pattern (issue
+27, point 7), beside the older tree's without it.
 
 The user-op study (issue 27) adds seven ops of a user's own, registered through the public
 ``pytest_arbiter.op`` (layer norm, row-wise logsumexp, cumsum, 1-D convolution, attention,
@@ -2060,9 +2062,9 @@ def _gate_call(package: Any, op: str, name: str, shape: tuple[int, ...],
     return lambda: package.f4_gate(cand, the_op, region=region)
 
 
-def _import_tree(path: str) -> Any:
+def _import_tree(path: str, name: str = "pytest_arbiter_before") -> Any:
     """An older tree's ``pytest_arbiter`` (say ``git archive REV | tar -x -C DIR``),
-    imported beside this one as ``pytest_arbiter_before``: a renamed copy in a temp dir."""
+    imported beside this one as ``name``: a renamed copy in a temp dir."""
     import importlib
     import re
     import shutil
@@ -2070,14 +2072,14 @@ def _import_tree(path: str) -> Any:
     from pathlib import Path
 
     root = Path(tempfile.mkdtemp(prefix="gate-power-before-"))
-    target = root / "pytest_arbiter_before"
+    target = root / name
     shutil.copytree(Path(path) / "pytest_arbiter", target)
     for source in target.rglob("*.py"):
         text = source.read_text()
-        source.write_text(re.sub(r"\bpytest_arbiter\b", "pytest_arbiter_before", text))
+        source.write_text(re.sub(r"\bpytest_arbiter\b", name, text))
     sys.path.insert(0, str(root))
-    package = importlib.import_module("pytest_arbiter_before")
-    importlib.import_module("pytest_arbiter_before.runtime")
+    package = importlib.import_module(name)
+    importlib.import_module(f"{name}.runtime")
     return package
 
 
@@ -2090,6 +2092,7 @@ class TimingRow(NamedTuple):
     cold: float
     warm: float
     before: float | None
+    also: tuple[float, ...] = ()  # the cold gate of each ``--also`` tree
 
 
 def _forgetter(package: Any) -> Callable[[], None]:
@@ -2104,11 +2107,13 @@ def _forgetter(package: Any) -> Callable[[], None]:
     return forget
 
 
-def gate_timing(rounds: int = 5, before: str | None = None) -> list[TimingRow]:
+def gate_timing(rounds: int = 5, before: str | None = None,
+                also: Sequence[str] = ()) -> list[TimingRow]:
     """CPU seconds (median of ``rounds``) of one gate call of a bundled CPU kernel per case
-    (both ops, the three dtypes, the full shapes), this tree's cold and warm and the older
-    tree's (at ``before``), the three timed interleaved so a shared machine's load hits
-    them alike. Cold: the region's kept trials are dropped before the call, untimed."""
+    (both ops, the three dtypes, the full shapes), this tree's cold and warm, the older
+    tree's (at ``before``) and a cold one of each of ``also`` (more trees to compare with),
+    all timed interleaved so a shared machine's load hits them alike. Cold: the region's
+    kept trials are dropped before the call, untimed."""
     import importlib
 
     now = importlib.import_module("pytest_arbiter")
@@ -2116,12 +2121,15 @@ def gate_timing(rounds: int = 5, before: str | None = None) -> list[TimingRow]:
     forget = _forgetter(now)
     old = _import_tree(before) if before else None
     old_forget = _forgetter(old) if old is not None else None
+    others = [_import_tree(path, f"pytest_arbiter_also{i}") for i, path in enumerate(also)]
     rows: list[TimingRow] = []
     for op, name, shape, dtype in _timing_cases():
         call = _gate_call(now, op, name, shape, dtype)
         calls = [(call, forget), (call, None)]
         if old is not None:
             calls.append((_gate_call(old, op, name, shape, dtype), old_forget))
+        calls += [(_gate_call(other, op, name, shape, dtype), _forgetter(other))
+                  for other in others]
         times: list[list[float]] = [[] for _ in calls]
         for fn, _ in calls:
             fn()
@@ -2135,7 +2143,8 @@ def gate_timing(rounds: int = 5, before: str | None = None) -> list[TimingRow]:
         label = f"{op} {'x'.join(map(str, shape))} {dtype}"
         medians = [statistics.median(t) for t in times]
         rows.append(TimingRow(label, medians[0], medians[1],
-                              medians[2] if old is not None else None))
+                              medians[2] if old is not None else None,
+                              tuple(medians[len(medians) - len(others):])))
     return rows
 
 
@@ -2143,13 +2152,16 @@ def print_gate_timing(rows: Sequence[TimingRow]) -> None:
     """The rows, the medians over the cases and their ratios, and the largest ratio of a
     case (the target: the cold median within 1.2x of the older tree's, no case over 2x)."""
     has_old = all(r.before for r in rows)
+    others = min((len(r.also) for r in rows), default=0)
     print(f"  {'case':30s} {'cold':>9s} {'warm':>9s}" + (
-        f" {'before':>9s}  {'cold/before':>11s} {'warm/before':>11s}" if has_old else ""))
+        f" {'before':>9s}  {'cold/before':>11s} {'warm/before':>11s}" if has_old else "")
+        + "".join(f" {f'also{i}':>9s} {f'cold/also{i}':>10s}" for i in range(others)))
     for r in rows:
         line = f"  {r.case:30s} {r.cold * 1e3:6.2f} ms {r.warm * 1e3:6.2f} ms"
         if has_old and r.before:
             line += (f" {r.before * 1e3:6.2f} ms  x{r.cold / r.before:10.2f} "
                      f"x{r.warm / r.before:10.2f}")
+        line += "".join(f" {t * 1e3:6.2f} ms x{r.cold / t:9.2f}" for t in r.also[:others])
         print(line)
     medians = {key: statistics.median(getattr(r, key) for r in rows) for key in ("cold", "warm")}
     print(f"median gate call over {len(rows)} cases (CPU time): cold {medians['cold'] * 1e3:.2f}"
@@ -2161,6 +2173,12 @@ def print_gate_timing(rows: Sequence[TimingRow]) -> None:
             print(f"  {key}: ratio of the medians {median / old:.2f} (before "
                   f"{old * 1e3:.2f} ms); largest case ratio "
                   f"{getattr(worst, key) / (worst.before or 1.0):.2f} ({worst.case})")
+    for i in range(others):
+        other = statistics.median(r.also[i] for r in rows)
+        worst = max(rows, key=lambda r: r.cold / r.also[i])
+        print(f"  cold against also{i}: ratio of the medians {medians['cold'] / other:.2f} "
+              f"(also{i} {other * 1e3:.2f} ms); largest case ratio "
+              f"{worst.cold / worst.also[i]:.2f} ({worst.case})")
 
 
 def _longer_rows(inputs: tuple[Any, ...], rng: np.random.Generator) -> list[tuple[Any, ...]]:
@@ -2302,6 +2320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", metavar="DIR",
                         help="with --timing: an older tree to time beside this one "
                              "(git archive REV | tar -x -C DIR)")
+    parser.add_argument("--also", metavar="DIR", action="append", default=[],
+                        help="with --timing: one more tree whose region's first gate is "
+                             "timed in the same rounds (repeatable), say the tree before "
+                             "a change, beside the --before tree a target names")
     parser.add_argument("--user", action="store_true",
                         help="only the user-op study (seven ops of one's own, gated with "
                              "and without gate_inputs)")
@@ -2311,7 +2333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.timing:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print_gate_timing(gate_timing(before=args.before))
+        print_gate_timing(gate_timing(before=args.before, also=args.also))
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         old_tree = sys.modules.get("pytest_arbiter_before") if args.before else None
         print("user-op gate calls (derived trials, one re-gated pattern; before: without it):")
