@@ -22,6 +22,7 @@ from pytest_arbiter.core.gate_stats import (
     _statistics,
     frames,
 )
+from pytest_arbiter.core.nan_origin import made_nans
 from pytest_arbiter.core.ops import ErrorModel, Op, compares_exactly, to_host
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import (
@@ -31,6 +32,7 @@ from pytest_arbiter.core.trials import (
     float_name,
     gate_trials,
     host,
+    reference_values,
 )
 from pytest_arbiter.core.user_inputs import Pattern, same_layout_copy
 from pytest_arbiter.errors import CallTimeout, Decline
@@ -353,7 +355,8 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
     got = out.astype(np.float64)
     out_float = float_name(out.dtype)
     facts = prep.facts()
-    wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite)
+    wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite,
+                                          lambda: _made_nans(op, prep, exact))
     if wrong:
         return _result(prep, index, "fail", wrong, numeric=numeric)
     if facts.nonzero and not got.any():
@@ -392,12 +395,23 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
                    worst_ratio=worst_ratio)
 
 
+def _made_nans(op: Op, prep: PreparedTrial, exact: np.ndarray) -> np.ndarray:
+    """Where the reference made NaN of infinities on this trial, not carried it from an
+    input's NaN (:mod:`pytest_arbiter.core.nan_origin`)."""
+    return made_nans(lambda *inputs: reference_values(op, inputs), prep.originals(),
+                     np.isnan(exact))
+
+
 def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
-                finite: np.ndarray | None = None
+                finite: np.ndarray | None = None,
+                made: Callable[[], np.ndarray] | None = None
                 ) -> tuple[str, NumericFailure | None, np.ndarray | None]:
-    """Where the reference defines a NaN, the output must be NaN; where it defines an
-    infinity, that infinity or NaN (compensated and Strassen-like sums turn ``inf - inf``
-    into NaN); where it is finite, a finite value, unless rounding the exact value to the
+    """Where the reference defines a NaN, the output must be NaN, or an infinity where
+    the reference made that NaN of infinities (``inf - inf``: ``made()``, asked only
+    then) rather than carried an input's; where it defines an infinity, that infinity or
+    NaN (compensated and Strassen-like sums turn ``inf - inf`` into NaN): an
+    indeterminate form may be resolved either way, a NaN the data holds may not be
+    dropped. Where it is finite, a finite value, unless rounding the exact value to the
     output dtype overflows (then that infinity is right). A non-finite value must never
     come back finite. ``(what is wrong or "", its category, the outputs to hold to the
     budget)``, the mask ``None`` when that is all of them. ``finite``: where ``exact`` is
@@ -415,12 +429,16 @@ def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
         if big.any():
             rounded = round_to(np.where(big, exact, 0.0), out_float)
             overflowed = big & np.isinf(rounded) & (got == rounded)
+    dropped = np.isnan(exact) & ~np.isnan(got)
+    resolved = dropped & np.isinf(got)
+    if made is not None and resolved.any():
+        dropped &= ~(resolved & made())
     checks = (
         (finite & ~np.isfinite(got) & ~overflowed,
          "NaN/Inf output(s) where the reference is finite"),
-        (np.isnan(exact) & ~np.isnan(got),
-         "output(s) not NaN where the reference is NaN (a NaN, 0 * inf or inf - inf "
-         "must propagate)"),
+        (dropped,
+         "output(s) not NaN where the reference is NaN (an input's NaN must propagate; "
+         "only a NaN the reference made of infinities may come back infinite)"),
         (np.isinf(exact) & (got != exact) & ~np.isnan(got),
          "output(s) neither NaN nor the reference's infinity where it is infinite"),
     )

@@ -447,6 +447,11 @@ def _shape_text(inputs: Sequence[Any]) -> str:
     return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
 
 
+def reference_values(op: Op, inputs: Sequence[Any]) -> np.ndarray:
+    """The op's float64 ground truth of ``inputs`` (:func:`_expected`'s first part)."""
+    return _expected(op, inputs)[0]
+
+
 def _expected(op: Op, inputs: Sequence[np.ndarray]
               ) -> tuple[np.ndarray, np.dtype, str | None]:
     """The float64 ground truth, the dtype the candidate's output must have, and the
