@@ -20,7 +20,7 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
@@ -32,6 +32,7 @@ from pytest_arbiter.cli.show_rows import (
     Columns,
     format_ns,
     narrow_columns,
+    ns_cells,
     paired_only,
     row_columns,
     slower,
@@ -258,7 +259,7 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
-    d = diff_files(args.old, args.new, _diff_line)
+    d = diff_files(args.old, args.new, _diff_line, _diff_lines)
     _say_all(out, itertools.chain(d.changed, d.added, d.removed))
     _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
          f"{len(d.removed)} removed, {d.same} unchanged")
@@ -281,6 +282,24 @@ def _diff_line(change: WinnerChange | KeyChange) -> str:
         return (f"added {_key_text(plain_key(entry))}: {entry.winner} "
                 f"({format_ns(entry.ranking[0].stats.median_ns)})")
     return f"removed {_key_text(plain_key(entry))}: {entry.winner}"
+
+
+def _diff_lines(entries: list[CacheEntry], added: bool) -> list[str]:
+    """:func:`_diff_line` of each of a run of keys added (or removed), a column at a
+    time."""
+    keys = list(map("/".join, map(plain_key, entries)))
+    firsts = list(map(_FIRST, map(_RANKING, entries)))
+    winners = list(map(_NAME, firsts))
+    if not added:
+        return list(map("removed {}: {}".format, keys, winners))
+    return list(map("added {}: {} ({})".format, keys, winners,
+                    ns_cells(list(map(_MEDIAN, firsts)))))
+
+
+_RANKING = attrgetter("ranking")
+_FIRST = itemgetter(0)
+_NAME = attrgetter("name")
+_MEDIAN = attrgetter("stats.median_ns")
 
 
 # -- forget ----------------------------------------------------------------------------

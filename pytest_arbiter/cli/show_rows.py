@@ -230,6 +230,7 @@ def _runner_cells(block: Sequence[CacheEntry], rankings: list[tuple[RankedCandid
     room = NARROW_CAPS[3] - 1
     out: list[str] = []
     star = False
+    cuts: dict[tuple[str, int], str] = {}
     for entry, ranking in zip(block, rankings, strict=True):
         if len(ranking) < 2:
             out.append("-")
@@ -254,7 +255,11 @@ def _runner_cells(block: Sequence[CacheEntry], rankings: list[tuple[RankedCandid
                     how, star = f"{pct:+.1f}%*", True
         name = second.name
         if len(name) > room - len(how):
-            name = _cut(name, room - len(how))
+            width = room - len(how)
+            cut = cuts.get((name, width))
+            if cut is None:
+                cut = cuts[name, width] = _cut(name, width)
+            name = cut
         out.append(f"{name} {how}")
     return out, star
 

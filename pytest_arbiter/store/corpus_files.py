@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import operator
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Generic, TypeVar
@@ -35,11 +35,10 @@ from pytest_arbiter.store.cache_file import (
     Unstreamable,
     entry_lines,
     head_bytes,
-    key_blocks,
     keyed_blocks,
 )
-from pytest_arbiter.store.corpus import Conflict, KeyChange, WinnerChange, diff_sorted, merge_key
-from pytest_arbiter.store.entry import CacheEntry, KeyTuple
+from pytest_arbiter.store.corpus import Conflict, KeyChange, WinnerChange, merge_key
+from pytest_arbiter.store.entry import CacheEntry, CacheKey, KeyTuple, plain_key
 from pytest_arbiter.store.tables import NO_CONSIDERED, NO_ENVIRONMENT, NO_RUN, _Tables
 
 T = TypeVar("T")
@@ -61,37 +60,73 @@ class DescribedDiff(Generic[T]):
     same: int = 0
 
 
-def diff_files(old: FilePath, new: FilePath, describe: Callable[[WinnerChange | KeyChange], T]
+def diff_files(old: FilePath, new: FilePath, describe: Callable[[WinnerChange | KeyChange], T],
+               describe_keys: Callable[[list[CacheEntry], bool], list[T]] | None = None
                ) -> DescribedDiff[T]:
     """The diff of the caches at ``old`` and ``new``, each change described, in key
     order; ``ArtifactError`` as :func:`~pytest_arbiter.store.artifacts.read_cache` says
-    of the first one that cannot be read."""
+    of the first one that cannot be read. ``describe_keys``, if given, describes a run
+    of keys added (``True``) or removed (``False``) at once: their entries, in key
+    order (else ``describe`` each)."""
+    out: DescribedDiff[T] = DescribedDiff()
     try:
-        return _described(diff_sorted(_entries(old), _entries(new)), describe)
+        with open(old, "rb") as a, open(new, "rb") as b:
+            parts = (_Part(keyed_blocks(a, _Tables(shared=False))),
+                     _Part(keyed_blocks(b, _Tables(shared=False))))
+            for window in _diff_windows(*parts):  # each change described, its entries let go
+                _described(window, out, describe, describe_keys)
+        return out
     except (OSError, Unstreamable):
         pass
-    before = read_cache(old)
-    after = read_cache(new)
-    return _described(diff_sorted(before.entries(), after.entries()), describe)
-
-
-def _entries(path: FilePath) -> Iterator[CacheEntry]:
-    with open(path, "rb") as file:  # each change is described, its entries let go
-        for block in key_blocks(file, _Tables(shared=False)):
-            yield from block
-
-
-def _described(changes: Iterable[WinnerChange | KeyChange | None],
-               describe: Callable[[WinnerChange | KeyChange], T]) -> DescribedDiff[T]:
-    out: DescribedDiff[T] = DescribedDiff()
-    for change in changes:
-        if change is None:
-            out.same += 1
-        elif isinstance(change, WinnerChange):
-            out.changed.append(describe(change))
-        else:
-            (out.added if change.old is None else out.removed).append(describe(change))
+    before = read_cache(old).entries()
+    after = read_cache(new).entries()
+    out = DescribedDiff()
+    _described((before, list(map(plain_key, before)), after, list(map(plain_key, after))),
+               out, describe, describe_keys)
     return out
+
+
+_Window = tuple[list[CacheEntry], list[KeyTuple], list[CacheEntry], list[KeyTuple]]
+"""The entries of two files over one range of keys, and their keys."""
+
+
+def _diff_windows(old: _Part, new: _Part) -> Iterator[_Window]:
+    """The two files' entries a window of keys at a time: up to the smaller last key of
+    the two blocks in hand."""
+    while old.block or new.block:
+        bound = min(p.keys[-1] for p in (old, new) if p.block)
+        yield (*(old.take(bound) if old.block else ([], [])),
+               *(new.take(bound) if new.block else ([], [])))
+
+
+def _described(window: _Window, out: DescribedDiff[T],
+               describe: Callable[[WinnerChange | KeyChange], T],
+               describe_keys: Callable[[list[CacheEntry], bool], list[T]] | None) -> None:
+    """The changes of one window (each file's entries sorted by key, one per key) into
+    ``out``, in key order: the keys of both compared, the rest added or removed."""
+    olds, old_keys, news, new_keys = window
+    both = set(old_keys).intersection(new_keys)
+    if both:
+        removed = [e for e, k in zip(olds, old_keys, strict=True) if k not in both]
+        added = [e for e, k in zip(news, new_keys, strict=True) if k not in both]
+        pairs = zip([e for e, k in zip(olds, old_keys, strict=True) if k in both],
+                    [e for e, k in zip(news, new_keys, strict=True) if k in both],
+                    strict=True)
+        for a, b in pairs:
+            if a.ranking[0].name == b.ranking[0].name:
+                out.same += 1
+            else:
+                out.changed.append(describe(WinnerChange(CacheKey._make(plain_key(b)), a, b)))
+    else:
+        removed, added = olds, news
+    for entries, gained, into in ((added, True, out.added), (removed, False, out.removed)):
+        if not entries:
+            continue
+        if describe_keys is not None:
+            into += describe_keys(entries, gained)
+        else:
+            into += [describe(KeyChange(None, e) if gained else KeyChange(e, None))
+                     for e in entries]
 
 
 # -- merge -----------------------------------------------------------------------------

@@ -252,3 +252,26 @@ def test_blocks_read_without_sharing_names_are_the_same_entries_checked_alike(
     with pytest.raises(ArtifactError, match="latencies must satisfy") as raised:
         artifacts.each_block(path, len, shared=False)
     assert "c.json" in str(raised.value) and f"entries[{at - first}]" in str(raised.value)
+
+
+@pytest.mark.parametrize("layout", ["writer", "compact"])
+def test_keys_added_or_removed_described_a_run_at_a_time_are_described_alike(
+        tmp_path: Path, small_blocks: None, layout: str) -> None:
+    """``describe_keys`` is given each run of keys added or removed, in key order: the
+    lines are the ones ``describe`` gives each key, and the diff is the same."""
+    old, new = corpus(150), corpus(150, start=90, host="h2", shift=1)
+    paths = write(tmp_path / "old.json", old), write(tmp_path / "new.json", new)
+    if layout == "compact":
+        for path in paths:
+            path.write_text(json.dumps(json.loads(path.read_text())))
+    runs: list[int] = []
+
+    def keys(entries: list[CacheEntry], added: bool) -> list[tuple[str, ...]]:
+        runs.append(len(entries))
+        return [described(KeyChange(None, e) if added else KeyChange(e, None))
+                for e in entries]
+
+    one_by_one = corpus_files.diff_files(*paths, described)
+    assert corpus_files.diff_files(*paths, described, keys) == one_by_one
+    assert sum(runs) == len(one_by_one.added) + len(one_by_one.removed)
+    assert len(runs) > (2 if layout == "writer" else 1)
