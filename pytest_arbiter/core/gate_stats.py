@@ -448,13 +448,25 @@ def nearest(e: np.ndarray, ulp: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _by_group_then_value(groups: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``np.lexsort((e, groups))`` for finite ``e``, a few times faster: a stable sort of
-    complex numbers orders by the real part (the group, exact in float64), then the
-    imaginary (the value), ties kept in place."""
+    """``np.lexsort((e, groups))`` for finite ``e``, a few times faster: outputs in runs
+    of one length per group, groups rising (a softmax's rows, sampled evenly), as the rows
+    of a matrix, each sorted stably; else a stable sort of complex numbers orders by the
+    real part (the group, exact in float64), then the imaginary (the value), ties kept in
+    place."""
+    n = e.size
+    if n and groups[-1] > groups[0]:
+        rows = int(groups[-1] - groups[0]) + 1
+        run = n // rows
+        if run > 1 and rows * run == n:
+            grid = groups.reshape(rows, run)
+            if bool((grid == grid[:, :1]).all()) and bool((grid[1:, 0] > grid[:-1, 0]).all()):
+                order: np.ndarray = np.argsort(e.reshape(rows, run), axis=1, kind="stable")
+                order += np.arange(0, n, run)[:, None]
+                return order.reshape(-1)
     pairs = np.empty(e.size, dtype=np.complex128)
     pairs.real = groups
     pairs.imag = e
-    order: np.ndarray = np.argsort(pairs, kind="stable")
+    order = np.argsort(pairs, kind="stable")
     return order
 
 

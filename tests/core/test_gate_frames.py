@@ -241,3 +241,16 @@ def test_a_large_input_written_by_one_bit_is_caught(dtype: str) -> None:
                                        None), op, inputs=(x,))
     assert report.failing is not None and report.failing.reason == \
         "the kernel modified its inputs"
+
+
+def test_the_order_of_even_runs_per_group_is_lexsorts(rng: np.random.Generator) -> None:
+    """Outputs in runs of one length per rising group (a softmax's rows sampled evenly)
+    are sorted as the rows of a matrix: the order is ``np.lexsort``'s, ties in place; runs
+    that are not even, or groups that do not rise, take the general sort, alike."""
+    values = rng.choice([-1.5, -0.0, 0.0, 2.0 ** -140, 1.0, 3.25], 8 * 150)
+    values[::3] = rng.standard_normal(values[::3].size)
+    for groups in (np.repeat(np.arange(8), 150), np.repeat(np.arange(3, 27, 3), 150),
+                   np.repeat(np.arange(8)[::-1], 150), np.sort(rng.integers(0, 8, 1200)),
+                   np.repeat(np.arange(2), 600), np.repeat(np.arange(1200), 1)):
+        order = gate_stats._by_group_then_value(groups, values)
+        assert order.tolist() == np.lexsort((values, groups)).tolist()
