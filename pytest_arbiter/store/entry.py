@@ -415,7 +415,8 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         """Too little evidence behind a pick among two or more timed candidates: fewer
         than :data:`MIN_ROUNDS` rounds, or neither a tie nor :data:`CONFIDENT`."""
         ranking = self.ranking
-        if len(ranking) < 2 or list(map(_CARRIED, ranking)).count(False) < 2:
+        if len(ranking) < 2 or ((ranking[0].carried or ranking[1].carried)  # else two timed
+                                and list(map(_CARRIED, ranking)).count(False) < 2):
             return False
         rounds = self.provenance.rounds
         if isinstance(rounds, int) and rounds < MIN_ROUNDS:
@@ -426,9 +427,10 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     def timed_count(self) -> int:
         """How many of the key's candidates were timed for it (its ``timed`` rows; the
         ranking's length for an entry that does not say)."""
-        if not self.considered:
+        considered = self.considered
+        if not considered:
             return len(self.ranking)
-        return sum(1 for row in self.considered.values() if row.outcome == "timed")
+        return list(map(_OUTCOME, considered.values())).count("timed")  # C loops
 
     def fingerprints(self) -> dict[str, str]:
         """Candidate name to the fingerprint of the code it was measured with."""
@@ -498,6 +500,7 @@ class BadEntry(ValueError):
 
 _PROVENANCE = attrgetter("provenance")
 _CARRIED = attrgetter("carried")
+_OUTCOME = attrgetter("outcome")
 _SHARED_FIELDS = ((_PROVENANCE, "run", "runs", ".provenance.run"),
                   (None, "environment", "environments", ".environment"),
                   (None, "considered", "considered", ".considered"))

@@ -208,3 +208,25 @@ def test_a_failed_walk_leaves_nothing_behind_for_the_next_lookup() -> None:
     assert cache.get(plain_key(entries[3])) == entries[3]
     with pytest.raises(ArtifactError, match=r"entries\[1\]"):
         cache.get(plain_key(entries[1]))
+
+
+@pytest.mark.parametrize("rounds", [3, 50])
+def test_low_confidence_and_timed_count_follow_their_rules_for_every_carried_pattern(
+        rounds: int) -> None:
+    """Low confidence needs two rows timed in the latest comparison (carried ones were
+    not), whichever rows are carried; the timed count is the ``timed`` rows."""
+    import itertools
+
+    for size in range(1, 5):
+        for carried in itertools.product([False, True], repeat=size):
+            for tie, confidence in ((False, 0.5), (True, 0.5), (False, 0.999)):
+                ranking = tuple(RankedCandidate(f"k{i}", stats(1000.0 + i), carried=c)
+                                for i, c in enumerate(carried))
+                outcomes = {f"k{i}": Considered("0" * 16, "rejected" if c else "timed")
+                            for i, c in enumerate(carried)}
+                entry = CacheEntry("d", "cpu", "matmul", "b", "float32", ranking,
+                                   confidence, tie, {}, {"rounds": rounds}, outcomes)
+                timed = carried.count(False)
+                low = timed >= 2 and (rounds < 7 or (not tie and confidence < 0.99))
+                assert entry.low_confidence is low, (carried, tie, confidence)
+                assert entry.timed_count == timed
