@@ -1,61 +1,94 @@
-"""Where a reference's NaN comes from: carried from an input's NaN, or made of
-infinities by its own arithmetic."""
+"""Where a reference's NaN comes from, and whether an infinity there is its limit: only
+a NaN made of infinities whose limit is infinite may come back as that infinity."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from pytest_arbiter.core.nan_origin import made_nans
+from pytest_arbiter.core.nan_origin import limit_signs
 
 
 def shifted_lse(x: np.ndarray) -> np.ndarray:
     """The max-shifted log-sum-exp: a row holding +inf gives inf - inf = NaN."""
-    top = x.max(axis=-1, keepdims=True)
-    out: np.ndarray = (top + np.log(np.exp(x - top).sum(axis=-1, keepdims=True)))[..., 0]
+    w = np.asarray(x, dtype=np.float64)
+    top = w.max(axis=-1, keepdims=True)
+    out: np.ndarray = (top + np.log(np.exp(w - top).sum(axis=-1, keepdims=True)))[..., 0]
     return out
 
 
-def test_without_a_nan_input_every_nan_is_made() -> None:
-    x = np.zeros((3, 4))
+def softmax(x: np.ndarray) -> np.ndarray:
+    w = np.asarray(x, dtype=np.float64)
+    e = np.exp(w - w.max(axis=-1, keepdims=True))
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
+    return out
+
+
+def standardise(x: np.ndarray) -> np.ndarray:
+    w = np.asarray(x, dtype=np.float64)
+    out: np.ndarray = (w - w.mean(axis=-1, keepdims=True)) / w.std(axis=-1, keepdims=True)
+    return out
+
+
+def nans(reference, *inputs):  # type: ignore[no-untyped-def]
+    with np.errstate(all="ignore"):
+        return np.isnan(reference(*inputs))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_row_holding_inf_has_an_infinite_limit(dtype: str) -> None:
+    """scipy's +inf for the row holding +inf is the limit; the plain rows have no NaN."""
+    x = np.zeros((3, 4), dtype=dtype)
     x[1, 2] = np.inf
-    with np.errstate(all="ignore"):
-        nan = np.isnan(shifted_lse(x))
+    nan = nans(shifted_lse, x)
     assert nan.tolist() == [False, True, False]
-    assert made_nans(shifted_lse, [x], nan).tolist() == [False, True, False]
+    assert limit_signs(shifted_lse, [x], nan).tolist() == [0, 1, 0]
 
 
-def test_a_nan_input_carries_its_nan_and_an_infinity_still_makes_one() -> None:
-    """Row 0 holds a NaN (carried), row 2 a +inf (made); row 1 is plain."""
+def test_a_nan_input_is_carried_even_beside_an_inf() -> None:
+    """Row 0 holds a NaN and a +inf: carried, whatever the inf would make; row 2 only a
+    +inf: made, with a +inf limit."""
     x = np.zeros((3, 4), dtype=np.float32)
-    x[0, 1] = np.nan
+    x[0, 1], x[0, 2] = np.nan, np.inf
     x[2, 3] = np.inf
-    with np.errstate(all="ignore"):
-        nan = np.isnan(shifted_lse(x))
+    nan = nans(shifted_lse, x)
     assert nan.tolist() == [True, False, True]
-    assert made_nans(shifted_lse, [x], nan).tolist() == [False, False, True]
-    assert np.isnan(x[0, 1])  # the inputs are not changed
+    assert limit_signs(shifted_lse, [x], nan).tolist() == [0, 0, 1]
+    assert np.isinf(x[2, 3]) and np.isnan(x[0, 1])  # the inputs are not changed
 
 
-def test_a_nan_times_an_infinity_is_carried_not_made() -> None:
-    """A matmul whose A holds a NaN where B's row holds an inf: NaN * inf is NaN, and it
-    is the input's NaN (the stand-in 1 makes 1 * inf = inf, not NaN)."""
-    a = np.ones((2, 2))
-    a[0, 0] = np.nan
-    b = np.ones((2, 2))
-    b[0, :] = np.inf
-    with np.errstate(all="ignore"):
-        nan = np.isnan(a @ b)
-    assert nan.tolist() == [[True, True], [False, False]]
-    assert not made_nans(np.matmul, [a, b], nan).any()
+def test_a_finite_limit_is_no_licence_for_an_infinity() -> None:
+    """A softmax of a fully masked row (all -inf) and of a row holding +inf, a matmul's
+    0 * inf and inf - inf: made of infinities, but their limits are finite."""
+    rows = np.zeros((2, 4))
+    rows[0, :] = -np.inf
+    rows[1, 0] = np.inf
+    assert limit_signs(softmax, [rows], nans(softmax, rows)).tolist() == [[0] * 4] * 2
+    a = np.array([[0.0, 0.0], [1.0, 1.0]])
+    b = np.array([[np.inf, 1.0], [-np.inf, 1.0]])
+    nan = nans(np.matmul, a, b)
+    assert nan.tolist() == [[True, False], [True, False]]
+    assert not limit_signs(np.matmul, [a, b], nan).any()
 
 
-def test_a_reference_of_another_shape_on_the_second_run_tells_nothing() -> None:
-    x = np.array([np.nan, 1.0])
-    seen: list[np.ndarray] = []
+def test_a_nan_the_data_holds_is_never_made() -> None:
+    """A NaN beside equal values (a standardised row: 0/0 once the NaN is gone) stays a
+    NaN the data holds; so does one in an input that is not an array."""
+    x = np.array([[np.nan, 1.0, 1.0, np.inf]])
+    assert not limit_signs(standardise, [x], nans(standardise, x)).any()
+    assert not limit_signs(lambda v, s: shifted_lse(v) * s, [x, float("nan")],
+                           np.array([True])).any()
 
-    def odd(v: np.ndarray) -> np.ndarray:
-        seen.append(v.copy())
-        return np.full(3, np.nan)
 
-    assert not made_nans(odd, [x], np.array([True, False])).any()
-    assert seen[0].tolist() == [1.0, 1.0]
+def test_a_reference_that_raises_or_changes_shape_tells_nothing() -> None:
+    x = np.array([[1.0, np.inf]])
+
+    def raises(v: np.ndarray) -> np.ndarray:
+        if np.isfinite(v).all():
+            raise ValueError("finite inputs refused")
+        return shifted_lse(v)
+
+    nan = nans(shifted_lse, x)
+    assert limit_signs(shifted_lse, [x], nan).tolist() == [1]
+    assert not limit_signs(raises, [x], nan).any()
+    assert not limit_signs(lambda v: np.full(3, 1e300), [x], nan).any()

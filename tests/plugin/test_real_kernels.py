@@ -33,9 +33,26 @@ def nan_dropping(x):
     return (m + np.log(np.nansum(np.exp(w - m), axis=-1, keepdims=True)))[..., 0].astype(x.dtype)
 
 
+def inf_first(x):
+    """scipy's, but +inf for any row holding +inf, a NaN beside it or not."""
+    out = scipy_lse(x)
+    return np.where(np.isposinf(x).any(axis=-1), np.inf, out).astype(x.dtype)
+
+
+def nan_beside_inf(inputs, rng):
+    """A row holding a NaN and a +inf: the NaN is the data's, whatever the inf makes."""
+    (x,) = inputs
+    y = rng.standard_normal(x.shape).astype(x.dtype)
+    y[0, 0], y[0, 1] = np.nan, np.inf
+    return [(y,)]
+
+
 pytest_arbiter.op("rk_lse", reference=lse_ref)
 pytest_arbiter.candidate("rk_lse", target="cpu", name="rk_nan_dropping", tier=9)(nan_dropping)
 pytest_arbiter.candidate("rk_lse", target="cpu", name="rk_scipy", tier=5)(scipy_lse)
+pytest_arbiter.op("rk_lse2", reference=lse_ref, gate_inputs=nan_beside_inf)
+pytest_arbiter.candidate("rk_lse2", target="cpu", name="rk_inf_first", tier=9)(inf_first)
+pytest_arbiter.candidate("rk_lse2", target="cpu", name="rk_scipy2", tier=5)(scipy_lse)
 '''
 
 TEST = '''
@@ -47,8 +64,10 @@ import pytest_arbiter
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lse(dtype):
     x = np.random.default_rng(0).standard_normal((64, 100)).astype(dtype)
-    out = pytest_arbiter.dispatch("rk_lse", x)
-    np.testing.assert_allclose(out, np.log(np.exp(x.astype(np.float64)).sum(-1)), rtol=1e-5)
+    for op in ("rk_lse", "rk_lse2"):
+        out = pytest_arbiter.dispatch(op, x)
+        np.testing.assert_allclose(out, np.log(np.exp(x.astype(np.float64)).sum(-1)),
+                                   rtol=1e-5)
 '''
 
 
@@ -66,3 +85,6 @@ def test_scipy_logsumexp_passes_and_a_nan_dropping_kernel_is_rejected(
     # scipy's +inf where the shifted reference made inf - inf = NaN is no failure
     assert "cpu/rk_lse/rk_scipy/won: 2" in out, out
     assert "rk_scipy/rejected" not in out, out
+    # an infinity where a NaN input sits beside the inf is a NaN dropped: rejected
+    assert "cpu/rk_lse2/rk_inf_first/rejected: 2" in out, out
+    assert "cpu/rk_lse2/rk_scipy2/won: 2" in out, out
