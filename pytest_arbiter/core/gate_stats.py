@@ -1,7 +1,8 @@
 """The F4 gate's statistical checks, bias and spread, on a trial's sampled outputs
 (docs/accuracy.md, "The statistical checks"). What they compute before they read an
-output (the frame) is made for several trials at once (:func:`frames`): one pass of NumPy
-calls over their samples side by side, each value as the trial's alone would have it."""
+output (the frame) is made for a gate's small trials at once (:func:`frames`): one pass of
+NumPy calls over their samples side by side, each value as the trial's alone would have
+it."""
 
 from __future__ import annotations
 
@@ -100,10 +101,11 @@ def frames(requests: Sequence[FrameRequest], dtype: str) -> list[_Frame]:
     deterministic kernel computes them alike, so their errors are one observation, not
     several.
 
-    The requests' samples are laid side by side, each trial's a block of its own (its
-    groups numbered past the previous trial's), so one NumPy call serves them all; a
-    sum over a trial's units is taken over its block alone, in its order, so each value
-    is bit for bit the one the trial alone gets."""
+    The samples of trials sampling at most BATCHED_UP_TO outputs are laid side by side,
+    each trial's a block of its own (its groups numbered past the previous trial's), so
+    one NumPy call serves them all; a sum over a trial's units is taken over its block
+    alone, in its order, so each value is bit for bit the one the trial alone gets. A
+    trial sampling more gets its frame alone."""
     out: list[_Frame | None] = [None] * len(requests)
     batch: list[int] = []
     held = 0
