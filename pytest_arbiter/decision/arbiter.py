@@ -32,7 +32,7 @@ from pytest_arbiter.decision.plans import (
     signature,
 )
 from pytest_arbiter.decision.rechecking import Rechecker
-from pytest_arbiter.decision.record import Record
+from pytest_arbiter.decision.record import REFERENCE_SEVERITY, Record
 from pytest_arbiter.decision.selection import DispatchEvent
 from pytest_arbiter.decision.states import (
     ACCEPTS_FALSE,
@@ -253,7 +253,8 @@ class Arbiter:
                     break
         fb = kp.fallback
         if declined is not None:
-            self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1])
+            self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1],
+                            severity=REFERENCE_SEVERITY)
         elif fb is not None and fb.unavailable:
             # the measured winner cannot run here, and nothing else could: the reference
             self.record.add(HistogramKey(target, op_name, fb.winner, "degraded"),
@@ -358,7 +359,7 @@ class Arbiter:
         try:
             plan = self._plan(mode, op_name, inputs, target)
         except CacheMiss as exc:  # strict mode's refusal: the summary counts them
-            self.record.refused[exc.kind] += 1
+            self.record.refuse(exc.kind)
             raise
         finally:
             self.gates.release_trials()

@@ -4,7 +4,6 @@ two-generation tables that hold them (:class:`PlanTables`)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.ops import Op
+from pytest_arbiter.decision.record import REFERENCE_SEVERITY
 from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
 from pytest_arbiter.gating.histogram import REFERENCE, HistogramKey
 
@@ -66,10 +66,10 @@ class Fallback:
 
     def slowdown(self, ran: str) -> float:
         """How much slower ``ran`` was than the winner when measured: the reference,
-        never timed, is the slowest there is (the largest float: a worker sends it as
-        JSON); 0 when ``ran`` was not timed."""
+        never timed, is the slowest there is (:data:`~.record.REFERENCE_SEVERITY`); 0
+        when ``ran`` was not timed."""
         if ran == REFERENCE:
-            return sys.float_info.max
+            return REFERENCE_SEVERITY
         mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
         return theirs / mine if mine > 0 and theirs > 0 else 0.0
 

@@ -13,10 +13,15 @@ that two workers found once, and one a worker's dispatch reached not at all.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 
 from pytest_arbiter.decision.states import DispatchKey
 from pytest_arbiter.gating.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
+
+REFERENCE_SEVERITY = sys.float_info.max
+"""The severity of a reason whose dispatch fell to the reference, never timed: the
+slowest there is (the largest float, not infinity: a worker sends it as JSON)."""
 
 
 class Reasons:
@@ -68,8 +73,14 @@ class Record:
         return self.kept.text
 
     def keep(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
-        """:meth:`Reasons.keep`."""
-        self.kept.keep(key, reason, severity)
+        """:meth:`Reasons.keep`, under the lock (dispatching threads record at once)."""
+        with self._lock:
+            self.kept.keep(key, reason, severity)
+
+    def refuse(self, kind: str) -> None:
+        """Count one dispatch strict mode refused (``CacheMiss.kind``)."""
+        with self._lock:
+            self.refused[kind] += 1
 
     def add(self, key: HistogramKey, reason: str, at: DispatchKey | None = None,
             severity: float = 0.0) -> None:

@@ -374,8 +374,10 @@ class RunLedger:
                 payload["expected"], source=f"worker {name}")[0])
             self._absorb_findings(payload.get("findings", []))
             self._absorb_evidence(payload.get("evidence", {}))
-            self.worker_refused.update({str(kind): int(n) for kind, n in
-                                        payload.get("refused", {}).items()})
+            refused = payload.get("refused", {})
+            if not isinstance(refused, dict):
+                raise ValueError(f"bad refused counts {refused!r}")
+            self.worker_refused.update({str(kind): int(n) for kind, n in refused.items()})
             for key, (why, severity) in _keyed(payload.get("reasons", []), "reasons"):
                 self.worker_reasons.keep(key, str(why), float(severity))
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):

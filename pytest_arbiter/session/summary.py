@@ -164,8 +164,8 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
                     lines.append("stale cached winners: re-tune those keys "
                                  "(pytest --arbiter-tune --arbiter-recheck)")
         elif end.incomplete:
-            lines.append("degrade gate passed on the dispatches made before the run "
-                         f"ended ({'; '.join(end.incomplete)}): the rest were not gated")
+            lines.append("degrade gate passed on the dispatches it received "
+                         f"({'; '.join(end.incomplete)}): the rest were not gated")
         else:
             lines.append("degrade gate passed")
     return [safe_line(text) for text in lines]

@@ -197,8 +197,9 @@ def sized_slow(x: Any) -> Any:
 
 
 def test_the_reason_kept_is_the_worst_measured_slowdown() -> None:
-    """One winner missing on two keys, by 1.x on the first dispatched and ~10x on the
-    second: the entry's reason says the worst, not the first."""
+    """One winner missing on two keys, its fallback slower on the second dispatched
+    (4 ms sleeps) than on the first (0.2 ms): the entry's reason says the worst, not the
+    first."""
     small, large = np.arange(64.0), np.arange(4096.0)
     reg, ops = setup("fb_twice", (fast, "fast", None), (sized_slow, "sized_slow", None))
     cache = MeasureCache()
@@ -218,3 +219,29 @@ def test_the_reason_kept_is_the_worst_measured_slowdown() -> None:
     assert arb.histogram.counts() == {("cpu", "fb_twice", "fast", "degraded"): 3}
     why = arb.reasons[("cpu", "fb_twice", "fast", "degraded")]
     assert f"sized_slow ran instead, {slowdown[1]:.3g}x slower when measured" in why, why
+
+
+def small_only(x: Any) -> Any:
+    time.sleep(0.0003)
+    return x * 2
+
+
+def test_a_dispatch_that_fell_to_the_reference_is_the_worst_reason() -> None:
+    """The winner declines everywhere: on the large key nothing else can run (the
+    reference does), on the small one small_only serves, measured slower. The reason
+    kept is the reference's, dispatched first or last."""
+    small, large = np.arange(64.0), np.arange(4096.0)
+    reg, ops = setup("fb_twice", (fast, "fast", None),
+                     (small_only, "small_only", lambda x: x.size < 1000))
+    cache = MeasureCache()
+    tuner = Arbiter(registry=reg, ops=ops, cache=cache, mode="tune", policy=POLICY)
+    tuner.dispatch("fb_twice", small)
+    tuner.dispatch("fb_twice", large)
+    assert [e.winner for e in cache.entries()] == ["fast", "fast"]
+    WORKS["fast"] = False
+    for order in ((large, small), (small, large)):
+        arb = Arbiter(registry=reg, ops=ops, cache=cache, mode="static")
+        for x in order:
+            arb.dispatch("fb_twice", x)
+        why = arb.reasons[("cpu", "fb_twice", "fast", "degraded")]
+        assert "small_only ran instead" not in why, why

@@ -102,7 +102,7 @@ def test_a_cancelled_tune_keeps_what_it_measured(tmp_path: Path, how: str) -> No
     assert "the run stopped early; its" in out and "measured entries were kept" in out
     assert entries(tmp_path) >= measured - 2, out  # a worker's last test may not report
     # the gate saw only the tests that ran: it never says the run passed it
-    assert "degrade gate passed on the dispatches made before the run ended (" in out
+    assert "degrade gate passed on the dispatches it received (" in out
     assert "degrade gate passed\n" not in out
 
 

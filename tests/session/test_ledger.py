@@ -75,6 +75,11 @@ def test_the_workers_strict_refusals_are_summed() -> None:
         sent["refused"] = refused
         ledger.absorb(name, sent, take_measured=lambda entries: None)
     assert ledger.refused() == {"no cached winner": 3, "a stale entry": 1}
+    garbled = payload([], {})
+    garbled["refused"] = ["x"]
+    ledger.absorb("gw2", garbled, take_measured=lambda entries: None)
+    assert len(ledger.errors) == 1 and "worker gw2 sent unreadable arbiter data" in \
+        ledger.errors[0]
 
 
 def test_a_crashed_or_garbled_worker_is_never_silently_lost() -> None:
