@@ -12,9 +12,11 @@ import gc
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from pytest_arbiter.timing.measure import ComparePolicy, Comparison, compare_latencies
+from pytest_arbiter.timing.pairing import bound_rank, ratio_upper
 from tests.factories import ScriptedTimer
 
 # -- kernels that raise -----------------------------------------------------------------
@@ -232,6 +234,32 @@ def test_difference_inside_the_noise_is_a_tie_won_by_the_higher_tier() -> None:
     assert comp.ranking[0] == "tiered"
     assert comp.rounds == 12  # equal times never win a round: no early stop
     assert comp.confidence == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("trials", [1, 2, 5, 6, 7, 8, 13, 20, 50, 200])
+@pytest.mark.parametrize("below", [0.01, 0.05])
+def test_the_bound_rank_is_the_binomial_tails(trials: int, below: float) -> None:
+    """The largest rank k with P(Binomial(n, 1/2) <= k - 1) <= below, against SciPy's
+    binomial CDF: too few rounds (6 at 0.01) bound nothing."""
+    from scipy.stats import binom
+
+    expected = max((k for k in range(1, trials + 1)
+                    if binom.cdf(k - 1, trials, 0.5) <= below), default=0)
+    assert bound_rank(trials, below) == expected
+    assert (bound_rank(6, 0.01), bound_rank(7, 0.01), bound_rank(13, 0.01),
+            bound_rank(200, 0.01)) == (0, 1, 2, 84)
+
+
+def test_the_upper_bound_is_the_ranked_paired_ratio() -> None:
+    """13 rounds at 0.01: rank 2, the second largest ratio; a leader that took no time
+    in a round leaves that round out (12 rounds: rank 2 again)."""
+    ratios = np.array([0.9, 1.0, 1.01, 1.02, 1.03, 0.95, 1.1, 1.2, 1.04, 1.05, 1.06, 1.07,
+                       1.5])
+    table = np.column_stack([np.full(13, 100.0), 100.0 * ratios])
+    upper = ratio_upper(table, 0, 0.01)
+    assert upper.tolist() == pytest.approx([1.0, 1.2])
+    table[12, 0] = 0.0
+    assert ratio_upper(table, 0, 0.01)[1] == pytest.approx(1.1)
 
 
 def test_rounds_too_noisy_to_bound_the_gap_are_no_tie() -> None:

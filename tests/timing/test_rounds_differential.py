@@ -117,6 +117,7 @@ def policies(draw: st.DrawFn) -> ComparePolicy:
         confident_p=draw(st.sampled_from([0.0, 0.01, 0.2, 1.0])),
         tie_alpha=draw(st.sampled_from([0.01, 0.5])),
         tie_margin=draw(st.sampled_from([0.0, 0.01, 0.3])),
+        tie_bound=draw(st.sampled_from([0.0, 0.05, 0.5, float("inf")])),
         seed=draw(st.sampled_from([0, 1, 7])),  # None: a random order, by design
         disable_gc=False,
         call_timeout_s=draw(st.sampled_from([None, 60.0])),
