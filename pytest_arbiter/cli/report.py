@@ -19,8 +19,7 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import compress, groupby, repeat
-from operator import add, attrgetter, ge, is_not, itemgetter, le, lt, mul, not_, or_
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from pytest_arbiter.cli import report_problems
@@ -333,7 +332,6 @@ _Item = tuple[str, str, str, str, CacheEntry]
 """An entry of a group in the page's order: its bucket's natural key
 (:func:`~pytest_arbiter.cli.report_cells.natural_keys`), dtype, target, bucket."""
 _ORDER = itemgetter(0, 1, 2, 3)
-_NK = itemgetter(0)
 
 
 class _First:
@@ -349,20 +347,10 @@ class _First:
         self.room = 4 * size + 256
         """How many entries are held before the next prune."""
 
-    def extend(self, items: list[_Item]) -> None:
-        """Take ``items`` in; those past :attr:`limit` are let go at once. A prune
-        after each few (the room held) keeps the limit tight and the sorts short."""
-        at = 0
-        while at < len(items):
-            chunk = items[at:at + self.room]
-            at += len(chunk)
-            limit = self.limit
-            if limit is None:
-                self.items += chunk
-            else:
-                self.items += compress(chunk, map(le, map(_NK, chunk), repeat(limit)))
-            if len(self.items) >= self.room:
-                self.prune()
+    def add(self, item: _Item) -> None:
+        self.items.append(item)
+        if len(self.items) >= self.room:
+            self.prune()
 
     def prune(self) -> list[_Item]:
         """The entries kept, in the page's order."""
@@ -446,83 +434,52 @@ class _Corpus:
         self.__init__(self.histograms)  # type: ignore[misc]
 
     def add(self, block: Sequence[CacheEntry]) -> None:
-        """Take a block of entries in: a run of one device and op at a time, each a
-        column at a time (C loops over the entries, not a Python call each)."""
         self.count += len(block)
         self.runs.update(zip(map(_DEVICE, block), map(_RUN, block), strict=True))
         dates = [d for d in map(_MEASURED, block) if d]
         if dates:
             first, last = self.dates
             self.dates = (min(first or dates[0], *dates), max(last, *dates))
-        nks = natural_keys(list(map(_BUCKET, block)))
-        self.problems.add_block(block, nks)
-        keys = list(map(_KEY, block))
-        at = 0
-        for (device, op), run in groupby(map(_DEVICE_OP, keys)):
-            end = at + len(list(run))
-            self._take(block[at:end], keys[at:end], nks[at:end], device, op)
-            at = end
+        for e, nk in zip(block, natural_keys(list(map(_BUCKET, block))), strict=True):
+            self._take(e, nk)
 
-    def _take(self, block: Sequence[CacheEntry], keys: list[tuple[str, ...]],
-              nks: list[str], device: str, op: str) -> None:
-        """Take entries of one device and op in (``keys``: their :data:`_KEY`; ``nks``:
-        their buckets' natural keys)."""
+    def _take(self, e: CacheEntry, nk: str) -> None:
+        device, target, op, bucket, dtype = _KEY(e)
         group = self.groups.get((device, op))
         if group is None:
             group = self.groups[(device, op)] = _Group()
-        group.count += len(block)
-        _, targets, _, buckets, dtypes = zip(*keys, strict=True)
-        items = list(zip(nks, dtypes, targets, buckets, block, strict=True))
-        group.first.extend(items)
-        lows = list(map(_LOW, block))
-        reverify = list(map(_REVERIFY, block))
-        due = list(map(or_, map(or_, reverify, lows), map(not_, map(_CONSIDERED, block))))
-        group.due_count += due.count(True)
-        group.due.extend(list(compress(items, due)))
-        plain = list(zip(targets, repeat(op), buckets, dtypes))
-        stale = (list(map(or_, reverify, map(self.stale.__contains__, plain))) if self.stale
-                 else reverify)
-        flags = list(zip(lows, stale, map(_TIE, block), strict=True))
-        best = list(map(_FIRST, map(_RANKING, block)))
-        winners, medians = list(map(_NAME, best)), list(map(_MEDIAN, best))
-        codes = self._cells(winners, medians, flags)
-        group.cells.update(zip(zip(buckets, dtypes, strict=True), codes, strict=True))
-        self._devices(plain, list(zip(repeat(device), winners, medians)))
+        group.count += 1
+        item = (nk, dtype, target, bucket, e)
+        if group.first.limit is None or nk <= group.first.limit:
+            group.first.add(item)
+        low = e.low_confidence
+        if e.reverify or low or not e.considered:
+            group.due_count += 1
+            if group.due.limit is None or nk <= group.due.limit:
+                group.due.add(item)
+        flags = (low, e.reverify or (target, op, bucket, dtype) in self.stale, e.tie)
+        best = e.ranking[0]
+        winner, median = best.name, best.stats.median_ns
+        width = self.widths.get(winner)
+        if width is None:
+            width = self.widths[winner] = len(cut(escape(winner), NAME_WIDTH))
+        width = max(width, _WIDTH_OF_WORDS[flags])
+        if width < LATENCY_WIDTH or median >= 1e12:
+            width = max(width, len(latency(median)))
+        group.cells[(bucket, dtype)] = 2 * width + any(flags)
+        self._devices((target, op, bucket, dtype), device, winner, median)
+        self.problems.add(e, nk)
 
-    def _cells(self, winners: list[str], medians: list[float],
-               flags: list[tuple[bool, bool, bool]]) -> list[int]:
-        """Each entry's heat map cell code (:attr:`_Group.cells`): its longest line of
-        text (the winner's name cut, its marks, its median) twice, plus one when marked."""
-        widths = self.widths
-        for name in set(winners).difference(widths):
-            widths[name] = len(cut(escape(name), NAME_WIDTH))
-        width = list(map(max, map(widths.__getitem__, winners),
-                         map(_WIDTH_OF_WORDS.__getitem__, flags)))
-        # the median's text is measured only where it may be the longest line
-        short = map(or_, map(lt, width, repeat(LATENCY_WIDTH)), map(ge, medians, repeat(1e12)))
-        for i in compress(range(len(width)), short):
-            width[i] = max(width[i], len(latency(medians[i])))
-        return list(map(add, map(mul, width, repeat(2)), map(any, flags)))
-
-    def _devices(self, keys: list[tuple[str, str, str, str]],
-                 found: list[tuple[str, str, float]]) -> None:
-        """Each key's first device (its device, winner and median), and every device
-        of a key measured on more than one."""
-        firsts = list(map(self.seen.setdefault, keys, found))
-        for i in compress(range(len(keys)), map(is_not, firsts, found)):
-            self.shared.setdefault(keys[i], [firsts[i]]).append(found[i])
+    def _devices(self, key: tuple[str, str, str, str], device: str, winner: str,
+                 median: float) -> None:
+        first = self.seen.get(key)
+        if first is None:
+            self.seen[key] = (device, winner, median)
+        else:
+            self.shared.setdefault(key, [first]).append((device, winner, median))
 
 
 _KEY = attrgetter("device", "target", "op", "bucket", "dtype")
-_DEVICE_OP = itemgetter(0, 2)
-_LOW = attrgetter("low_confidence")
-_REVERIFY = attrgetter("reverify")
-_CONSIDERED = attrgetter("considered")
-_TIE = attrgetter("tie")
-_RANKING = attrgetter("ranking")
-_FIRST = itemgetter(0)
-_NAME = attrgetter("name")
-_MEDIAN = attrgetter("stats.median_ns")
 _DEVICE = attrgetter("device")
 _RUN = attrgetter("provenance.run")
 _MEASURED = attrgetter("provenance.measured_at")

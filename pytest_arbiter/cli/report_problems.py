@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter, or_, truth
-from typing import cast
 
 from pytest_arbiter.cli.report_cells import StaleKey, text
 from pytest_arbiter.gating.histogram import HistogramKey
@@ -157,9 +154,6 @@ def _stale_rows(inputs: Sequence[HistogramInput]) -> list[tuple[StaleKey | None,
 
 FAILED = ("rejected", "error")
 """What the corpus records of a kernel that failed when its key was measured."""
-_CONSIDERED = attrgetter("considered")
-_REJECTED = attrgetter("rejected")
-_NAMES = itemgetter(1)
 
 
 class Problems:
@@ -180,43 +174,26 @@ class Problems:
         self.corpus: dict[tuple[str, str, str, str], Problem] = {}
         self._failing: dict[int, tuple[object, list[str]]] = {}
 
-    def add_block(self, block: Sequence[CacheEntry], nks: Sequence[str]) -> None:
-        """Take the entries of ``block`` in (``nks``: their buckets' natural keys). Most
-        concern no row: they are told apart a column at a time, in C loops."""
-        if self.by_op or self.by_stale:
-            for e, nk in zip(block, nks, strict=True):
-                self._counted(e, nk)
-        considered = list(map(_CONSIDERED, block))
-        failing = list(map(self._failing.get, map(id, considered)))
-        for i in compress(range(len(failing)), map(is_, failing, repeat(None))):
-            failing[i] = self._failing_row(considered[i])
-        names = map(_NAMES, cast("list[tuple[object, list[str]]]", failing))
-        found = map(or_, map(truth, map(_REJECTED, block)), map(truth, names))
-        for i in compress(range(len(block)), found):
-            self._from_corpus(block[i], order(block[i], nks[i]))
-
-    def _counted(self, e: CacheEntry, nk: str) -> None:
-        """The entry's part in the rows of a run's counts and stale keys."""
+    def add(self, e: CacheEntry, nk: str) -> None:
+        """Take the entry ``e`` in (``nk``: its bucket's natural key)."""
         if self.by_op and (e.target, e.op) in self.by_op:
             self._explain(e, order(e, nk))
         if self.by_stale and (e.target, e.op, e.bucket, e.dtype) in self.by_stale:
             for problem in self.by_stale[(e.target, e.op, e.bucket, e.dtype)]:
                 problem.add_key(order(e, nk), e.key)
+        if e.rejected or self._failing_in(e.considered):
+            self._from_corpus(e, order(e, nk))
 
     def _failing_in(self, considered: Mapping[str, Considered]) -> list[str]:
-        """The names ``considered`` records as failing."""
-        return (self._failing.get(id(considered)) or self._failing_row(considered))[1]
-
-    def _failing_row(self, considered: Mapping[str, Considered]
-                     ) -> tuple[object, list[str]]:
-        """``considered`` and the names it records as failing, kept by its id (maps are
-        shared by many entries: each is looked at once; the map is held, so its id
-        cannot be another's)."""
-        if len(self._failing) > 4096:
-            self._failing.clear()
-        known = self._failing[id(considered)] = (considered, [
-            name for name, row in considered.items() if row.outcome in FAILED])
-        return known
+        """The names ``considered`` records as failing (maps are shared by many entries:
+        each is looked at once)."""
+        known = self._failing.get(id(considered))
+        if known is None:
+            if len(self._failing) > 4096:
+                self._failing.clear()
+            known = self._failing[id(considered)] = (considered, [
+                name for name, row in considered.items() if row.outcome in FAILED])
+        return known[1]
 
     def _explain(self, e: CacheEntry, order: Order) -> None:
         """The corpus's reasons for a counted problem's candidate, and the keys it
