@@ -47,9 +47,9 @@ from pytest_arbiter.gating.baseline import (
 )
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.store import artifacts
-from pytest_arbiter.store.cache import CacheEntry, plain_key
+from pytest_arbiter.store.cache import CacheEntry, CacheKey, plain_key
 from pytest_arbiter.store.corpus import KeyChange, WinnerChange
-from pytest_arbiter.store.corpus_files import diff_files, merge_files
+from pytest_arbiter.store.corpus_files import Kind, diff_files, merge_files
 from pytest_arbiter.store.safetext import (
     counted,
     escape,
@@ -259,7 +259,7 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
-    d = diff_files(args.old, args.new, _diff_line, _diff_lines)
+    d = diff_files(args.old, args.new, _diff_line, _diff_run)
     _say_all(out, itertools.chain(d.changed, d.added, d.removed))
     _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
          f"{len(d.removed)} removed, {d.same} unchanged")
@@ -269,14 +269,11 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 def _diff_line(change: WinnerChange | KeyChange) -> str:
     """``diff``'s line of a changed winner, or of a key added or removed."""
     if isinstance(change, WinnerChange):
-        margin = change.margin  # the old winner's ratio to the new one, less 1
-        beat = (f"; {change.old.winner} not timed in NEW" if margin is None
-                else f"; {change.old.winner} now {abs(margin) * 100:.1f}% "
-                f"{'slower' if margin >= 0 else 'faster'}")
-        low = "; new pick low-confidence" if change.new.low_confidence else ""
+        low = _NEW_LOW if change.new.low_confidence else ""
         return (f"changed {_key_text(change.key)}: {change.old.winner} "
                 f"({format_ns(change.old_ns)}) -> {change.new.winner} "
-                f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%){beat}{low}")
+                f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%)"
+                f"{_beat(change)}{low}")
     entry = change.entry
     if change.old is None:
         return (f"added {_key_text(plain_key(entry))}: {entry.winner} "
@@ -284,18 +281,38 @@ def _diff_line(change: WinnerChange | KeyChange) -> str:
     return f"removed {_key_text(plain_key(entry))}: {entry.winner}"
 
 
-def _diff_lines(entries: list[CacheEntry], added: bool) -> list[str]:
-    """:func:`_diff_line` of each of a run of keys added (or removed), a column at a
-    time."""
+def _diff_run(kind: Kind, old: list[CacheEntry], new: list[CacheEntry]) -> list[str]:
+    """:func:`_diff_line` of each of a run of changes of one kind, a column at a time."""
+    entries = old if kind == "removed" else new
     keys = list(map("/".join, map(plain_key, entries)))
     firsts = list(map(_FIRST, map(_RANKING, entries)))
     winners = list(map(_NAME, firsts))
-    if not added:
+    if kind == "removed":
         return list(map("removed {}: {}".format, keys, winners))
-    return list(map("added {}: {} ({})".format, keys, winners,
-                    ns_cells(list(map(_MEDIAN, firsts)))))
+    medians = list(map(_MEDIAN, firsts))
+    if kind == "added":
+        return list(map("added {}: {} ({})".format, keys, winners, ns_cells(medians)))
+    olds = list(map(_FIRST, map(_RANKING, old)))
+    before = list(map(_MEDIAN, olds))
+    changes = [f"{(n / o - 1.0 if o > 0 else 0.0) * 100:+.1f}%"
+               for o, n in zip(before, medians, strict=True)]
+    beats = [_beat(WinnerChange(CacheKey._make(k), a, b))
+             for k, a, b in zip(map(plain_key, new), old, new, strict=True)]
+    lows = [_NEW_LOW if low else "" for low in map(_LOW, new)]
+    return list(map("changed {}: {} ({}) -> {} ({}, {}){}{}".format, keys,
+                    map(_NAME, olds), ns_cells(before), winners, ns_cells(medians),
+                    changes, beats, lows))
 
 
+def _beat(change: WinnerChange) -> str:
+    """How the old winner did in the new measurement (:func:`_diff_line`'s)."""
+    margin = change.margin  # the old winner's ratio to the new one, less 1
+    return (f"; {change.old.winner} not timed in NEW" if margin is None
+            else f"; {change.old.winner} now {abs(margin) * 100:.1f}% "
+            f"{'slower' if margin >= 0 else 'faster'}")
+
+
+_NEW_LOW = "; new pick low-confidence"
 _RANKING = attrgetter("ranking")
 _FIRST = itemgetter(0)
 _NAME = attrgetter("name")

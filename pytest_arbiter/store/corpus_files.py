@@ -19,8 +19,8 @@ import operator
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Generic, TypeVar
+from operator import attrgetter, itemgetter
+from typing import Generic, Literal, TypeVar
 
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store.artifacts import (
@@ -60,21 +60,26 @@ class DescribedDiff(Generic[T]):
     same: int = 0
 
 
+Kind = Literal["changed", "added", "removed"]
+DescribeRun = Callable[[Kind, list[CacheEntry], list[CacheEntry]], list[T]]
+"""Describes a run of changes of one kind at once, in key order: given the old entries
+and the new ones of the keys (one list empty for keys added or removed), a description
+of each."""
+
+
 def diff_files(old: FilePath, new: FilePath, describe: Callable[[WinnerChange | KeyChange], T],
-               describe_keys: Callable[[list[CacheEntry], bool], list[T]] | None = None
-               ) -> DescribedDiff[T]:
+               describe_run: DescribeRun[T] | None = None) -> DescribedDiff[T]:
     """The diff of the caches at ``old`` and ``new``, each change described, in key
     order; ``ArtifactError`` as :func:`~pytest_arbiter.store.artifacts.read_cache` says
-    of the first one that cannot be read. ``describe_keys``, if given, describes a run
-    of keys added (``True``) or removed (``False``) at once: their entries, in key
-    order (else ``describe`` each)."""
+    of the first one that cannot be read. ``describe_run``, if given, describes the
+    changes a run at a time instead of ``describe`` each."""
     out: DescribedDiff[T] = DescribedDiff()
     try:
         with open(old, "rb") as a, open(new, "rb") as b:
             parts = (_Part(keyed_blocks(a, _Tables(shared=False))),
                      _Part(keyed_blocks(b, _Tables(shared=False))))
             for window in _diff_windows(*parts):  # each change described, its entries let go
-                _described(window, out, describe, describe_keys)
+                _described(window, out, describe, describe_run)
         return out
     except (OSError, Unstreamable):
         pass
@@ -82,7 +87,7 @@ def diff_files(old: FilePath, new: FilePath, describe: Callable[[WinnerChange | 
     after = read_cache(new).entries()
     out = DescribedDiff()
     _described((before, list(map(plain_key, before)), after, list(map(plain_key, after))),
-               out, describe, describe_keys)
+               out, describe, describe_run)
     return out
 
 
@@ -101,32 +106,43 @@ def _diff_windows(old: _Part, new: _Part) -> Iterator[_Window]:
 
 def _described(window: _Window, out: DescribedDiff[T],
                describe: Callable[[WinnerChange | KeyChange], T],
-               describe_keys: Callable[[list[CacheEntry], bool], list[T]] | None) -> None:
+               describe_run: DescribeRun[T] | None) -> None:
     """The changes of one window (each file's entries sorted by key, one per key) into
     ``out``, in key order: the keys of both compared, the rest added or removed."""
     olds, old_keys, news, new_keys = window
     both = set(old_keys).intersection(new_keys)
+    changed: tuple[list[CacheEntry], list[CacheEntry]] = ([], [])
     if both:
         removed = [e for e, k in zip(olds, old_keys, strict=True) if k not in both]
         added = [e for e, k in zip(news, new_keys, strict=True) if k not in both]
-        pairs = zip([e for e, k in zip(olds, old_keys, strict=True) if k in both],
-                    [e for e, k in zip(news, new_keys, strict=True) if k in both],
-                    strict=True)
-        for a, b in pairs:
-            if a.ranking[0].name == b.ranking[0].name:
-                out.same += 1
-            else:
-                out.changed.append(describe(WinnerChange(CacheKey._make(plain_key(b)), a, b)))
+        pair = ([e for e, k in zip(olds, old_keys, strict=True) if k in both],
+                [e for e, k in zip(news, new_keys, strict=True) if k in both])
+        differ = list(map(operator.ne, *(list(map(_WINNER, map(_FIRST, map(_RANKING, side))))
+                                        for side in pair)))
+        out.same += differ.count(False)
+        changed = (list(itertools.compress(pair[0], differ)),
+                   list(itertools.compress(pair[1], differ)))
     else:
         removed, added = olds, news
-    for entries, gained, into in ((added, True, out.added), (removed, False, out.removed)):
-        if not entries:
+    runs: tuple[tuple[Kind, list[CacheEntry], list[CacheEntry], list[T]], ...] = (
+        ("changed", *changed, out.changed), ("added", [], added, out.added),
+        ("removed", removed, [], out.removed))
+    for kind, before, after, into in runs:
+        if not (before or after):
             continue
-        if describe_keys is not None:
-            into += describe_keys(entries, gained)
+        if describe_run is not None:
+            into += describe_run(kind, before, after)
+        elif kind == "changed":
+            into += [describe(WinnerChange(CacheKey._make(plain_key(b)), a, b))
+                     for a, b in zip(before, after, strict=True)]
         else:
-            into += [describe(KeyChange(None, e) if gained else KeyChange(e, None))
-                     for e in entries]
+            into += [describe(KeyChange(a, None) if kind == "removed" else KeyChange(None, a))
+                     for a in before or after]
+
+
+_RANKING = attrgetter("ranking")
+_FIRST = itemgetter(0)
+_WINNER = attrgetter("name")
 
 
 # -- merge -----------------------------------------------------------------------------

@@ -89,3 +89,25 @@ def test_a_block_with_a_name_to_escape_is_built_row_by_row() -> None:
     assert shown.cells == row_columns(map(narrow_row, block, lows), 5)
     assert "bad\\x1b[31..." in shown.cells[1]
     assert narrow_columns([], []).cells == [[], [], [], [], []]
+
+
+def test_diffs_lines_a_run_at_a_time_are_its_lines_one_by_one() -> None:
+    """``diff``'s changed, added and removed lines built a column at a time: the old
+    winner faster or slower now, not timed in NEW, a new pick low-confidence."""
+    from pytest_arbiter.cli.main import _diff_line, _diff_run
+    from pytest_arbiter.store.corpus import KeyChange, WinnerChange
+
+    old = [ranked_entry(f"m{i}", "wmma", "cublas", medians=(1000.0 + i, 1500.0))
+           for i in range(4)]
+    new = [ranked_entry("m0", "cublas", "wmma", medians=(900.0, 1000.0), ratios=(1.0, 1.2)),
+           ranked_entry("m1", "cublas", "wmma", medians=(999.0, 996.0), tie=True),
+           ranked_entry("m2", "cublas", "tiled", medians=(2.5e9, 3e9), confidence=0.6),
+           ranked_entry("m3", "cublas", medians=(5.0,))]
+    changes = [WinnerChange(b.key, a, b) for a, b in zip(old, new, strict=True)]
+    lines = _diff_run("changed", old, new)
+    assert lines == list(map(_diff_line, changes))
+    assert any("not timed in NEW" in line for line in lines)
+    assert any("faster" in line for line in lines) and any("low-confidence" in line
+                                                           for line in lines)
+    assert _diff_run("added", [], new) == [_diff_line(KeyChange(None, e)) for e in new]
+    assert _diff_run("removed", old, []) == [_diff_line(KeyChange(e, None)) for e in old]

@@ -255,23 +255,29 @@ def test_blocks_read_without_sharing_names_are_the_same_entries_checked_alike(
 
 
 @pytest.mark.parametrize("layout", ["writer", "compact"])
-def test_keys_added_or_removed_described_a_run_at_a_time_are_described_alike(
+def test_changes_described_a_run_at_a_time_are_described_alike(
         tmp_path: Path, small_blocks: None, layout: str) -> None:
-    """``describe_keys`` is given each run of keys added or removed, in key order: the
-    lines are the ones ``describe`` gives each key, and the diff is the same."""
+    """``describe_run`` is given each run of changes of one kind, in key order, with the
+    old and the new entries of their keys: the lines are the ones ``describe`` gives
+    each change, and the diff is the same."""
     old, new = corpus(150), corpus(150, start=90, host="h2", shift=1)
     paths = write(tmp_path / "old.json", old), write(tmp_path / "new.json", new)
     if layout == "compact":
         for path in paths:
             path.write_text(json.dumps(json.loads(path.read_text())))
-    runs: list[int] = []
+    runs: list[tuple[str, int]] = []
 
-    def keys(entries: list[CacheEntry], added: bool) -> list[tuple[str, ...]]:
-        runs.append(len(entries))
-        return [described(KeyChange(None, e) if added else KeyChange(e, None))
-                for e in entries]
+    def run(kind: corpus_files.Kind, before: list[CacheEntry], after: list[CacheEntry]
+            ) -> list[tuple[str, ...]]:
+        runs.append((kind, len(before or after)))
+        if kind == "changed":
+            return [described(WinnerChange(a.key, a, b))
+                    for a, b in zip(before, after, strict=True)]
+        return [described(KeyChange(a, None) if kind == "removed" else KeyChange(None, a))
+                for a in before or after]
 
     one_by_one = corpus_files.diff_files(*paths, described)
-    assert corpus_files.diff_files(*paths, described, keys) == one_by_one
-    assert sum(runs) == len(one_by_one.added) + len(one_by_one.removed)
-    assert len(runs) > (2 if layout == "writer" else 1)
+    assert corpus_files.diff_files(*paths, described, run) == one_by_one
+    for kind in ("changed", "added", "removed"):
+        assert sum(n for k, n in runs if k == kind) == len(getattr(one_by_one, kind))
+    assert len(runs) > (3 if layout == "writer" else 2)
