@@ -237,17 +237,20 @@ def _windows(parts: list[_Part], merged: MergedFile) -> Iterator[list[CacheEntry
         bound = min(p.keys[-1] for p in live)
         window: list[CacheEntry] = []
         keys: list[KeyTuple] = []
-        for entries, their_keys in [p.take(bound) for p in live]:
+        taken = [p.take(bound) for p in live]
+        for entries, their_keys in taken:
             window += entries
             keys += their_keys
-        if len(live) > 1:  # stable: a key's entries stay in the parts' order
+        if sum(1 for entries, _ in taken if entries) > 1:
+            # stable: a key's entries stay in the parts' order; one part's entries alone
+            # (keys of one shard only) are in order already, and met once each
             order = sorted(range(len(keys)), key=keys.__getitem__)
             window = list(map(window.__getitem__, order))
             keys = list(map(keys.__getitem__, order))
-        twice = list(itertools.compress(range(len(keys) - 1),
-                                        map(operator.eq, keys, keys[1:])))
-        if twice:
-            window = _folded(window, keys, twice, merged)
+            twice = list(itertools.compress(range(len(keys) - 1),
+                                            map(operator.eq, keys, keys[1:])))
+            if twice:
+                window = _folded(window, keys, twice, merged)
         merged.entries += len(window)
         yield window
 
