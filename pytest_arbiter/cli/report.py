@@ -450,33 +450,35 @@ class _Corpus:
             group = self.groups[(device, op)] = _Group()
         group.count += 1
         item = (nk, dtype, target, bucket, e)
-        if group.first.limit is None or nk <= group.first.limit:
+        limit = group.first.limit
+        if limit is None or nk <= limit:
             group.first.add(item)
         low = e.low_confidence
-        if e.reverify or low or not e.considered:
+        reverify = e.reverify
+        if reverify or low or not e.considered:
             group.due_count += 1
-            if group.due.limit is None or nk <= group.due.limit:
+            limit = group.due.limit
+            if limit is None or nk <= limit:
                 group.due.add(item)
-        flags = (low, e.reverify or (target, op, bucket, dtype) in self.stale, e.tie)
+        key = (target, op, bucket, dtype)
+        flags = (low, reverify or key in self.stale, e.tie)
         best = e.ranking[0]
         winner, median = best.name, best.stats.median_ns
         width = self.widths.get(winner)
         if width is None:
             width = self.widths[winner] = len(cut(escape(winner), NAME_WIDTH))
-        width = max(width, _WIDTH_OF_WORDS[flags])
+        words = _WIDTH_OF_WORDS[flags]
+        if words > width:
+            width = words
         if width < LATENCY_WIDTH or median >= 1e12:
             width = max(width, len(latency(median)))
         group.cells[(bucket, dtype)] = 2 * width + any(flags)
-        self._devices((target, op, bucket, dtype), device, winner, median)
+        # the devices side by side: each key's first device, and the others of a key
+        found = (device, winner, median)
+        first = self.seen.setdefault(key, found)
+        if first is not found:
+            self.shared.setdefault(key, [first]).append(found)
         self.problems.add(e, nk)
-
-    def _devices(self, key: tuple[str, str, str, str], device: str, winner: str,
-                 median: float) -> None:
-        first = self.seen.get(key)
-        if first is None:
-            self.seen[key] = (device, winner, median)
-        else:
-            self.shared.setdefault(key, [first]).append((device, winner, median))
 
 
 _KEY = attrgetter("device", "target", "op", "bucket", "dtype")
