@@ -459,7 +459,10 @@ def _expected(op: Op, inputs: Sequence[np.ndarray]
     if op.builtin:
         return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
     ref = np.asarray(to_host(op.reference(*[host_copy(x) for x in inputs])))
-    return ref.astype(np.float64), result_dtype(op, inputs, ref), float_name(ref.dtype)
+    # a 0-d result (a dot product, a norm) is judged as one element: NumPy's arithmetic
+    # on 0-d arrays gives scalars, which the budget's in-place steps cannot write to
+    exact = np.atleast_1d(ref.astype(np.float64))
+    return exact, result_dtype(op, inputs, ref), float_name(ref.dtype)
 
 
 def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
