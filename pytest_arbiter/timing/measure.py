@@ -225,7 +225,9 @@ class ComparePolicy:
     comparison; a candidate with one call over ``crawl_factor`` times the budget and
     over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
     ranked last, unless that call was preempted (judged as a round is, with a CPU
-    clock) and the candidate, timed once more at once, is not as slow again.
+    clock) and the candidate, timed once more at once, is not as slow again. A lone
+    candidate needs few rounds (``min_rounds // 2``, at least 3); one left alone beside
+    crawlers gets ``min_rounds``, as a ranking of two does.
     """
 
     warmup: int = 2
@@ -560,8 +562,9 @@ class _Contest:
         if spent + 1.5 * typical > pol.cap_s * 1e9:
             return True
         if len(self.alive) == 1:
-            # a lone candidate is the pick whatever it measures: a few samples do
-            return rounds >= max(3, pol.min_rounds // 2)
+            # a lone candidate is the pick whatever it measures: a few samples do; beside
+            # crawlers, as many as a ranking of two needs (or the entry is low-confidence)
+            return rounds >= (pol.min_rounds if self.dropped else max(3, pol.min_rounds // 2))
         if rounds >= max(1, pol.max_rounds):
             return True
         if (rounds < pol.min_rounds

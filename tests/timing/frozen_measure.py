@@ -290,8 +290,9 @@ class _FrozenContest:
         if spent + 1.5 * typical > pol.cap_s * 1e9:
             return True
         if len(self.alive) == 1:
-            # a lone candidate is the pick whatever it measures: a few samples do
-            return rounds >= max(3, pol.min_rounds // 2)
+            # a lone candidate is the pick whatever it measures: a few samples do; beside
+            # crawlers, as many as a ranking of two needs (or the entry is low-confidence)
+            return rounds >= (pol.min_rounds if self.dropped else max(3, pol.min_rounds // 2))
         if rounds >= max(1, pol.max_rounds):
             return True
         if (rounds < pol.min_rounds

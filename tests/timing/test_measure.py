@@ -209,6 +209,20 @@ def test_real_slow_candidates_stop_after_one_round() -> None:
     assert comp.rounds == 1 and comp.dropped == {}
 
 
+def test_a_pick_beside_a_crawler_gets_the_rounds_a_ranking_of_two_needs() -> None:
+    """The runner-up crawls (one call 1000x the pick's and past 10x the budget): it is
+    timed no more, and the pick alone is timed until the rounds a ranking of two needs
+    (min_rounds), not the few a lone candidate gets: its entry is not low-confidence on
+    its rounds with confidence 1."""
+    timer = ScriptedTimer({"fast": 1e3, "crawler": 1e9})
+    comp = compare_latencies(timer.fns(), policy=ComparePolicy(min_rounds=7), timer=timer)
+    assert comp.ranking == ["fast", "crawler"] and set(comp.dropped) == {"crawler"}
+    assert comp.rounds == 7 and comp.confidence == 1.0
+    lone = ScriptedTimer({"fast": 1e3})
+    assert compare_latencies(lone.fns(), policy=ComparePolicy(min_rounds=7),
+                             timer=lone).rounds == 3
+
+
 # -- the rules of a comparison: when it stops, what is a tie -----------------------------
 
 
