@@ -55,7 +55,7 @@ def prefer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
     """The entry the merge rule keeps of two entries for the same key."""
     if a is b or a == b:
         return a
-    return _pick(a, b, rank(a), rank(b))
+    return _pick_of(a, b)
 
 
 def _pick(a: CacheEntry, b: CacheEntry, ra: Rank, rb: Rank) -> CacheEntry:
@@ -64,6 +64,23 @@ def _pick(a: CacheEntry, b: CacheEntry, ra: Rank, rb: Rank) -> CacheEntry:
     if ra != rb:
         return a if ra > rb else b
     return a if a.canonical() <= b.canonical() else b
+
+
+def _pick_of(a: CacheEntry, b: CacheEntry) -> CacheEntry:
+    """``_pick(a, b, rank(a), rank(b))``, each field of :func:`rank` worked out only when
+    the ones before it are equal (most pairs differ by ``since`` or the confidence: a
+    merge of big shards meets hundreds of thousands)."""
+    if a.since != b.since:
+        return a if a.since > b.since else b
+    timed_a, timed_b = a.timed_count, b.timed_count
+    if timed_a != timed_b:
+        return a if timed_a > timed_b else b
+    if a.confidence != b.confidence:
+        return a if a.confidence > b.confidence else b
+    stats_a, stats_b = a.ranking[0].stats, b.ranking[0].stats
+    if stats_a.samples != stats_b.samples:
+        return a if stats_a.samples > stats_b.samples else b
+    return _pick(a, b, rank(a), rank(b))
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,7 @@ def merge(*parts: Part) -> MergeResult:
             seen = contested[key] = [held] if held.confident else []
         if entry.confident:
             seen.append(entry)
-        merged[key] = _pick(held, entry, rank(held), rank(entry))
+        merged[key] = _pick_of(held, entry)
 
     for part in parts:
         if isinstance(part, MeasureCache):
@@ -165,7 +182,7 @@ def merge_key(key: KeyTuple, entries: Sequence[CacheEntry]
             seen = [held] if held.confident else []
         if entry.confident:
             seen.append(entry)
-        held = _pick(held, entry, rank(held), rank(entry))
+        held = _pick_of(held, entry)
     return held, [] if seen is None else _conflicts(key, held, seen)
 
 

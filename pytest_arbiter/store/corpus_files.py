@@ -235,15 +235,13 @@ def _windows(parts: list[_Part], merged: MergedFile) -> Iterator[list[CacheEntry
         if not live:
             return
         bound = min(p.keys[-1] for p in live)
-        window: list[CacheEntry] = []
-        keys: list[KeyTuple] = []
-        taken = [p.take(bound) for p in live]
-        for entries, their_keys in taken:
-            window += entries
-            keys += their_keys
-        if sum(1 for entries, _ in taken if entries) > 1:
+        taken = [part for part in (p.take(bound) for p in live) if part[0]]
+        window = taken[0][0]
+        if len(taken) > 1:
             # stable: a key's entries stay in the parts' order; one part's entries alone
             # (keys of one shard only) are in order already, and met once each
+            window = list(itertools.chain.from_iterable(e for e, _ in taken))
+            keys = list(itertools.chain.from_iterable(k for _, k in taken))
             order = sorted(range(len(keys)), key=keys.__getitem__)
             window = list(map(window.__getitem__, order))
             keys = list(map(keys.__getitem__, order))

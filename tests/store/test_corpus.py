@@ -228,3 +228,24 @@ def test_the_merge_rule_in_words_has_a_criterion_for_each_thing_compared() -> No
     assert len(MERGE_RULE) == len(rank(cache_entry())) + 1
     assert [MERGE_RULE[0].split()[2], MERGE_RULE[1], MERGE_RULE[-1]] == [
         "since", "more of the key's candidates timed", "the smaller canonical JSON"]
+
+
+def test_the_merge_rule_worked_out_field_by_field_is_the_rank_comparison() -> None:
+    """Entries alike but for each of the rule's fields in turn (and ties of all of
+    them): the pick that works a field out only when the ones before are equal is the
+    pick by the whole rank."""
+    import datetime
+    import itertools
+
+    from pytest_arbiter.store.corpus import _pick, _pick_of, rank
+
+    sinces = [T0, T0 + datetime.timedelta(hours=1)]
+    variants = [cache_entry("b", winner, since=since, confidence=confidence,
+                            samples=samples, spread=spread, runner_up=runner,
+                            fingerprints=fingerprints)
+                for since, confidence, samples, spread, runner, fingerprints, winner in
+                itertools.product(sinces, (0.9, 0.999), (20, 30), (0.1, 0.2),
+                                  ("b", None), ({"a": "0" * 16}, {}), ("a", "c"))]
+    for a, b in itertools.product(variants, repeat=2):
+        if a is not b:
+            assert _pick_of(a, b) is _pick(a, b, rank(a), rank(b))
