@@ -21,6 +21,7 @@ from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.baseline import failing_outcomes, gate_fleet
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.session.summary import RunVerdict
+from pytest_arbiter.store.safetext import counted
 
 if TYPE_CHECKING:
     from pytest_arbiter.gating.completeness import RunScope
@@ -76,6 +77,10 @@ class Controller:
             measured = ledger.measured_entries()
             if measured:
                 self._write_measured(s.cache, measured)
+        elif s.tune and not scope.collect_only and ledger.measured_entries():
+            kept = counted(len(ledger.measured_entries()), "measured entry", "measured entries")
+            ledger.notes.append(f"--arbiter-tune without --arbiter-cache: {kept} kept in "
+                                "memory only, not written (pass --arbiter-cache=PATH)")
         failing = failing_outcomes(stale=s.recheck == "fail")
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,

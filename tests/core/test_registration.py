@@ -440,3 +440,12 @@ def test_names_inside_the_rule_register() -> None:
     reg = CandidateRegistry()
     reg.add(FunctionCandidate(len, "cuBLAS-v2.fp16+tf32_x", "matmul", "cpu", 0, None, None))
     assert reg.get("cuBLAS-v2.fp16+tf32_x").name == "cuBLAS-v2.fp16+tf32_x"
+
+
+def test_an_unknown_op_name_is_refused_with_the_closest_known() -> None:
+    known = ops.OpRegistry()
+    with pytest.raises(KeyError, match=r"unknown op 'softmx' \(did you mean 'softmax'\?\); "
+                                       r"registered ops: matmul, softmax"):
+        known.get("softmx")
+    with pytest.raises(KeyError, match=r"unknown op 'zzz'; registered ops: matmul, softmax"):
+        known.get("zzz")

@@ -779,6 +779,11 @@ def scale3(x):
 
 def test_summary_says_whether_the_cache_was_read(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH_TEST)
+    # a tune with nowhere to write says so, never throws its measurements away silently
+    result = pytester.runpytest("--arbiter-tune")
+    result.stdout.fnmatch_lines(["*--arbiter-tune without --arbiter-cache: 1 measured entry "
+                                 "kept in memory only, not written (pass "
+                                 "--arbiter-cache=PATH)*"])
     result = pytester.runpytest("--arbiter-cache=typo/corpus.json")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*cache *typo/corpus.json does not exist: every key falls "

@@ -82,8 +82,10 @@ class OpRegistry:
         try:
             return self._ops[name]
         except KeyError:
+            close = difflib.get_close_matches(name, sorted(self._ops), n=3, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
             known = ", ".join(sorted(self._ops))
-            raise KeyError(f"unknown op {name!r}; registered ops: {known}") from None
+            raise KeyError(f"unknown op {name!r}{hint}; registered ops: {known}") from None
 
     def unknown_op_lines(self) -> list[str]:
         """One line per registered candidate whose op is unknown here: its name, where it
