@@ -439,17 +439,26 @@ def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool) -> Iterator[str]
                      "entries of a target and op no report dispatched (kept in the baseline)")
 
 
+def _gate_baseline(path: str | None) -> tuple[dict[HistogramKey, int], str]:
+    """The baseline ``gate`` compares with, and the note that says what it was."""
+    if path is None:
+        return {}, "no --baseline given: every degraded, rejected or error entry is new"
+    baseline_path = Path(path)
+    if not baseline_path.exists():
+        return {}, f"baseline {baseline_path} does not exist yet: it counts as empty"
+    baseline = histogram_file.read_histogram(baseline_path)
+    return baseline, f"baseline {baseline_path}: {len(baseline)} entries"
+
+
 def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_arbiter.gating.junit import read_reports
 
+    if args.update and args.baseline is None:
+        sys.stderr.write("pytest-arbiter gate: error: --update tightens the --baseline "
+                         "file: name it\n")
+        return EXIT_USAGE
     fleet = read_reports(args.inputs, allow_no_data=args.allow_no_data)
-    baseline_path = Path(args.baseline)
-    if baseline_path.exists():
-        baseline = histogram_file.read_histogram(baseline_path)
-        note = f"baseline {baseline_path}: {len(baseline)} entries"
-    else:
-        baseline = {}
-        note = f"baseline {baseline_path} does not exist yet: it counts as empty"
+    baseline, note = _gate_baseline(args.baseline)
     run = fleet.gated()
     failing = failing_outcomes(stale=args.stale == "fail")
     fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence(),
@@ -463,6 +472,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     _say_all(out, _known_lines(fv.verdict.known, args.verbose))
     _say_all(out, _fixed_lines(fv, args.update, args.verbose))
     if args.update:
+        baseline_path = Path(args.baseline)
         histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "
              f"({len(fv.fixed)} fixed entries removed)")

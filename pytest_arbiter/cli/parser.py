@@ -194,9 +194,10 @@ def _add_fleet_commands(sub: Subparsers, commands: Mapping[str, Command]) -> Non
         f"(--arbiter-histogram), and fail (exit 1) on a {_GATED} entry the baseline "
         "does not list, naming target, op, candidate and the tests that hit it. Exit 2 "
         "when an input cannot be read.")
-    gate.add_argument("--baseline", required=True, metavar="BASELINE",
+    gate.add_argument("--baseline", default=None, metavar="BASELINE",
                       help="the committed histogram baseline (a missing file counts as "
-                      "empty)")
+                      "empty; without --baseline every gated entry is new, as in a "
+                      "pytest run without --arbiter-baseline)")
     gate.add_argument("--update", action="store_true",
                       help="write the tightened baseline: fixed entries removed (new ones "
                       "are not added)")

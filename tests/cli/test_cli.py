@@ -252,7 +252,8 @@ def reports(built_reports: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.xdist
-def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(reports: Path) -> None:
+def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(
+        reports: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, text = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
     assert code == 1, text
     assert "none.json does not exist yet: it counts as empty" in text
@@ -261,6 +262,15 @@ def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(reports: Path) -> N
             "test_one::test_dispatch[2]") in text
     assert "degrade gate FAILED: 1 new degraded, rejected or error entries" in text
     assert "softmax" not in text.split("NEW")[1]  # won dispatches are not gated
+    # no --baseline at all: the same verdict, as a pytest run without --arbiter-baseline
+    code, bare = run("gate", reports / "plain.xml")
+    assert code == 1, bare
+    assert "no --baseline given: every degraded, rejected or error entry is new" in bare
+    assert bare.split("\n")[1:] == text.split("\n")[1:]
+    # and --update has no file to tighten
+    capsys.readouterr()
+    assert run("gate", "--update", reports / "plain.xml")[0] == 2
+    assert "--update tightens the --baseline file: name it" in capsys.readouterr().err
 
 
 @pytest.mark.xdist
