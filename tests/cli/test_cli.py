@@ -213,8 +213,8 @@ def test_diff_names_changed_winners_and_by_how_much(tmp_path: Path) -> None:
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run()[0] == 2
-    assert run("gate", "report.xml")[0] == 2  # --baseline is required
-    assert "--baseline" in capsys.readouterr().err
+    assert run("gate")[0] == 2  # an input is required
+    assert "INPUT" in capsys.readouterr().err
     assert run("frobnicate")[0] == 2
     assert run("--help")[0] == 0
     assert "exit codes: 0 pass, 1 gate failed, 2 usage error" in capsys.readouterr().out
