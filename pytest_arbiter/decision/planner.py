@@ -293,8 +293,10 @@ def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str]
     if selection is not None and selection.comparison is not None:
         ratios = dict(selection.comparison.ratios)
     elif entry is not None:
+        # the paired ratio that ranked each row (what show prints), else the medians'
         best = entry.ranking[0].stats.median_ns
-        ratios = {r.name: r.stats.median_ns / best for r in entry.ranking if best > 0}
+        ratios = {r.name: r.ratio if r.ratio is not None else r.stats.median_ns / best
+                  for r in entry.ranking if r.ratio is not None or best > 0}
     ckey = CacheKey(entry.device, *key) if entry is not None else None
     rechecked = ckey is not None and ckey in arb.recheck.results
     result = arb.recheck.results.get(ckey) if ckey is not None else None

@@ -75,6 +75,15 @@ def test_verbose_and_explain_give_the_details(pytester: pytest.Pytester) -> None
     assert "winners:" in verbose
     explain = section(pytester.runpytest("-q", "--arbiter-explain", "--arbiter-cache=c.json"))
     assert any("[cached]: ran " in line for line in explain), explain
+    # a cached key's runners-up are as far behind as the paired ratio that ranked them,
+    # the figure show prints, not the ratio of their medians
+    from pytest_arbiter.store import artifacts
+
+    (entry,) = artifacts.read_cache(pytester.path / "c.json").entries()
+    for row in entry.ranking[1:]:
+        assert row.ratio is not None
+        said = f"passed over {row.name}: slower by {(row.ratio - 1) * 100:.1f}%"
+        assert any(line.strip() == said for line in explain), (said, explain)
 
 
 def test_a_measuring_run_lists_its_winners(pytester: pytest.Pytester) -> None:
