@@ -96,9 +96,14 @@ def _one_line(ledger: RunLedger, cache_note: str | None, baseline_note: str,
     parts += [counted(sum(counts.values()), "dispatch", "dispatches") + " ("
              + ", ".join(f"{n} {name}" for name, n in by_outcome.items() if n) + ")"
              if counts else "no dispatches"]
-    keys = _keys_line(ledger.events())
+    events = ledger.events()
+    keys = _keys_line(events)
     if keys:
         parts.append(keys)
+    found = [e.recheck_status for e in events.values() if e.recheck_status]
+    if found:  # a stale one is notable: here every key re-timed was current, or undecided
+        parts.append(f"recheck: {len(found) - found.count('not_retimed')} re-timed, "
+                     f"{found.count('current')} current")
     expected = sum(v for k, v in ledger.expected_counts().items()
                    if k.outcome in (*GATED_OUTCOMES, STALE))
     if expected:

@@ -67,6 +67,43 @@ def test_a_clean_run_is_one_line(pytester: pytest.Pytester, quiet: list[str]) ->
     assert "degrade gate passed" in line and line.endswith("(-v for details)")
 
 
+GAPPED = """
+import time
+
+import pytest_arbiter
+
+pytest_arbiter.op("summary_twice", reference=lambda x: x * 2)
+
+
+@pytest_arbiter.candidate("summary_twice", target="cpu", name="summary_fast")
+def fast(x):
+    return x * 2
+
+
+@pytest_arbiter.candidate("summary_twice", target="cpu", name="summary_slow")
+def slow(x):
+    time.sleep(0.002)
+    return x * 2
+"""
+
+
+def test_a_clean_recheck_run_says_so_in_its_one_line(pytester: pytest.Pytester) -> None:
+    """A winner 2 ms ahead, re-timed: current, and the one line says it was re-timed."""
+    pytester.makeconftest(GAPPED)
+    pytester.makepyfile(test_one="""
+import numpy as np
+import pytest_arbiter
+
+
+def test_dispatch():
+    assert (pytest_arbiter.dispatch("summary_twice", np.ones(8)) == 2).all()
+""")
+    assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
+    (line,) = section(pytester.runpytest("-q", "--arbiter-cache=c.json",
+                                         "--arbiter-recheck"))
+    assert "; recheck: 1 re-timed, 1 current; " in line, line
+
+
 def test_verbose_and_explain_give_the_details(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one=DISPATCH)
     assert pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json").ret == 0
