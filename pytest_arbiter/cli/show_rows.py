@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from operator import add, attrgetter, itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from pytest_arbiter.store.cache import CacheEntry
@@ -177,6 +177,26 @@ _CONF_TAIL = {(False, False): "", (True, False): " tie", (True, True): " tie,low
               (False, True): " low"}
 
 
+class _ConfCells(dict[tuple[float, bool, bool], str]):
+    """The confidence cell of a confidence, tie and low confidence, made the first time
+    (a corpus holds a few thousand confidences); a zero is never kept (``-0.0`` is
+    written ``-0.000``, and equals ``0.0``)."""
+
+    def __missing__(self, key: tuple[float, bool, bool]) -> str:
+        confidence, tie, low = key
+        cell = f"{confidence:.3f}" + _CONF_TAIL[tie, low]
+        if confidence:
+            if len(self) >= CONF_CELLS_KEPT:
+                self.clear()
+            self[key] = cell
+        return cell
+
+
+CONF_CELLS_KEPT = 1 << 16
+"""The most confidence cells :data:`_CONF_CELLS` keeps (then it starts again)."""
+_CONF_CELLS = _ConfCells()
+
+
 def narrow_columns(block: Sequence[CacheEntry], lows: Sequence[bool]) -> Columns:
     """:func:`narrow_row` of each entry of ``block`` (``lows``: their
     :attr:`~CacheEntry.low_confidence`), a column at a time: the same cells."""
@@ -195,9 +215,8 @@ def narrow_columns(block: Sequence[CacheEntry], lows: Sequence[bool]) -> Columns
     for at in _longer(keys, caps[0]):
         keys[at] = key_cell(device[at], op[at], bucket[at], dtype[at])
     runners, paired = _runner_cells(block, rankings)
-    ties = list(map(_TIE, block))
-    confs = list(map(add, map("{:.3f}".format, map(_CONFIDENCE, block)),
-                     map(_CONF_TAIL.__getitem__, zip(ties, lows, strict=True))))
+    confs = list(map(_CONF_CELLS.__getitem__,
+                     zip(map(_CONFIDENCE, block), map(_TIE, block), lows, strict=True)))
     medians = ns_cells(list(map(_MEDIAN, firsts)))
     cells = [keys, *(_fit(column, cap) for column, cap in
                      zip((winners, medians, runners, confs), caps[1:], strict=True))]
