@@ -18,8 +18,7 @@ def _alignment(n: int, cap: int = ALIGNMENT_CAP) -> int:
     return min(n & -n, cap)
 
 
-def bucket_dims(dims: tuple[int, ...], needs: tuple[int, ...] = (),
-                floor: int = ALIGNMENT_CAP) -> str:
+def bucket_dims(dims: tuple[int, ...], needs: tuple[int, ...] = ()) -> str:
     """Bucket a shape: each dimension rounded up to a power of two, plus its alignment class.
 
     The text reads ``SIZES/aALIGNS``: ``32x16x32/a16.8.16`` is a shape whose dimensions
@@ -28,18 +27,16 @@ def bucket_dims(dims: tuple[int, ...], needs: tuple[int, ...] = (),
     input's; an op's own, every input's in order (its :meth:`Region.bucket` adds the
     ranks: ``/r2.2``).
 
-    The alignment class keeps a 24-row and a 32-row matmul apart, so a winner that
+    The alignment class keeps a 24-row and a 32-row shape apart, so a winner that
     needs 16-aligned rows is not reused for a ragged shape by construction; the hit
     path re-checks ``accepts`` as well, for every other reason a kernel may refuse.
     ``needs``: per dimension, the largest alignment a registered candidate declares
-    (``candidate(..., align=...)``); the class is capped at ``floor`` or at that,
-    whichever is larger, so a K%32 kernel's shapes never share a key with K%16-only
-    ones. The built-in ops' floor is 16 (their bundled kernels need up to that); a user
-    op's is 1: its shapes are told apart only where a candidate declares it needs it,
-    so a corpus tuned on (100, 5) serves (101, 5) too.
+    (``candidate(..., align=...)``); the class is capped at 16 or at that, whichever
+    is larger, so a K%32 kernel's shapes never share a key with K%16-only ones.
     """
     sizes = "x".join(str(_pow2_ceil(d)) for d in dims)
-    caps = [max(floor, needs[i]) if i < len(needs) else floor for i in range(len(dims))]
+    caps = [max(ALIGNMENT_CAP, needs[i]) if i < len(needs) else ALIGNMENT_CAP
+            for i in range(len(dims))]
     aligns = ".".join(str(_alignment(d, cap)) for d, cap in zip(dims, caps, strict=True))
     return f"{sizes}/a{aligns}"
 
@@ -60,7 +57,7 @@ class Region:
         """The cache bucket; ``/r`` lists each input's rank, so (2, 3), (4,) and
         (2,), (3, 4) never share a key."""
         ranks = ".".join(str(len(s)) for s in self.shapes)
-        return f"{bucket_dims(self.dims, needs, floor=1)}/r{ranks}"
+        return f"{bucket_dims(self.dims, needs)}/r{ranks}"
 
     def describe(self) -> str:
         shapes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.shapes)

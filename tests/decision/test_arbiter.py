@@ -22,7 +22,7 @@ from pytest_arbiter import (
 )
 from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate, candidate
 from pytest_arbiter.core.ops import OPS
-from pytest_arbiter.core.regions import Region, bucket_dims
+from pytest_arbiter.core.regions import bucket_dims
 from pytest_arbiter.extend.device import cpu_device
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
 from pytest_arbiter.timing.measure import CPU_TIMER, LatencyStats
@@ -112,20 +112,6 @@ def test_buckets_group_powers_of_two_and_separate_alignment() -> None:
     assert MatmulRegion.of(32, 16, 32, "float32").bucket() == "32x16x32/a16.16.16"
     assert MatmulRegion.of(24, 16, 32, "float32").bucket() == "32x16x32/a8.16.16"
     assert MatmulRegion.of(100, 1, 3, "float16").bucket() == "128x1x4/a4.1.1"
-
-
-def test_a_user_ops_shapes_are_apart_only_where_a_candidate_needs_it() -> None:
-    """No candidate of a user op declares an alignment: (100, 5), (101, 5) and (99, 6)
-    share one key, so a corpus tuned on one serves the others; a declared need of 8 on
-    the rows keeps 8-aligned rows apart (up to 8), the built-in ops' floor stays 16."""
-    def region(*shape: int) -> Region:
-        return Region("user_conv", (shape, (3,)), "float32")
-
-    assert {region(100, 5).bucket(), region(101, 5).bucket(),
-            region(99, 6).bucket()} == {"128x8x4/a1.1.1/r2.1"}
-    assert region(96, 5).bucket((8,)) == "128x8x4/a8.1.1/r2.1"
-    assert region(100, 5).bucket((8,)) == "128x8x4/a4.1.1/r2.1"
-    assert region(128, 5).bucket((8,)) == "128x8x4/a8.1.1/r2.1"
 
 
 def test_fast_but_wrong_candidate_never_wins() -> None:
