@@ -19,8 +19,12 @@ from typing import Any
 import numpy as np
 
 HEADROOM = 16.0
-"""An input's infinity stands in as its dtype's largest finite value over this: large,
-with room left for the reference's own sums before they overflow."""
+"""The stand-in for an infinity is the smallest largest-finite value of the floating
+inputs' dtypes over this: large, with room for the reference's own sums."""
+
+SHRINK = 256.0
+"""The second run's stand-in is the first's over this: a limit that is infinite grows
+with it."""
 
 
 def limit_signs(reference: Callable[..., Any], inputs: Sequence[Any],
@@ -28,34 +32,71 @@ def limit_signs(reference: Callable[..., Any], inputs: Sequence[Any],
     """Where the reference's NaN (``nan``: the mask of them in its result) was made of
     infinities and has an infinite limit, that limit's sign (+1 or -1); 0 elsewhere.
 
-    The reference runs again on the inputs with every infinity replaced by a large finite
-    value of its sign (:data:`HEADROOM`) and every NaN kept: where that result is NaN, the
-    NaN was carried (or is made of something else); where it is finite and not huge (at
-    most the square root of the stand-in's magnitude), the limit is finite (``0 * inf``,
-    a softmax of infinities). Only the rest has an infinite limit. Inputs that are not
-    floating NumPy arrays are passed as they are; a reference that raises, or returns
-    another shape, tells nothing: no limit anywhere.
+    The reference runs again on the inputs with every infinity replaced by a large
+    finite value of its sign (:data:`HEADROOM`) and every NaN kept: once with one
+    magnitude for every input, once with that over :data:`SHRINK`, and once more for each
+    input holding an infinity with its own stand-in alone shrunk (two inputs' infinities
+    need not be alike: ``x - 2 y`` has no limit at two infinities). Where a result is
+    NaN, the NaN was carried (or is made of something else); where the results do not
+    keep one sign, or the largest stand-in's result does not outgrow the all-shrunk one
+    twice over, the limit is finite or undefined (``0 * inf``, a softmax of
+    infinities). Only the rest has an infinite limit. A reference that raises, or
+    returns another size, tells nothing: no limit anywhere.
     """
     nothing = np.zeros(nan.shape, dtype=np.int8)
-    stand_ins: list[Any] = []
-    scale = np.inf
-    for x in inputs:
-        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-            big = float(np.finfo(x.dtype).max) / HEADROOM
-            infinite = np.isinf(x)
-            if infinite.any():
-                scale = min(scale, big)
-                x = np.where(infinite, np.copysign(big, x), x).astype(x.dtype)
-        stand_ins.append(x)
-    if scale == np.inf:
+    big = _stand_in(inputs)
+    if big is None:
         return nothing  # no infinity to stand in for: no NaN was made of one
+    holding = [i for i, x in enumerate(inputs) if _infinite(x)]
+    plans = [dict.fromkeys(holding, big), dict.fromkeys(holding, big / SHRINK)]
+    if len(holding) > 1:
+        plans += [{**plans[0], i: big / SHRINK} for i in holding]
     try:
         with np.errstate(all="ignore"):
-            again = np.asarray(reference(*stand_ins), dtype=np.float64)
+            runs = [_run(reference, inputs, plan, nan.shape) for plan in plans]
     except Exception:
         return nothing
-    if again.shape != nan.shape:
+    if any(r is None for r in runs):
         return nothing
-    huge = nan & ~np.isnan(again) & (np.abs(again) > np.sqrt(scale))
-    signs: np.ndarray = np.where(huge, np.sign(again), 0).astype(np.int8)
+    far, near = runs[0], runs[1]
+    assert far is not None and near is not None
+    steady = np.ones(nan.shape, dtype=bool)
+    for r in runs:
+        assert r is not None
+        steady &= ~np.isnan(r) & (np.sign(r) == np.sign(far)) & (far != 0)
+    grows = steady & (np.abs(far) >= 2.0 * np.abs(near))
+    signs: np.ndarray = np.where(nan & grows, np.sign(far), 0).astype(np.int8)
     return signs
+
+
+def _infinite(x: Any) -> bool:
+    values = np.asarray(x)
+    return values.dtype.kind == "f" and bool(np.isinf(values).any())
+
+
+def _stand_in(inputs: Sequence[Any]) -> float | None:
+    """The stand-ins' magnitude, or None when no input holds an infinity."""
+    found, largest = False, float(np.finfo(np.float64).max)
+    for x in inputs:
+        values = np.asarray(x)
+        if values.dtype.kind != "f":
+            continue
+        largest = min(largest, float(np.finfo(values.dtype).max))
+        found = found or bool(np.isinf(values).any())
+    return largest / HEADROOM if found else None
+
+
+def _run(reference: Callable[..., Any], inputs: Sequence[Any], plan: dict[int, float],
+         shape: tuple[int, ...]) -> np.ndarray | None:
+    """The reference on ``inputs`` with input ``i``'s infinities replaced by
+    ``plan[i]`` of their sign, as float64 of ``shape`` (None: another size)."""
+    stand_ins = []
+    for i, x in enumerate(inputs):
+        if i in plan:
+            values = np.asarray(x)
+            swapped = np.where(np.isinf(values), np.copysign(plan[i], values), values)
+            x = swapped.astype(values.dtype) if isinstance(x, np.ndarray) else (
+                values.dtype.type(swapped) if isinstance(x, np.generic) else float(swapped))
+        stand_ins.append(x)
+    again = np.asarray(reference(*stand_ins), dtype=np.float64).reshape(-1)
+    return again.reshape(shape) if again.size == int(np.prod(shape)) else None

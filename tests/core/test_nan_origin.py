@@ -92,3 +92,34 @@ def test_a_reference_that_raises_or_changes_shape_tells_nothing() -> None:
     assert limit_signs(shifted_lse, [x], nan).tolist() == [1]
     assert not limit_signs(raises, [x], nan).any()
     assert not limit_signs(lambda v: np.full(3, 1e300), [x], nan).any()
+
+
+def test_infinities_of_other_sizes_have_no_limit() -> None:
+    """A scalar infinity beside an array's, two dtypes' infinities, ``x - 2 y``: the
+    limit depends on how the infinities compare, so there is none to accept."""
+    x = np.array([np.inf, 1.0], dtype=np.float32)
+    minus = nans(np.subtract, x, np.float32(np.inf))
+    assert not limit_signs(np.subtract, [x, np.float32(np.inf)], minus).any()
+    assert not limit_signs(np.subtract, [x, float("inf")], minus).any()
+    y = np.array([np.inf, 1.0])
+    assert not limit_signs(np.subtract, [x, y], nans(np.subtract, x, y)).any()
+
+    def x_minus_2y(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out: np.ndarray = a - 2 * b
+        return out
+
+    assert not limit_signs(x_minus_2y, [y, y], nans(x_minus_2y, y, y)).any()
+
+
+def test_a_bounded_result_has_no_infinite_limit_in_any_dtype() -> None:
+    """1000 times a softmax: a row holding +inf tends to 1000, in float16 as in float32."""
+    def scaled(v: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 1000.0 * softmax(v)
+        return out
+
+    for dtype in ("float16", "float32"):
+        x = np.zeros((2, 4), dtype=dtype)
+        x[0, 1] = np.inf
+        nan = nans(scaled, x)
+        assert nan[0].all() and not nan[1].any()
+        assert not limit_signs(scaled, [x], nan).any()

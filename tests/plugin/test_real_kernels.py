@@ -39,6 +39,12 @@ def inf_first(x):
     return np.where(np.isposinf(x).any(axis=-1), np.inf, out).astype(x.dtype)
 
 
+def wrong_sign(x):
+    """scipy's, but -inf for a row holding +inf: the wrong infinity."""
+    out = scipy_lse(x)
+    return np.where(np.isposinf(out), -np.inf, out).astype(x.dtype)
+
+
 def nan_beside_inf(inputs, rng):
     """A row holding a NaN and a +inf: the NaN is the data's, whatever the inf makes."""
     (x,) = inputs
@@ -53,6 +59,9 @@ pytest_arbiter.candidate("rk_lse", target="cpu", name="rk_scipy", tier=5)(scipy_
 pytest_arbiter.op("rk_lse2", reference=lse_ref, gate_inputs=nan_beside_inf)
 pytest_arbiter.candidate("rk_lse2", target="cpu", name="rk_inf_first", tier=9)(inf_first)
 pytest_arbiter.candidate("rk_lse2", target="cpu", name="rk_scipy2", tier=5)(scipy_lse)
+pytest_arbiter.op("rk_lse3", reference=lse_ref)
+pytest_arbiter.candidate("rk_lse3", target="cpu", name="rk_wrong_sign", tier=9)(wrong_sign)
+pytest_arbiter.candidate("rk_lse3", target="cpu", name="rk_scipy3", tier=5)(scipy_lse)
 '''
 
 TEST = '''
@@ -64,7 +73,7 @@ import pytest_arbiter
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lse(dtype):
     x = np.random.default_rng(0).standard_normal((64, 100)).astype(dtype)
-    for op in ("rk_lse", "rk_lse2"):
+    for op in ("rk_lse", "rk_lse2", "rk_lse3"):
         out = pytest_arbiter.dispatch(op, x)
         np.testing.assert_allclose(out, np.log(np.exp(x.astype(np.float64)).sum(-1)),
                                    rtol=1e-5)
@@ -88,3 +97,6 @@ def test_scipy_logsumexp_passes_and_a_nan_dropping_kernel_is_rejected(
     # an infinity where a NaN input sits beside the inf is a NaN dropped: rejected
     assert "cpu/rk_lse2/rk_inf_first/rejected: 2" in out, out
     assert "cpu/rk_lse2/rk_scipy2/won: 2" in out, out
+    # the infinity of the wrong sign is no limit: rejected
+    assert "cpu/rk_lse3/rk_wrong_sign/rejected: 2" in out, out
+    assert "cpu/rk_lse3/rk_scipy3/won: 2" in out, out
