@@ -272,12 +272,12 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     if not _inputs_kept(prep, afterwards):
         return _result(prep, index, "fail", "the kernel modified its inputs")
     assert prep.expected is not None
-    exact, out_dtype, _ = prep.expected
+    exact, out_dtype, _, shape = prep.expected
+    if out.shape != shape:
+        return _result(prep, index, "fail",
+                       f"output shape {out.shape}, reference shape {shape}")
     if out.ndim == 0:
         out = out.reshape(1)  # judged as one element, as the reference's 0-d result is
-    if out.shape != exact.shape:
-        return _result(prep, index, "fail",
-                       f"output shape {out.shape}, reference shape {exact.shape}")
     if out.dtype != out_dtype:
         return _result(prep, index, "fail", f"output dtype {out.dtype}, expected {out_dtype}")
     # the verdict on an output is a function of its bits and the trial alone: another

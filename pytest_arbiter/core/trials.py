@@ -140,7 +140,7 @@ class PreparedTrial:
     trial: Trial
     shapes: str
     copies: tuple[Any, ...] | None = None
-    expected: tuple[np.ndarray, np.dtype, str | None] | None = None
+    expected: tuple[np.ndarray, np.dtype, str | None, tuple[int, ...]] | None = None
     skip: str | None = None
     budget: tuple[ErrorModel | None, np.ndarray] | None = None
     sums: dict[int, int] = field(default_factory=dict)
@@ -453,16 +453,18 @@ def reference_values(op: Op, inputs: Sequence[Any]) -> np.ndarray:
 
 
 def _expected(op: Op, inputs: Sequence[np.ndarray]
-              ) -> tuple[np.ndarray, np.dtype, str | None]:
-    """The float64 ground truth, the dtype the candidate's output must have, and the
-    floating dtype the reference computed it in (``None``: not floating point)."""
+              ) -> tuple[np.ndarray, np.dtype, str | None, tuple[int, ...]]:
+    """The float64 ground truth, the dtype the candidate's output must have, the
+    floating dtype the reference computed it in (``None``: not floating point) and the
+    shape the candidate's output must have. A 0-d result (a dot product, a norm) is
+    judged as one element: NumPy's arithmetic on 0-d arrays gives scalars, which the
+    budget's in-place steps cannot write to."""
     if op.builtin:
-        return op.exact(*inputs), result_dtype(op, inputs, None), "float64"
+        exact = op.exact(*inputs)
+        return exact, result_dtype(op, inputs, None), "float64", exact.shape
     ref = np.asarray(to_host(op.reference(*[host_copy(x) for x in inputs])))
-    # a 0-d result (a dot product, a norm) is judged as one element: NumPy's arithmetic
-    # on 0-d arrays gives scalars, which the budget's in-place steps cannot write to
-    exact = np.atleast_1d(ref.astype(np.float64))
-    return exact, result_dtype(op, inputs, ref), float_name(ref.dtype)
+    return (np.atleast_1d(ref.astype(np.float64)), result_dtype(op, inputs, ref),
+            float_name(ref.dtype), ref.shape)
 
 
 def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:
@@ -491,7 +493,7 @@ def _budget(op: Op, prep: PreparedTrial, out_float: str | None
     budget and reference read copies: the trial's own stay as the kernels must leave theirs."""
     trial = prep.trial
     assert prep.expected is not None
-    exact, _, reference_dtype = prep.expected
+    exact, _, reference_dtype, _ = prep.expected
     originals = [x if op.builtin else host_copy(x) for x in prep.originals()]
     model = error_model(op, originals, exact, generated=trial.seed is not None,
                         out_dtype=out_float, reference_dtype=reference_dtype)
@@ -499,7 +501,8 @@ def _budget(op: Op, prep: PreparedTrial, out_float: str | None
         allowed = model.allowed if model is not None else np.asarray(
             op.budget(originals, exact), dtype=np.float64)
         return model, allowed
-    extra = sensitivity(op.reference, tuple(originals), exact, trial.seed or 0)
+    extra = sensitivity(lambda *a: np.atleast_1d(np.asarray(op.reference(*a))),
+                        tuple(originals), exact, trial.seed or 0)
     if model is not None:
         model = _widened(model, extra)
         return model, model.allowed

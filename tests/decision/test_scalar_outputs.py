@@ -55,3 +55,28 @@ def test_a_scalar_input_gives_a_scalar_output(value: Any) -> None:
     arb = arbiter("static")
     assert float(arb.dispatch("s_sqrt", value, target="cpu")) == 2.0
     assert arb.histogram.counts() == {("cpu", "s_sqrt", "s_npsqrt", "won"): 1}
+
+
+def test_a_scalar_result_of_another_shape_fails_and_keeps_its_budget() -> None:
+    """The reference's 0-d result is judged as one element, but the output's shape is
+    held to the reference's: (1,) where it is () fails. And the budget of a scalar
+    result is the one-element result's, ill-conditioned trials' sensitivity included."""
+    from pytest_arbiter.core.gate import evaluate
+
+    def var(x: Any) -> Any:
+        return np.var(np.asarray(x, np.float64))
+
+    scalar = make_op("s_var0", var)
+    single = make_op("s_var1", lambda x: np.atleast_1d(var(x)))
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32) + 1000.0
+    cand0 = FunctionCandidate(lambda v: np.var(v), "s_var_0d", "s_var0", "cpu", 0, None,
+                              None)
+    cand1 = FunctionCandidate(lambda v: np.atleast_1d(np.var(v)), "s_var_1", "s_var1",
+                              "cpu", 0, None, None)
+    zero_d, one = evaluate(cand0, scalar, inputs=[x]), evaluate(cand1, single, inputs=[x])
+    assert [t.worst_ratio for t in zero_d.trials] == pytest.approx(
+        [t.worst_ratio for t in one.trials])
+    wrong = FunctionCandidate(lambda v: np.atleast_1d(np.var(v)), "s_var_wrong", "s_var0",
+                              "cpu", 0, None, None)
+    report = evaluate(wrong, scalar, inputs=[x])
+    assert not report.passed and "output shape (1,), reference shape ()" in report.reason
