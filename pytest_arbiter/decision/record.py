@@ -77,6 +77,14 @@ class Record:
         with self._lock:
             self.kept.keep(key, reason, severity)
 
+    def copies(self) -> tuple[Reasons, dict[str, int]]:
+        """The kept reasons and the refusals, copied under the lock (a dispatching thread
+        may be recording)."""
+        with self._lock:
+            reasons = Reasons()
+            reasons.take(self.kept)
+            return reasons, dict(self.refused)
+
     def refuse(self, kind: str) -> None:
         """Count one dispatch strict mode refused (``CacheMiss.kind``)."""
         with self._lock:

@@ -177,13 +177,14 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
 
 
 def _refused_lines(refused: dict[str, int]) -> list[str]:
-    """Strict mode's refusals: the tests that dispatched them failed with the error."""
+    """Strict mode's refusals: each raised a ``CacheMiss`` (or a subclass) into its
+    caller."""
     if not refused:
         return []
     what = ", ".join(f"{n} for {kind}" for kind, n in sorted(refused.items()))
     return [f"--arbiter-strict refused {counted(sum(refused.values()), 'dispatch', 'dispatches')}"
-            f" ({what}): the tests that made them failed; tune those keys "
-            "(pytest --arbiter-tune)"]
+            f" ({what}): each raised pytest_arbiter.CacheMiss into its caller; tune those "
+            "keys (pytest --arbiter-tune)"]
 
 
 def _keys_line(events: dict[EventKey, DispatchEvent]) -> str:
