@@ -112,10 +112,31 @@ def spacing(values: np.ndarray, dtype: object) -> np.ndarray:
 
 def round_to(values: np.ndarray, dtype: object) -> np.ndarray:
     """``values`` (float64) rounded to nearest (ties to even) in ``dtype``, back in float64:
-    what a kernel that rounds the exact result once would return."""
+    what a kernel that rounds the exact result once would return. To bfloat16 through
+    float32 rounded to odd: ml_dtypes before 0.7 casts float64 to bfloat16 through
+    float32 rounded to nearest, rounding twice (a value just above a tie lands on it and
+    goes to even); a float32 rounded to odd keeps what the second rounding needs."""
+    name = dtype_name(dtype)
+    x = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        out: np.ndarray = np.asarray(values, dtype=np.float64).astype(
-            numpy_dtype(dtype_name(dtype))).astype(np.float64)
+        narrow = _float32_rounded_to_odd(x) if name == "bfloat16" else x
+        out: np.ndarray = narrow.astype(numpy_dtype(name)).astype(np.float64)
+    return out
+
+
+def _float32_rounded_to_odd(x: np.ndarray) -> np.ndarray:
+    """``x`` in float32, truncated toward zero and its last bit set where inexact (round
+    to odd): rounding that to any format at least two bits narrower rounds ``x`` once."""
+    nearest = x.astype(np.float32)
+    back = nearest.astype(np.float64)
+    inexact = (back != x) & np.isfinite(x)
+    if not inexact.any():
+        return nearest
+    bits = nearest.view(np.uint32).copy()
+    away = inexact & (np.abs(back) > np.abs(x))  # rounded away from zero: step back
+    bits[away] -= np.uint32(1)
+    bits[inexact] |= np.uint32(1)
+    out: np.ndarray = bits.view(np.float32)
     return out
 
 
