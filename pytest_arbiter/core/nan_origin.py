@@ -53,17 +53,16 @@ def limit_signs(reference: Callable[..., Any], inputs: Sequence[Any],
         plans += [{**plans[0], i: big / SHRINK} for i in holding]
     try:
         with np.errstate(all="ignore"):
-            runs = [_run(reference, inputs, plan, nan.shape) for plan in plans]
+            found = [_run(reference, inputs, plan, nan.shape) for plan in plans]
     except Exception:
         return nothing
-    if any(r is None for r in runs):
+    runs = [r for r in found if r is not None]
+    if len(runs) < len(plans):
         return nothing
     far, near = runs[0], runs[1]
-    assert far is not None and near is not None
-    steady = np.ones(nan.shape, dtype=bool)
+    steady = far != 0
     for r in runs:
-        assert r is not None
-        steady &= ~np.isnan(r) & (np.sign(r) == np.sign(far)) & (far != 0)
+        steady &= ~np.isnan(r) & (np.sign(r) == np.sign(far))
     grows = steady & (np.abs(far) >= 2.0 * np.abs(near))
     signs: np.ndarray = np.where(nan & grows, np.sign(far), 0).astype(np.int8)
     return signs

@@ -17,34 +17,17 @@ import sys
 import threading
 
 from pytest_arbiter.decision.states import DispatchKey
-from pytest_arbiter.gating.histogram import DispatchHistogram, FindingKey, HistogramKey, Outcome
+from pytest_arbiter.gating.histogram import (
+    DispatchHistogram,
+    FindingKey,
+    HistogramKey,
+    Outcome,
+    Reasons,
+)
 
 REFERENCE_SEVERITY = sys.float_info.max
 """The severity of a reason whose dispatch fell to the reference, never timed: the
 slowest there is (the largest float, not infinity: a worker sends it as JSON)."""
-
-
-class Reasons:
-    """One reason per entry: the first seen, unless a later one is more severe. The
-    severity is a silent fallback's measured slowdown (one entry may fall back on many
-    keys, by 1.1x on one and 10x on another: the worst is the one to read), 0 for
-    reasons without a measure."""
-
-    def __init__(self) -> None:
-        self.text: dict[HistogramKey, str] = {}
-        self.severity: dict[HistogramKey, float] = {}
-
-    def keep(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
-        """Keep ``reason`` for ``key`` if it is the first, or more severe than the kept
-        one."""
-        if key not in self.text or severity > self.severity[key]:
-            self.text[key] = reason
-            self.severity[key] = severity
-
-    def take(self, other: Reasons) -> None:
-        """:meth:`keep` each of ``other``'s reasons."""
-        for key, reason in other.text.items():
-            self.keep(key, reason, other.severity[key])
 
 
 class Record:
@@ -77,13 +60,18 @@ class Record:
         with self._lock:
             self.kept.keep(key, reason, severity)
 
-    def copies(self) -> tuple[Reasons, dict[str, int]]:
-        """The kept reasons and the refusals, copied under the lock (a dispatching thread
-        may be recording)."""
+    def reasons_now(self) -> Reasons:
+        """The kept reasons, copied under the lock (a dispatching thread may be
+        recording)."""
         with self._lock:
-            reasons = Reasons()
-            reasons.take(self.kept)
-            return reasons, dict(self.refused)
+            copied = Reasons()
+            copied.take(self.kept)
+            return copied
+
+    def refused_now(self) -> dict[str, int]:
+        """The strict-mode refusals, copied under the lock."""
+        with self._lock:
+            return dict(self.refused)
 
     def refuse(self, kind: str) -> None:
         """Count one dispatch strict mode refused (``CacheMiss.kind``)."""

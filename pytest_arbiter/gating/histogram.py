@@ -71,6 +71,29 @@ def finding_counts(findings: Iterable[FindingKey]) -> dict[HistogramKey, int]:
     return out
 
 
+class Reasons:
+    """One reason per entry: the first seen, unless a later one is more severe. The
+    severity is a silent fallback's measured slowdown (one entry may fall back on many
+    keys, by 1.1x on one and 10x on another: the worst is the one to read), 0 for
+    reasons without a measure."""
+
+    def __init__(self) -> None:
+        self.text: dict[HistogramKey, str] = {}
+        self.severity: dict[HistogramKey, float] = {}
+
+    def keep(self, key: HistogramKey, reason: str, severity: float = 0.0) -> None:
+        """Keep ``reason`` for ``key`` if it is the first, or more severe than the kept
+        one."""
+        if key not in self.text or severity > self.severity[key]:
+            self.text[key] = reason
+            self.severity[key] = severity
+
+    def take(self, other: Reasons) -> None:
+        """:meth:`keep` each of ``other``'s reasons."""
+        for key, reason in other.text.items():
+            self.keep(key, reason, other.severity[key])
+
+
 class DispatchHistogram:
     """Thread-safe outcome counters, convertible to and from plain JSON-able dicts.
 

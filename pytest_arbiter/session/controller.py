@@ -77,10 +77,12 @@ class Controller:
             measured = ledger.measured_entries()
             if measured:
                 self._write_measured(s.cache, measured)
-        elif s.tune and not scope.collect_only and ledger.measured_entries():
-            kept = counted(len(ledger.measured_entries()), "measured entry", "measured entries")
-            ledger.notes.append(f"--arbiter-tune without --arbiter-cache: {kept} kept in "
-                                "memory only, not written (pass --arbiter-cache=PATH)")
+        elif s.tune and not scope.collect_only:
+            unwritten = len(ledger.measured_entries())
+            if unwritten:
+                kept = counted(unwritten, "measured entry", "measured entries")
+                ledger.notes.append(f"--arbiter-tune without --arbiter-cache: {kept} kept "
+                                    "in memory only, not written (pass --arbiter-cache=PATH)")
         failing = failing_outcomes(stale=s.recheck == "fail")
         # a baseline entry counts as fixed only if this run dispatched its target and op
         fleet = gate_fleet(ledger.gated_counts(), self.baseline, failing=failing,

@@ -18,13 +18,13 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_arbiter.decision.record import Reasons
 from pytest_arbiter.gating.baseline import Evidence
 from pytest_arbiter.gating.histogram import (
     OUTCOMES,
     DispatchHistogram,
     FindingKey,
     HistogramKey,
+    Reasons,
     finding_counts,
     merge_counts,
 )
@@ -182,13 +182,13 @@ class RunLedger:
         workers'."""
         total = collections.Counter(self.worker_refused)
         if self.arbiter is not None:
-            total.update(self.arbiter.record.copies()[1])
+            total.update(self.arbiter.record.refused_now())
         return dict(total)
 
     def _reasons(self) -> Reasons:
         merged = Reasons()
         if self.arbiter is not None:
-            merged.take(self.arbiter.record.copies()[0])
+            merged.take(self.arbiter.record.reasons_now())
         merged.take(self.worker_reasons)
         return merged
 
@@ -346,7 +346,7 @@ class RunLedger:
             "cache": measured,
             "events": [dataclasses.asdict(e) for e in used.events.values()] if used else [],
             # a dict: execnet drops a Counter silently
-            "refused": self.arbiter.record.copies()[1] if self.arbiter is not None else {},
+            "refused": self.arbiter.record.refused_now() if self.arbiter is not None else {},
             "reasons": [[*key, [why, kept.severity[key]]]
                         for key, why in sorted(kept.text.items())],
             "evidence": {kind: sorted(map(list, found))
