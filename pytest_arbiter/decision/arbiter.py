@@ -44,7 +44,7 @@ from pytest_arbiter.decision.states import (
     is_mode,
 )
 from pytest_arbiter.errors import CacheMiss, Decline
-from pytest_arbiter.extend.device import target_of_array, unusable_reason
+from pytest_arbiter.extend.device import target_of_inputs, unusable_reason
 from pytest_arbiter.gating.histogram import NO_CANDIDATE, REFERENCE, DispatchHistogram, HistogramKey
 from pytest_arbiter.store.cache import MeasureCache
 from pytest_arbiter.timing.measure import ComparePolicy
@@ -374,8 +374,7 @@ class Arbiter:
         if target is not None and target not in known_targets():
             raise ValueError(f"dispatch of {op_name!r}: unknown target {target!r}; known "
                              f"targets: {', '.join(known_targets())}")
-        resolved = target if target is not None else (
-            target_of_array(inputs[0]) if inputs else "cpu")
+        resolved = target if target is not None else target_of_inputs(inputs)
         stamp = (self.registry.generation, self.cache.version)
         region = the_op.region_of(*inputs)
         needs = self.registry.alignment_needs(the_op.name, resolved)

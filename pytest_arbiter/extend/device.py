@@ -180,6 +180,16 @@ def target_of_array(x: object) -> str:
     return backend.array_target(x)
 
 
+def target_of_inputs(inputs: Sequence[object]) -> str:
+    """The target a dispatch's inputs live on: the first array's; plain Python numbers,
+    strings and ``None`` (a scale factor, an axis) live nowhere, and inputs that are all
+    such values run on ``cpu``."""
+    for x in inputs:
+        if type(x).__module__ != "builtins":
+            return target_of_array(x)
+    return "cpu"
+
+
 VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 _WORKER_ID = re.compile(r"gw(\d+)")
 

@@ -80,3 +80,30 @@ def test_a_scalar_result_of_another_shape_fails_and_keeps_its_budget() -> None:
                               "cpu", 0, None, None)
     report = evaluate(wrong, scalar, inputs=[x])
     assert not report.passed and "output shape (1,), reference shape ()" in report.reason
+
+
+def scaled(a: Any, x: Any) -> Any:
+    return np.multiply(a, x)
+
+
+@pytest.mark.parametrize("mode", ["static", "tune"])
+def test_a_plain_number_before_the_array_needs_no_target(mode: str) -> None:
+    """The target is the first array's: a scale factor passed first lives nowhere."""
+    ops = OpRegistry()
+    ops.register(make_op("s_scale", scaled))
+    reg = CandidateRegistry()
+    reg.extend([FunctionCandidate(scaled, "s_mul", "s_scale", "cpu", 0, None, None)])
+    arb = Arbiter(registry=reg, ops=ops, cache=MeasureCache(), mode=mode, policy=POLICY)
+    out = arb.dispatch("s_scale", 2.0, np.arange(4.0))
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert arb.histogram.counts() == {("cpu", "s_scale", "s_mul", "won"): 1}
+    with pytest.raises(ValueError, match=r"cannot tell which target a .*Opaque"):
+        arb.dispatch("s_scale", 2.0, Opaque())
+
+
+class Opaque:
+    """An input of an array package no backend knows."""
+
+    shape = (2,)
+    ndim = 1
+    dtype = np.dtype("float64")
