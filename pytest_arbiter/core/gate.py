@@ -360,7 +360,8 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
     # a user's reference is one implementation among others; a built-in op's exact result
     # is this project's definition, IEEE NaN included
     limits = None if op.builtin else (lambda: _limit_signs(op, prep, exact))
-    wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite, limits)
+    wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite, limits,
+                                          known=True)
     if wrong:
         return _result(prep, index, "fail", wrong, numeric=numeric)
     if facts.nonzero and not got.any():
@@ -408,7 +409,7 @@ def _limit_signs(op: Op, prep: PreparedTrial, exact: np.ndarray) -> np.ndarray:
 
 def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
                 finite: np.ndarray | None = None,
-                limits: Callable[[], np.ndarray] | None = None
+                limits: Callable[[], np.ndarray] | None = None, *, known: bool = False
                 ) -> tuple[str, NumericFailure | None, np.ndarray | None]:
     """Where the reference defines a NaN, the output must be NaN, or the infinity that
     is the limit where the reference made that NaN of infinities (``inf - inf`` in a
@@ -420,8 +421,9 @@ def _non_finite(got: np.ndarray, exact: np.ndarray, out_float: str | None,
     output dtype overflows (then that infinity is right). A non-finite value must never
     come back finite. ``(what is wrong or "", its category, the outputs to hold to the
     budget)``, the mask ``None`` when that is all of them. ``finite``: where ``exact`` is
-    finite, ``None`` when it is everywhere (computed here when not given)."""
-    if finite is None and not bool(np.isfinite(exact).all()):
+    finite, ``None`` when it is everywhere (computed here when not given, unless
+    ``known``: then ``None`` says it is finite everywhere)."""
+    if finite is None and not known and not bool(np.isfinite(exact).all()):
         finite = np.isfinite(exact)
     if bool(np.isfinite(got).all()):
         if finite is None:

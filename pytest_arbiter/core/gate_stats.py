@@ -364,7 +364,10 @@ def _frame_alone(r: FrameRequest, dtype: str) -> _Frame:
     gaps = spacing(sampled, dtype)  # the dropped outputs' spacing is never read
     if model.flush:
         keep &= gaps >= _FLUSH_MARGIN * model.flush
-    index, e, gaps = index[keep], sampled[keep], gaps[keep]
+    if not bool(keep.all()):
+        index, e, gaps = index[keep], sampled[keep], gaps[keep]
+    else:
+        e = sampled
     # sorted, and equal neighbours found (finite values: equal exactly when their
     # difference is 0)
     if model.group_size:
@@ -395,16 +398,19 @@ def _frame_alone(r: FrameRequest, dtype: str) -> _Frame:
     sd, common, systematic, bound = maxima
     units = _Units(sign, sign, z_ideal, sign, sd, common, systematic, bound,
                    np.asarray(groups, dtype=np.int64))
-    enough = sign.size >= _MIN_UNITS
-    return _Frame(index, e, ulp, ideal, starts, counts, units,
-                  _bias_terms(units) if enough else None,
-                  _spread_terms(units) if enough else None)
+    if sign.size < _MIN_UNITS:
+        return _Frame(index, e, ulp, ideal, starts, counts, units, None, None)
+    sd2 = sd ** 2
+    return _Frame(index, e, ulp, ideal, starts, counts, units, _bias_terms(units, sd2),
+                  _spread_terms(units, sd2))
 
 
-def _bias_terms(u: _Units) -> BiasTerms:
+def _bias_terms(u: _Units, sd2: np.ndarray | None = None) -> BiasTerms:
     """The bias check's weights (and times the signs), threshold, allowance and total
-    weight, of one trial's units: see :func:`_bias_check`."""
-    v = u.sd + u.sd ** 2 + u.common + u.systematic
+    weight, of one trial's units: see :func:`_bias_check`. ``sd2``: ``u.sd ** 2``, when
+    made already."""
+    sd2 = u.sd ** 2 if sd2 is None else sd2
+    v = _plus(_plus(u.sd + sd2, u.common), u.systematic)
     w = 1.0 / np.maximum(v, _ROUNDING_VARIANCE)
     independent = float(_total(w * w * v))
     shared = float(_total(_group_sums(w * u.common, u.group) ** 2)) if u.common.any() else 0.0
@@ -412,11 +418,18 @@ def _bias_terms(u: _Units) -> BiasTerms:
     return w, w * u.sign, threshold, float(_total(w * u.systematic)), float(_total(w))
 
 
-def _spread_terms(u: _Units) -> _SpreadTerms:
+def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b``, bit for bit, skipping the addition where ``b`` is all zeros (a term the
+    op's model does not have: matmul's shared error, a systematic error without TF32);
+    ``a`` is non-negative, so ``a + 0`` is ``a``."""
+    return a + b if b.any() else a
+
+
+def _spread_terms(u: _Units, sd2: np.ndarray | None = None) -> _SpreadTerms:
     """The spread check's weights, the shared error's fit, the expected statistic, its
     threshold and the total weight, of one trial's units: see :func:`_spread_check`."""
-    sd2 = u.sd ** 2
-    expected = sd2 + u.systematic ** 2
+    sd2 = u.sd ** 2 if sd2 is None else sd2
+    expected = _plus(sd2, u.systematic ** 2)
     w = 1.0 / np.maximum(expected, _ROUNDING_VARIANCE)
     reach = u.bound + 0.5
     fit = None
@@ -428,9 +441,11 @@ def _spread_terms(u: _Units) -> _SpreadTerms:
         noise = _group_sums(w * w * common2 * (expected + 0.25), u.group) / fit_total ** 2
         expected = expected + common2 * noise[u.group]
         reach = reach + ERROR_LAMBDA * u.common
-    flips = u.sd + sd2 + u.systematic + u.common + expected
-    variance = float(_total(w * w * flips * reach ** 2))
-    threshold = _bernstein(variance, float(_largest(w * (reach ** 2 + 0.25))))
+    flips = _plus(_plus(_plus(u.sd + sd2, u.systematic), u.common), expected)
+    reach2 = reach ** 2
+    variance = float(_total(w * w * flips * reach2))
+    reach2 += 0.25
+    threshold = _bernstein(variance, float(_largest(w * reach2)))
     return _SpreadTerms(w, fit, float(_total(w * expected)), threshold, float(_total(w)))
 
 

@@ -71,6 +71,13 @@ def _matmul_reference(a: Array, b: Array) -> Array:
     return like(_matmul_exact(a, b).astype(a.dtype), a)
 
 
+def _smallest_nonzero(x: np.ndarray) -> float:
+    """The smallest nonzero entry of ``x`` (non-negative, finite); inf when none is. The
+    plain minimum where no entry is zero (the usual case), a masked one otherwise."""
+    low = float(x.min(initial=np.inf))
+    return low if low > 0.0 else float(np.min(x, initial=np.inf, where=x > 0))
+
+
 def _magnitude_product(a: np.ndarray, b: np.ndarray, power: int) -> np.ndarray:
     """``|A|^p @ |B|^p`` (elementwise powers 1 or 2; non-finite entries as 0): the
     magnitudes behind a bound, rounded up.
@@ -83,12 +90,12 @@ def _magnitude_product(a: np.ndarray, b: np.ndarray, power: int) -> np.ndarray:
     k = a.shape[1]
     x, y = (np.abs(np.asarray(v, dtype=np.float32 if v.dtype.itemsize <= 4 else None))
             for v in (a, b))
-    finite = bool(np.isfinite(x).all()) and bool(np.isfinite(y).all())
-    if not finite:
-        x, y = (np.where(np.isfinite(v), v, 0.0).astype(v.dtype) for v in (x, y))
+    # |x|'s largest is finite exactly when every entry is (a NaN or inf wins the max)
     top = max(float(x.max(initial=0.0)), float(y.max(initial=0.0)))
-    low = min(float(np.min(x, initial=np.inf, where=x > 0)),
-              float(np.min(y, initial=np.inf, where=y > 0)))
+    if not math.isfinite(top):
+        x, y = (np.where(np.isfinite(v), v, 0.0).astype(v.dtype) for v in (x, y))
+        top = max(float(x.max(initial=0.0)), float(y.max(initial=0.0)))
+    low = min(_smallest_nonzero(x), _smallest_nonzero(y))
     if top > 2.0 ** 25 or low < 2.0 ** -25 or k > 1 << 20 or x.dtype != np.float32:
         x64, y64 = x.astype(np.float64), y.astype(np.float64)
         out: np.ndarray = np.matmul(x64 ** power, y64 ** power)

@@ -75,9 +75,13 @@ def softmax_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *,
     n = x.shape[-1]
     u_acc = p.accumulate_unit_roundoff
     y = np.abs(exact)
-    if np.isfinite(y).all() and np.isfinite(x).all():
-        top = x.max(axis=-1, keepdims=True)
-        span = top - x.min(axis=-1, keepdims=True)
+    top = x.max(axis=-1, keepdims=True)
+    bottom = x.min(axis=-1, keepdims=True)
+    peak = y.max(axis=-1, keepdims=True)
+    # a NaN or an infinity wins a row's max or min: the rows' extremes say whether x and
+    # y are finite everywhere, without a pass over each
+    if np.isfinite(top).all() and np.isfinite(bottom).all() and np.isfinite(peak).all():
+        span = top - bottom
         t = top - x
     else:
         finite = np.isfinite(x)
@@ -86,9 +90,10 @@ def softmax_model(inputs: Sequence[np.ndarray], exact: np.ndarray, *,
         top, span = (np.where(np.isfinite(top), v, 0.0) for v in (top, span))
         t = np.where(finite, top - x, 0.0)
         y = np.where(np.isfinite(y), y, 0.0)
-    # the row's sum s = exp(0) / y at its maximum: log s without another exp
-    with np.errstate(divide="ignore"):
-        log_total = -np.log(y.max(axis=-1, keepdims=True))
+        peak = y.max(axis=-1, keepdims=True)
+    # the row's sum s = exp(0) / y at its maximum: log s without another exp (a row whose
+    # largest y is 0 gets -log 0 = inf, then 0, as every non-finite log s does)
+    log_total = np.negative(np.log(peak, out=np.full(peak.shape, -np.inf), where=peak > 0))
     log_total = np.where(np.isfinite(log_total), np.maximum(log_total, 0.0), 0.0)
     shared = math.sqrt(n) + 5.0 + 5.0 * math.sqrt(_records_bound(n, generated))
     # relative: u_acc (8 + 2 |x - max| + 2 log s + 8 shared + range), in place
