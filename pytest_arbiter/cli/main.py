@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import heapq
 import itertools
 import json
 import os
@@ -42,6 +41,7 @@ from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import (
     FleetVerdict,
     failing_outcomes,
+    first_keys,
     gate_fleet,
     tightened,
 )
@@ -401,9 +401,7 @@ def _new_entry_lines(fleet: FleetCounts, new: Mapping[HistogramKey, int]) -> Ite
 def _first(keys: Iterable[HistogramKey], count: int, verbose: bool) -> list[HistogramKey]:
     """The keys ``gate`` lists of ``count``: all of them, sorted, with ``verbose`` or when
     they are few, else the first :data:`MAX_LISTED` in key order (not a sort of all)."""
-    if verbose or count <= MAX_LISTED:
-        return sorted(keys)
-    return heapq.nsmallest(MAX_LISTED, keys)
+    return first_keys(keys, None if verbose or count <= MAX_LISTED else MAX_LISTED)
 
 
 def _rest(kind: str, count: int, shown: int, what: str) -> Iterator[str]:
@@ -439,14 +437,14 @@ def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool) -> Iterator[str]
                      "entries of a target and op no report dispatched (kept in the baseline)")
 
 
-def _gate_baseline(path: str | None) -> tuple[dict[HistogramKey, int], str]:
+def _gate_baseline(path: str | None) -> tuple[Mapping[HistogramKey, int], str]:
     """The baseline ``gate`` compares with, and the note that says what it was."""
     if path is None:
         return {}, "no --baseline given: every degraded, rejected or error entry is new"
     baseline_path = Path(path)
     if not baseline_path.exists():
         return {}, f"baseline {baseline_path} does not exist yet: it counts as empty"
-    baseline = histogram_file.read_histogram(baseline_path)
+    baseline = histogram_file.read_columns(baseline_path)
     return baseline, f"baseline {baseline_path}: {len(baseline)} entries"
 
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import and_, eq, itemgetter, lt, not_
+from operator import add, and_, itemgetter, lt, not_, truth
 
-from pytest_arbiter.gating.histogram import GATED_OUTCOMES, STALE, HistogramKey, named_keys
+from pytest_arbiter.gating.histogram import (
+    GATED_OUTCOMES,
+    SEP,
+    STALE,
+    AnyCounts,
+    CountColumns,
+    HistogramKey,
+    join_keys,
+    positive,
+    split_keys,
+)
 from pytest_arbiter.store.safetext import counted
 
 
@@ -23,7 +35,8 @@ class BaselineVerdict:
     """New failing entries (not in the baseline), known ones, and fixed ones."""
 
     new: dict[HistogramKey, int]
-    known: dict[HistogramKey, int]
+    known: Mapping[HistogramKey, int]
+    """In the run's order; :class:`CountColumns` (the keys made when asked for)."""
     fixed: list[HistogramKey]
 
     @property
@@ -40,43 +53,58 @@ class BaselineVerdict:
                 "(no longer seen; tighten the baseline)" for k in self.fixed]
 
 
-def compare_to_baseline(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+def compare_to_baseline(run: AnyCounts, baseline: AnyCounts,
                         *, failing: tuple[str, ...] = GATED_OUTCOMES) -> BaselineVerdict:
     """A ``failing`` entry of ``run`` fails unless ``baseline`` lists the same key.
 
     Baseline keys whose outcome is failing but that ``run`` no longer has are "fixed".
     """
-    run, baseline = _named(run), _named(baseline)
-    # each step one C loop over up to a million keys, not a Python one
-    keys, counts = _failing(run, failing)
-    listed = list(map(baseline.__contains__, keys))
+    listed = CountColumns.of(baseline)
+    new, known, fixed = _compare(CountColumns.of(run), listed, failing)
+    return BaselineVerdict(new, known, list(split_keys(fixed, listed.escaped)))
+
+
+def _compare(run: CountColumns, baseline: CountColumns, failing: tuple[str, ...]
+             ) -> tuple[dict[HistogramKey, int], CountColumns, list[str]]:
+    """The new entries, the known ones (in ``run``'s order) and the fixed ones (their
+    strings, in key order): each step one C loop over up to a million keys."""
+    ends = tuple(SEP + outcome for outcome in failing)
+    fails = list(map(str.endswith, run.joined, repeat(ends)))
+    # of the run's failing keys, those seen (a count not zero: a mapping's may be
+    # negative) and, of those, the positive ones
+    seen_keys = list(compress(run.joined, map(and_, fails, map(truth, run.counts))))
+    keys, counts = _failing(run, ends, fails)
+    listed = list(map(baseline.key_set().__contains__, keys))
     unlisted = list(map(not_, listed))
-    new = dict(zip(compress(keys, unlisted), compress(counts, unlisted), strict=True))
-    known = dict(zip(compress(keys, listed), compress(counts, listed), strict=True))
-    once = _failing(baseline, failing)[0]
-    fixed = sorted(compress(once, map(eq, map(run.get, once, repeat(0)), repeat(0))))
-    return BaselineVerdict(new, known, fixed)
+    new = dict(zip(split_keys(compress(keys, unlisted), run.escaped),
+                   compress(counts, unlisted), strict=True))
+    known = run.like(list(compress(keys, listed)), list(compress(counts, listed)))
+    once = _failing(baseline, ends)[0]
+    seen = frozenset(seen_keys)
+    fixed = sorted(compress(once, map(not_, map(seen.__contains__, once))))
+    return new, known, fixed
 
 
-def _failing(counts: Mapping[HistogramKey, int], failing: tuple[str, ...]
-             ) -> tuple[list[HistogramKey], list[int]]:
-    """The keys of ``counts``, in its order, whose outcome is ``failing`` and whose
-    count is positive, and their counts."""
-    outcome_fails = map(frozenset(failing).__contains__, map(_OUTCOME, counts))
-    chosen = list(map(and_, outcome_fails, map(lt, repeat(0), counts.values())))
-    return list(compress(counts, chosen)), list(compress(counts.values(), chosen))
+def _failing(columns: CountColumns, ends: tuple[str, ...], fails: list[bool] | None = None
+             ) -> tuple[list[str], list[int]]:
+    """The keys of ``columns``, in its order, whose outcome is failing (their strings
+    end with one of ``ends``: ``fails``, when known) and whose count is positive, and
+    their counts."""
+    if fails is None:
+        fails = list(map(str.endswith, columns.joined, repeat(ends)))
+    if min(columns.counts, default=1) > 0:
+        chosen = fails
+    else:
+        chosen = list(map(and_, fails, map(lt, repeat(0), columns.counts)))
+    return list(compress(columns.joined, chosen)), list(compress(columns.counts, chosen))
 
 
-def _named(counts: Mapping[HistogramKey, int]) -> Mapping[HistogramKey, int]:
-    """``counts`` itself when its keys are all :class:`HistogramKey` (read from a file,
-    only read here: no copy of a million keys), else :func:`named_keys`."""
-    if type(counts) is dict and set(map(type, counts)) <= {HistogramKey}:
-        return counts
-    return named_keys(counts)
-
-
-_OUTCOME = itemgetter(3)
-_TARGET_OP = itemgetter(0, 1)
+def first_keys(keys: Iterable[HistogramKey], n: int | None) -> list[HistogramKey]:
+    """The first ``n`` of ``keys`` in key order (all, sorted, when ``n`` is None): of
+    :class:`CountColumns`, without making a key of each."""
+    if isinstance(keys, CountColumns):
+        return keys.smallest(n)
+    return sorted(keys) if n is None else heapq.nsmallest(n, keys)
 
 
 @dataclass(frozen=True)
@@ -131,27 +159,42 @@ class Evidence:
         return triple in self.checked or gone
 
 
-def gate_fleet(run: Mapping[HistogramKey, int], baseline: Mapping[HistogramKey, int],
+def gate_fleet(run: AnyCounts, baseline: AnyCounts,
                *, failing: tuple[str, ...] = GATED_OUTCOMES,
                evidence: Evidence | None = None,
-               dispatched: Mapping[HistogramKey, int] | None = None) -> FleetVerdict:
+               dispatched: AnyCounts | None = None) -> FleetVerdict:
     """:func:`compare_to_baseline`, with fixed entries split from unchecked ones: an
     entry is fixed only where the run dispatched its target and op (``dispatched``: every
     count, the on-purpose degrades' too, which ``run`` leaves out; ``run`` when not
     given). With ``evidence`` (the run itself, or JUnit reports that carry it), an entry
     is fixed only when the evidence proves it (:meth:`Evidence.proves_fixed`)."""
-    verdict = compare_to_baseline(run, baseline, failing=failing)
-    covered: set[tuple[str, str]] = set()
-    if verdict.fixed:
-        seen = _named(run if dispatched is None else dispatched)
-        covered.update(map(_TARGET_OP, compress(seen, map(lt, repeat(0), seen.values()))))
+    run_columns, listed = CountColumns.of(run), CountColumns.of(baseline)
+    new, known, once = _compare(run_columns, listed, failing)
     # a stale entry that a run does not show was maybe never rechecked (no
     # --arbiter-recheck, the budget spent, not dispatched from the cache): unchecked
-    fixed = [k for k in verdict.fixed if (k.target, k.op) in covered and k.outcome != STALE
-             and (evidence is None or evidence.proves_fixed(k))]
-    proven = set(fixed)  # a list's `in` would make this quadratic
-    unchecked = [k for k in verdict.fixed if k not in proven]
-    return FleetVerdict(BaselineVerdict(verdict.new, verdict.known, fixed), unchecked)
+    seen = run_columns if dispatched is None else CountColumns.of(dispatched)
+    fresh = map(not_, map(str.endswith, once, repeat(SEP + STALE)))
+    maybe = list(compress(once, map(and_, _covered(seen, once), fresh)))
+    fixed = list(split_keys(maybe, listed.escaped))
+    if evidence is not None:
+        fixed = list(compress(fixed, map(evidence.proves_fixed, fixed)))
+    proven = frozenset(join_keys(fixed)[0])
+    unchecked = split_keys(compress(once, map(not_, map(proven.__contains__, once))),
+                           listed.escaped)
+    return FleetVerdict(BaselineVerdict(new, known, fixed), list(unchecked))
+
+
+def _covered(seen: CountColumns, keys: list[str]) -> list[bool]:
+    """Whether ``seen`` has a positive count of each key's target and op: a binary
+    search, in C, of each key's ``target SEP op SEP`` among the keys in order."""
+    if not keys:
+        return []
+    counted = positive(seen)
+    ordered = counted.joined if counted.ascending() else sorted(counted.joined)
+    prefixes = list(map(add, map(itemgetter(0), map(str.rsplit, keys, repeat(SEP),
+                                                     repeat(2))), repeat(SEP)))
+    at = map(bisect_left, repeat(ordered), prefixes)
+    return list(map(str.startswith, map([*ordered, ""].__getitem__, at), prefixes))
 
 
 def tightened(baseline: Mapping[HistogramKey, int], fixed: list[HistogramKey]

@@ -27,9 +27,10 @@ from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import (
     HISTOGRAM_SCHEMA,
     HISTOGRAM_VERSION,
+    CountColumns,
     HistogramKey,
     Outcome,
-    as_keys,
+    join_keys,
 )
 from pytest_arbiter.store import strictjson
 from pytest_arbiter.store.artifacts import read_bytes, write_text_atomic
@@ -87,7 +88,7 @@ class HistogramDocument(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fi
         # the entries' own checks, for all of them at once (C loops, not a call each)
         counts = list(map(_COUNT, self.entries))
         expected_each = list(map(_EXPECTED, self.entries))
-        if any(map(operator.gt, expected_each, counts)):
+        if any(expected_each) and any(map(operator.gt, expected_each, counts)):
             at = next(i for i, e in enumerate(self.entries) if e.expected > e.count)
             bad = self.entries[at]
             raise ValueError(f"expected ({bad.expected}) is more than count ({bad.count}) "
@@ -201,30 +202,54 @@ def _header_problem(data: bytes, source: str) -> str | None:
     return None
 
 
+def columns(doc: HistogramDocument, *, plain: bool = False
+            ) -> tuple[CountColumns, CountColumns]:
+    """The counts per key and, per key, how many were degrades on purpose (the keys
+    with some), as columns (``plain``: see :func:`join_keys`). Two entries of one key (a
+    hand-resolved merge conflict) add up, the key where it first appears."""
+    entries = doc.entries
+    keys, escaped = join_keys(entries, _KEY_FIELDS, plain=plain)
+    counts = list(map(_COUNT, entries))
+    expected_each = list(map(_EXPECTED, entries))
+    out = CountColumns(keys, counts, escaped)
+    if not out.ascending() and len(out.key_set()) != len(keys):
+        total: dict[str, int] = {}
+        expected: dict[str, int] = {}
+        for key, count, on_purpose in zip(keys, counts, expected_each, strict=True):
+            total[key] = total.get(key, 0) + count
+            if on_purpose:
+                expected[key] = expected.get(key, 0) + on_purpose
+        return (CountColumns(list(total), list(total.values()), escaped),
+                CountColumns(list(expected), list(expected.values()), escaped))
+    return out, out.like(list(compress(keys, expected_each)),
+                         list(compress(expected_each, expected_each)))
+
+
+def decode_columns(data: bytes, source: str) -> tuple[CountColumns, CountColumns]:
+    """:func:`columns` of the histogram file ``data``; ``ValueError`` naming ``source``."""
+    return columns(decode(data, source), plain=b"\\" not in data)
+
+
 def counts_and_expected(doc: HistogramDocument
                         ) -> tuple[dict[HistogramKey, int], dict[HistogramKey, int]]:
-    """The counts per key and, per key, how many were degrades on purpose. Two entries
-    of one key (a hand-resolved merge conflict) add up."""
-    entries = doc.entries
-    keys = list(as_keys(map(_KEY_FIELDS, entries)))
-    expected_each = list(map(_EXPECTED, entries))
-    counts: dict[HistogramKey, int] = dict(zip(keys, map(_COUNT, entries), strict=True))
-    if len(counts) == len(keys):  # one entry a key: the file as written
-        return counts, dict(compress(zip(keys, expected_each, strict=True), expected_each))
-    counts = {}
-    expected: dict[HistogramKey, int] = {}
-    for entry in entries:
-        key = entry.key
-        counts[key] = counts.get(key, 0) + entry.count
-        if entry.expected:
-            expected[key] = expected.get(key, 0) + entry.expected
-    return counts, expected
+    """:func:`columns` as dicts."""
+    counts, expected = columns(doc)
+    return counts.to_dict(), expected.to_dict()
 
 
 def read_histogram(path: str | os.PathLike[str]) -> dict[HistogramKey, int]:
     """The counts of a histogram (or baseline) file; ``ArtifactError`` naming the file
     and what is wrong (the JSON path of a bad value, an unknown or missing field)."""
     return read_histogram_expected(path)[0]
+
+
+def read_columns(path: str | os.PathLike[str]) -> CountColumns:
+    """:func:`read_histogram` as columns (a baseline of a million keys for the gate)."""
+    data = read_bytes(path)
+    try:
+        return decode_columns(data, str(path))[0]
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
 
 
 def read_histogram_expected(path: str | os.PathLike[str]

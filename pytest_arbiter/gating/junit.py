@@ -41,7 +41,14 @@ from operator import lt, sub
 from typing import TYPE_CHECKING, Any
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, STALE, HistogramKey
+from pytest_arbiter.gating.histogram import (
+    GATED_OUTCOMES,
+    OUTCOMES,
+    STALE,
+    CountColumns,
+    HistogramKey,
+    positive,
+)
 
 if TYPE_CHECKING:
     from pytest_arbiter.gating.baseline import Evidence
@@ -92,9 +99,10 @@ _ENCODING = re.compile(r"""\sencoding\s*=\s*["']([^"']*)["']""")
 class FleetCounts:
     """Dispatch counts of one or more reports, the tests behind each key, the sources."""
 
-    counts: dict[HistogramKey, int] = field(default_factory=dict)
+    counts: dict[HistogramKey, int] | CountColumns = field(default_factory=dict)
+    """A dict, or one histogram file's counts as read: columns (no key made of each)."""
     tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
-    expected: dict[HistogramKey, int] = field(default_factory=dict)
+    expected: dict[HistogramKey, int] | CountColumns = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     testcases: int = 0
     stale: list[tuple[str, str]] = field(default_factory=list)
@@ -122,22 +130,40 @@ class FleetCounts:
         return Evidence.of(self.checked, (), self.registered)
 
     def add(self, key: HistogramKey, count: int, test: str | None = None) -> None:
-        self.counts[key] = self.counts.get(key, 0) + count
+        counts = self._counts()
+        counts[key] = counts.get(key, 0) + count
         if test is not None:
             self.tests.setdefault(key, set()).add(test)
 
+    def _counts(self) -> dict[HistogramKey, int]:
+        """``counts`` as a dict, to add to."""
+        if isinstance(self.counts, CountColumns):
+            self.counts = self.counts.to_dict()
+        return self.counts
+
+    def _expected(self) -> dict[HistogramKey, int]:
+        if isinstance(self.expected, CountColumns):
+            self.expected = self.expected.to_dict()
+        return self.expected
+
     def extend(self, other: FleetCounts) -> None:
-        if self.counts:
+        if not self.counts and not self.expected and isinstance(other.counts, CountColumns):
+            # the first report, one histogram file: its columns, held as they are
+            self.counts, self.expected = other.counts, other.expected
+        elif self.counts:
+            counts = self._counts()
             for key, count in other.counts.items():
-                self.counts[key] = self.counts.get(key, 0) + count
+                counts[key] = counts.get(key, 0) + count
         else:  # the first report: copied in C, not summed key by key
-            self.counts.update(other.counts)
+            self._counts().update(other.counts)
         for key, tests in other.tests.items():
             self.tests.setdefault(key, set()).update(tests)
         for key, why in other.reasons.items():
             self.reasons.setdefault(key, set()).update(why)
-        for key, count in other.expected.items():
-            self.expected[key] = self.expected.get(key, 0) + count
+        if other.expected is not self.expected:
+            expected = self._expected()
+            for key, count in other.expected.items():
+                expected[key] = expected.get(key, 0) + count
         self.sources.extend(other.sources)
         self.testcases += other.testcases
         self.stale.extend(other.stale)
@@ -146,14 +172,25 @@ class FleetCounts:
         self.registered |= other.registered
         self.with_evidence += other.with_evidence
 
-    def gated(self) -> dict[HistogramKey, int]:
+    def gated(self) -> dict[HistogramKey, int] | CountColumns:
         """Counts minus those of tests that degrade on purpose (the keys with some left)."""
         counts = self.counts
+        if isinstance(counts, CountColumns):
+            return _gated_columns(counts, CountColumns.of(self.expected))
         if not self.expected and min(counts.values(), default=1) > 0:
             return dict(counts)  # nothing to take off: a copy, not a rebuild
         left = list(map(sub, counts.values(), map(self.expected.get, counts, repeat(0))))
         keep = list(map(lt, repeat(0), left))  # C loops: a fleet's histogram has 1M keys
         return dict(zip(compress(counts, keep), compress(left, keep), strict=True))
+
+
+def _gated_columns(counts: CountColumns, expected: CountColumns) -> CountColumns:
+    """:meth:`FleetCounts.gated` of columns: the same C loops on the keys' strings."""
+    if not expected:
+        return positive(counts)
+    taken = dict(zip(expected.joined, expected.counts, strict=True))
+    left = list(map(sub, counts.counts, map(taken.get, counts.joined, repeat(0))))
+    return positive(counts.like(counts.joined, left))
 
 
 def case_id(classname: str, name: str) -> str:
@@ -544,8 +581,9 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
             out.tests.setdefault(key, set()).update(tests)
         for key, why in suite.reasons.items():
             out.reasons.setdefault(key, set()).update(why)
+        expected = out._expected()
         for key, count in suite.expected.items():
-            out.expected[key] = out.expected.get(key, 0) + count
+            expected[key] = expected.get(key, 0) + count
         out.stale.extend((source, line) for line in suite.stale)
         out.checked |= suite.checked
         out.registered |= suite.registered
@@ -579,9 +617,8 @@ def read_report(path: str | os.PathLike[str]) -> FleetCounts:
             return junit_counts(data, source)
         if head.startswith(b"{"):
             out = FleetCounts(sources=[source])
-            # one entry a key: the counts as they are, not added up key by key
-            out.counts, out.expected = histogram_file.counts_and_expected(
-                histogram_file.decode(data, source))
+            # columns: no key made of each of a million entries
+            out.counts, out.expected = histogram_file.decode_columns(data, source)
             return out
         check_bom(data, source)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from pytest_arbiter.gating.baseline import (
     BaselineVerdict,
     Evidence,
     compare_to_baseline,
+    first_keys,
     gate_fleet,
 )
 from pytest_arbiter.gating.histogram import (
@@ -28,9 +29,12 @@ from pytest_arbiter.gating.histogram import (
     OUTCOMES,
     STALE,
     AnyCounts,
+    CountColumns,
     HistogramKey,
     as_keys,
+    join_keys,
     named_keys,
+    split_keys,
 )
 from pytest_arbiter.gating.junit import FleetCounts, read_report
 from tests.hostile import EVIL, HOSTILE_JSON
@@ -87,8 +91,11 @@ def frozen_gated(fleet: FleetCounts) -> dict[HistogramKey, int]:
 
 # -- random histograms --------------------------------------------------------------------
 
-NAMES = ("cpu", "nvidia", "m", "k", "a/b", EVIL)
-plain_keys = st.tuples(st.sampled_from(NAMES[:2]), st.sampled_from(NAMES[2:4]),
+NAMES = ("cpu", "nvidia", "m", "k", "a/b", EVIL, "c\0", "\0\1k", "m\1")
+"""Names the gate's joined keys must keep apart and in order: NULs (what joins a key's
+names) and U+0001 (what follows a NUL written in a name) among them."""
+plain_keys = st.tuples(st.sampled_from((*NAMES[:2], NAMES[6])),
+                       st.sampled_from((*NAMES[2:4], *NAMES[7:])),
                        st.sampled_from(NAMES), st.sampled_from(OUTCOMES))
 keys = st.one_of(plain_keys, plain_keys.map(HistogramKey._make))
 counts = st.dictionaries(keys, st.integers(-2, 4), max_size=40)
@@ -125,21 +132,68 @@ def test_the_verdict_is_the_key_by_key_one_in_the_same_order(
 
 
 @PROPERTY
-@given(parts=st.lists(st.tuples(counts, counts), max_size=3))
+@given(parts=st.lists(st.tuples(counts, counts, st.booleans()), max_size=3))
 def test_a_fleet_adds_up_and_gates_as_key_by_key(
-        parts: list[tuple[dict[HistogramKey, int], dict[HistogramKey, int]]]) -> None:
+        parts: list[tuple[dict[HistogramKey, int], dict[HistogramKey, int], bool]]) -> None:
+    """Reports as dicts (JUnit) or as columns (histogram files), in any mix."""
     total, frozen = FleetCounts(), FleetCounts()
     held = total.counts
-    for found, expected in parts:
+    for found, expected, as_columns in parts:
         found, expected = frozen_named_keys(found), frozen_named_keys(expected)
-        total.extend(FleetCounts(counts=found, expected=expected))
+        if as_columns:
+            total.extend(FleetCounts(counts=CountColumns.of(found),
+                                     expected=CountColumns.of(expected)))
+        else:
+            total.extend(FleetCounts(counts=found, expected=expected))
         for key, count in found.items():
             frozen.add(key, count)
         for key, count in expected.items():
             frozen.expected[key] = frozen.expected.get(key, 0) + count
         assert total.counts is not found  # a copy: the report's own dict stays its own
-    assert total.counts is held and items(total.counts) == items(frozen.counts)
+    if not parts or not parts[0][2]:
+        assert total.counts is held
+    assert items(total.counts) == items(frozen.counts)
     assert items(total.gated()) == items(frozen_gated(frozen))
+    assert dict(total.expected) == frozen.expected
+
+
+rows = st.lists(plain_keys, max_size=30)
+
+
+@PROPERTY
+@given(rows=rows)
+def test_joined_keys_sort_as_the_keys_and_split_back(
+        rows: list[tuple[str, str, str, str]]) -> None:
+    joined, escaped = join_keys(rows)
+    assert list(split_keys(joined, escaped)) == [HistogramKey._make(r) for r in rows]
+    assert escaped == any("\0" in name for row in rows for name in row)
+    by_string = [row for _, row in sorted(zip(joined, rows, strict=True))]
+    assert by_string == sorted(rows)
+    assert len(set(joined)) == len(set(rows))
+
+
+@PROPERTY
+@given(run=counts, baseline=counts, failing=failing_sets, evidence=evidences)
+def test_columns_gate_as_the_mappings_they_hold(
+        run: dict[HistogramKey, int], baseline: dict[HistogramKey, int],
+        failing: tuple[str, ...], evidence: Evidence | None) -> None:
+    """Columns in key order (as a file holds them) give the key-by-key verdict too; a
+    mapping's keys are made only when read."""
+    def ordered(counts: dict[HistogramKey, int]) -> CountColumns:
+        return CountColumns.of(dict(sorted(frozen_named_keys(counts).items())))
+
+    old_verdict, old_unchecked = frozen_fleet(ordered(run).to_dict(), baseline, failing,
+                                              evidence)
+    fleet = gate_fleet(ordered(run), ordered(baseline), failing=failing, evidence=evidence,
+                       dispatched=ordered(run))
+    assert items(fleet.verdict.new) == items(old_verdict.new)
+    assert items(fleet.verdict.known) == items(old_verdict.known)
+    assert (fleet.fixed, fleet.unchecked) == (old_verdict.fixed, old_unchecked)
+    known = fleet.verdict.known
+    assert isinstance(known, CountColumns) and known.ascending()
+    assert first_keys(known, 2) == sorted(old_verdict.known)[:2]
+    assert all(known[key] == count for key, count in old_verdict.known.items())
+    assert first_keys(known, None) == sorted(old_verdict.known)
 
 
 entries = st.builds(
@@ -150,13 +204,20 @@ entries = st.builds(
 
 
 @PROPERTY
-@given(rows=st.lists(entries, max_size=30))
+@given(rows=st.lists(entries, max_size=30), ordered=st.booleans())
 def test_a_document_reads_as_the_key_by_key_counts(
-        rows: list[histogram_file.HistogramEntry]) -> None:
+        rows: list[histogram_file.HistogramEntry], ordered: bool) -> None:
+    """In any order, keys twice among them; from a file (its bytes) or as a document."""
+    if ordered:
+        rows.sort(key=lambda row: row.key)
     doc = histogram_file.HistogramDocument(entries=tuple(rows), schema="pytest-arbiter/histogram",
                                            version=1)
     got, old = histogram_file.counts_and_expected(doc), frozen_counts_and_expected(doc)
     assert [items(m) for m in got] == [items(m) for m in old]
+    data = histogram_file.encode(doc)
+    read = histogram_file.decode_columns(data, "h.json")
+    assert [items(m) for m in read] == [items(m) for m in old]
+    assert [items(dict(m.items())) for m in read] == [items(m) for m in old]
 
 
 def test_keys_made_in_bulk_are_histogram_keys() -> None:
