@@ -34,10 +34,11 @@ def _three_digits(value: float) -> str:
 
 
 def ns_cells(values: Sequence[float]) -> list[str]:
-    """:func:`format_ns` of each of ``values``, worked out together: the unit and the
-    digits of each in NumPy, then each format's text in one C loop; a value near where
-    the unit or the digits change (or past what a float holds exactly) by
-    ``format_ns`` itself."""
+    """:func:`format_ns` of each of ``values``, worked out together: the unit, the
+    digits and the rounded digits of each in NumPy, each distinct text made once (a
+    column holds a few thousand); a value near where the unit or the digits change, near
+    half a last digit, negative or past what a float holds exactly, by ``format_ns``
+    itself."""
     import numpy as np
 
     if not values:
@@ -47,25 +48,48 @@ def ns_cells(values: Sequence[float]) -> list[str]:
     value = ns / np.array(_SCALES)[unit]
     # 0: "%.0f", 1: "%.1f", 2: "%.2f" (round(value, 1) >= 100, round(value, 2) >= 10)
     digits = np.where(value >= 99.951, 0, np.where(value < 9.9949, 2, 1))
-    kind = unit * 3 + digits
-    kind[((value >= 99.949) & (value < 99.951)) | ((value >= 9.9949) & (value < 10.0))
-         | (ns >= 2.0**53)] = -1
-    out = np.empty(len(values), dtype=object)
-    for found in np.unique(kind).tolist():
-        where = np.flatnonzero(kind == found)
-        if found < 0:
-            out[where] = [format_ns(values[at]) for at in where.tolist()]
-        else:
-            out[where] = list(map(_NS_FORMATS[found], value[where].tolist()))
-    cells: list[str] = out.tolist()
+    # the value in units of its last digit: its text is the nearest whole number's,
+    # unless it lies too near half way for a float's product to tell
+    scaled = value * np.array((1.0, 10.0, 100.0))[digits]
+    unsure = (((value >= 99.949) & (value < 99.951)) | ((value >= 9.9949) & (value < 10.0))
+              | (ns >= 2.0**53) | np.signbit(ns)
+              | (np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6))
+    whole = np.rint(np.where(unsure, 0.0, scaled)).astype(np.int64)
+    cells: list[str] = list(map(_NS_CELLS.__getitem__,
+                                (whole * 12 + unit * 3 + digits).tolist()))
+    for at in np.flatnonzero(unsure).tolist():
+        cells[at] = format_ns(values[at])
     return cells
 
 
 _BELOW = tuple(scale * 0.9995 for _, scale in reversed(_UNITS))
 """Where each unit starts (us, ms, s), as :func:`format_ns` compares."""
 _SCALES = (1.0, *(scale for _, scale in reversed(_UNITS)))
-_NS_FORMATS = tuple(f"{{:.{digits}f}} {unit}".format for unit in ("ns", "us", "ms", "s")
-                    for digits in (0, 1, 2))
+_UNIT_NAMES = ("ns", "us", "ms", "s")
+
+
+class _NsCells(dict[int, str]):
+    """The text of a latency coded as its rounded digits ``whole``, its unit and its
+    digits after the point (``whole * 12 + unit * 3 + digits``), made the first time."""
+
+    def __missing__(self, code: int) -> str:
+        whole, rest = divmod(code, 12)
+        unit, digits = divmod(rest, 3)
+        if digits:
+            head, tail = divmod(whole, 10**digits)
+            text = f"{head}.{tail:0{digits}d} {_UNIT_NAMES[unit]}"
+        else:
+            text = f"{whole} {_UNIT_NAMES[unit]}"
+        if len(self) >= NS_CELLS_KEPT:
+            self.clear()
+        self[code] = text
+        return text
+
+
+NS_CELLS_KEPT = 1 << 16
+"""The most latency texts :data:`_NS_CELLS` keeps (then it starts again): below a
+second there are under 10,000, but whole seconds go on."""
+_NS_CELLS = _NsCells()
 
 
 def slower(ratio: float, tie: bool) -> str:
@@ -169,7 +193,8 @@ def row_columns(rows: Iterable[Sequence[str]], width: int) -> list[list[str]]:
 _RANKING = attrgetter("ranking")
 _FIRST = itemgetter(0)
 _NAME = attrgetter("name")
-_MEDIAN = attrgetter("stats.median_ns")
+_STATS = attrgetter("stats")
+_MEDIAN_NS = attrgetter("median_ns")
 _KEY_PARTS = tuple(map(attrgetter, ("device", "op", "bucket", "dtype")))
 _CONFIDENCE = attrgetter("confidence")
 _TIE = attrgetter("tie")
@@ -177,24 +202,60 @@ _CONF_TAIL = {(False, False): "", (True, False): " tie", (True, True): " tie,low
               (False, True): " low"}
 
 
-class _ConfCells(dict[tuple[float, bool, bool], str]):
-    """The confidence cell of a confidence, tie and low confidence, made the first time
-    (a corpus holds a few thousand confidences); a zero is never kept (``-0.0`` is
-    written ``-0.000``, and equals ``0.0``)."""
+def _conf_cells(confidences: list[float], ties: list[bool], lows: Sequence[bool]
+                ) -> list[str]:
+    """:func:`narrow_row`'s confidence cells: each confidence's thousandths rounded in
+    NumPy, each distinct cell made once; one too near half a thousandth for a float's
+    product to tell, or negative (``-0.0`` is written ``-0.000``), by its own format."""
+    import numpy as np
 
-    def __missing__(self, key: tuple[float, bool, bool]) -> str:
-        confidence, tie, low = key
-        cell = f"{confidence:.3f}" + _CONF_TAIL[tie, low]
+    if not confidences:
+        return []
+    conf = np.array(confidences, dtype=np.float64)
+    thousandths = conf * 1000
+    with np.errstate(all="ignore"):
+        unsure = (~((conf >= 0) & (conf <= 1)) | np.signbit(conf)
+                  | (np.abs(thousandths - np.floor(thousandths) - 0.5) < 1e-6))
+    whole = np.rint(np.where(unsure, 0.0, thousandths)).astype(np.int64)
+    code = whole * 4 + np.array(ties, dtype=np.int64) * 2 + np.array(lows, dtype=np.int64)
+    cells: list[str] = list(map(_CONF_CELLS.__getitem__, code.tolist()))
+    for at in np.flatnonzero(unsure).tolist():
+        cells[at] = _EXACT_CONF[confidences[at]] + _CONF_TAIL[ties[at], bool(lows[at])]
+    return cells
+
+
+class _ExactConf(dict[float, str]):
+    """A confidence's own text, made the first time (a corpus holds a few thousand
+    confidences); a zero is never kept (``-0.0`` is written ``-0.000``, and equals
+    ``0.0``)."""
+
+    def __missing__(self, confidence: float) -> str:
+        text = f"{confidence:.3f}"
         if confidence:
             if len(self) >= CONF_CELLS_KEPT:
                 self.clear()
-            self[key] = cell
-        return cell
+            self[confidence] = text
+        return text
 
 
 CONF_CELLS_KEPT = 1 << 16
-"""The most confidence cells :data:`_CONF_CELLS` keeps (then it starts again)."""
+"""The most confidences :data:`_EXACT_CONF` keeps (then it starts again)."""
+_EXACT_CONF = _ExactConf()
+
+
+class _ConfCells(dict[int, str]):
+    """The confidence cell of a confidence coded as its thousandths rounded, its tie and
+    its low confidence (``whole * 4 + tie * 2 + low``), made the first time."""
+
+    def __missing__(self, code: int) -> str:
+        whole, rest = divmod(code, 4)
+        head, tail = divmod(whole, 1000)
+        cell = self[code] = f"{head}.{tail:03d}" + _CONF_TAIL[rest >= 2, rest % 2 == 1]
+        return cell
+
+
 _CONF_CELLS = _ConfCells()
+"""Every confidence cell made so far (at most 1,001 thousandths times four tails)."""
 
 
 def narrow_columns(block: Sequence[CacheEntry], lows: Sequence[bool]) -> Columns:
@@ -202,32 +263,49 @@ def narrow_columns(block: Sequence[CacheEntry], lows: Sequence[bool]) -> Columns
     :attr:`~CacheEntry.low_confidence`), a column at a time: the same cells."""
     rankings = list(map(_RANKING, block))
     firsts = list(map(_FIRST, rankings))
-    device, op, bucket, dtype = ([*map(part, block)] for part in _KEY_PARTS)
+    parts = [list(map(part, block)) for part in _KEY_PARTS]
+    keys = list(map("/".join, zip(*parts, strict=True)))
     winners = list(map(_NAME, firsts))
-    seconds = [ranking[1].name for ranking in rankings if len(ranking) > 1]
-    if not "".join(itertools.chain(device, op, bucket, dtype, winners, seconds)
-                   ).isprintable():  # a name to escape: the rows one by one
+    two = list(map(_TWO_OR_MORE, map(len, rankings)))
+    pairs = list(itertools.compress(rankings, two))
+    seconds = list(map(_SECOND, pairs))
+    names = list(map(_NAME, seconds))
+    if not "".join(itertools.chain(keys, winners, names)).isprintable():
+        # a name to escape ("/" needs none): the rows one by one
         rows = list(map(narrow_row, block, lows))
         return Columns(row_columns(rows, len(NARROW_CAPS)),
                        any(map(paired_only, block)))
     caps = NARROW_CAPS
-    keys = list(map("{}/{}/{}/{}".format, device, op, bucket, dtype))
-    for at in _longer(keys, caps[0]):
-        keys[at] = key_cell(device[at], op[at], bucket[at], dtype[at])
-    runners, paired = _runner_cells(block, rankings)
-    confs = list(map(_CONF_CELLS.__getitem__,
-                     zip(map(_CONFIDENCE, block), map(_TIE, block), lows, strict=True)))
-    medians = ns_cells(list(map(_MEDIAN, firsts)))
+    _fit_keys(keys, *parts)
+    ties = list(map(_TIE, block))
+    runners, paired = _runner_cells(ties, two, pairs, seconds, names)
+    confs = _conf_cells(list(map(_CONFIDENCE, block)), ties, lows)
+    medians = ns_cells(list(map(_MEDIAN_NS, map(_STATS, firsts))))
     cells = [keys, *(_fit(column, cap) for column, cap in
                      zip((winners, medians, runners, confs), caps[1:], strict=True))]
     return Columns(cells, paired)
+
+
+def _fit_keys(keys: list[str], device: list[str], op: list[str], bucket: list[str],
+              dtype: list[str]) -> None:
+    """:func:`key_cell` of each key too wide for its column, in place: the device's tag
+    cut once per device; where that is not enough, the row's own cut."""
+    width = NARROW_CAPS[0]
+    wide = _longer(keys, width)
+    if not wide:
+        return
+    tags = {tag: _cut(tag, CUT_DEVICE) for tag in set(map(device.__getitem__, wide))}
+    for at in wide:
+        key = f"{tags[device[at]]}/{op[at]}/{bucket[at]}/{dtype[at]}"
+        keys[at] = key if len(key) <= width else key_cell(device[at], op[at], bucket[at],
+                                                           dtype[at])
 
 
 def _longer(cells: list[str], width: int) -> list[int]:
     """Where ``cells`` has a cell wider than ``width`` (one C pass when none is)."""
     if not cells or max(map(len, cells)) <= width:
         return []
-    return [at for at, size in enumerate(map(len, cells)) if size > width]
+    return list(itertools.compress(range(len(cells)), map(width.__lt__, map(len, cells))))
 
 
 def _fit(cells: list[str], width: int) -> list[str]:
@@ -242,45 +320,107 @@ def _fit(cells: list[str], width: int) -> list[str]:
     return list(map(cut.__getitem__, cells))
 
 
-def _runner_cells(block: Sequence[CacheEntry], rankings: list[tuple[RankedCandidate, ...]]
-                  ) -> tuple[list[str], bool]:
+def _runner_cells(ties: list[bool], two: list[bool], pairs: list[tuple[RankedCandidate, ...]],
+                  seconds: list[RankedCandidate], names: list[str]) -> tuple[list[str], bool]:
     """:func:`narrow_row`'s runner-up cells (cut to the name's room, not yet to the
-    column's), and whether one was marked ``*``."""
-    room = NARROW_CAPS[3] - 1
-    out: list[str] = []
-    star = False
-    cuts: dict[tuple[str, int], str] = {}
-    for entry, ranking in zip(block, rankings, strict=True):
-        if len(ranking) < 2:
-            out.append("-")
-            continue
-        second = ranking[1]
-        if second.carried:
-            how = "carried"
-        else:
-            ratio = second.ratio
-            if ratio is None:
-                best = ranking[0].stats.median_ns
-                ratio = second.stats.median_ns / best if best > 0 else None
-            if ratio is None:
-                how = "-"
-            else:
-                pct = (ratio - 1) * 100
-                if pct >= 0:
-                    how = f"{pct:+.1f}%"
-                elif entry.tie:
-                    how = f"\u00b1{-pct:.1f}%"
-                else:
-                    how, star = f"{pct:+.1f}%*", True
-        name = second.name
-        if len(name) > room - len(how):
-            width = room - len(how)
-            cut = cuts.get((name, width))
-            if cut is None:
-                cut = cuts[name, width] = _cut(name, width)
-            name = cut
-        out.append(f"{name} {how}")
-    return out, star
+    column's), and whether one was marked ``*``, of the rankings with a runner-up
+    (``two``: which of the block's have one; ``pairs``: those rankings, ``seconds`` and
+    ``names`` their runners-up): how much slower each runner-up was worked out in
+    NumPy and each distinct text made once; a carried row, one without a ratio whose
+    winner's median is zero, and a percentage too large or too near half its last digit
+    for a float's product to tell, by :func:`_how`."""
+    import numpy as np
+
+    if not pairs:
+        return ["-"] * len(two), False
+    tie = np.array(list(itertools.compress(ties, two)), dtype=bool)
+    best = np.array(list(map(_MEDIAN_NS, map(_STATS, map(_FIRST, pairs)))), dtype=np.float64)
+    median = np.array(list(map(_MEDIAN_NS, map(_STATS, seconds))), dtype=np.float64)
+    ratio = np.array(list(map(_RATIO, seconds)), dtype=np.float64)  # None: NaN
+    own = np.isnan(ratio)  # no paired ratio: the medians' ratio, as over_winner's
+    with np.errstate(all="ignore"):  # an overflow or a NaN is unsure, worked out alone
+        np.divide(median, best, out=ratio, where=own & (best > 0))
+        pct = (ratio - 1) * 100
+        tenths = np.abs(pct) * 10
+        unsure = (np.array(list(map(_CARRIED, seconds)), dtype=bool)
+                  | (own & ((best <= 0) | (best >= 2.0**53) | (median >= 2.0**53)))
+                  | ~(tenths < 1e10) | (np.abs(tenths - np.floor(tenths) - 0.5) < 1e-6))
+    # 0: "+1.5%", 1: a tie's "\u00b11.5%", 2: a faster runner-up's "-1.5%*"
+    kind = np.where(pct < 0, np.where(tie, 1, 2), 0)
+    whole = np.rint(np.where(unsure, 0.0, tenths)).astype(np.int64)
+    hows: list[str] = list(map(_HOW_CELLS.__getitem__, (whole * 3 + kind).tolist()))
+    star = bool(((kind == 2) & ~unsure).any())
+    for at in np.flatnonzero(unsure).tolist():
+        hows[at], marked = _how(pairs[at], bool(tie[at]))
+        star = star or marked
+    # each name cut to leave room for its percentage: a cut made once per name and room
+    roomy = _RoomyNames(NARROW_CAPS[3] - 1)
+    room = map(roomy.__getitem__, zip(names, map(len, hows), strict=True))
+    cells = list(map(" ".join, zip(room, hows, strict=True)))
+    if len(pairs) == len(two):
+        return cells, star
+    out = np.full(len(two), "-", dtype=object)
+    out[np.array(two, dtype=bool)] = cells
+    every: list[str] = out.tolist()
+    return every, star
+
+
+def _how(ranking: tuple[RankedCandidate, ...], tie: bool) -> tuple[str, bool]:
+    """How much slower the runner-up of ``ranking`` was, as :func:`narrow_row` says it,
+    and whether it is marked ``*``."""
+    second = ranking[1]
+    if second.carried:
+        return "carried", False
+    ratio = second.ratio
+    if ratio is None:
+        best = ranking[0].stats.median_ns
+        ratio = second.stats.median_ns / best if best > 0 else None
+    if ratio is None:
+        return "-", False
+    pct = (ratio - 1) * 100
+    if pct >= 0:
+        return f"{pct:+.1f}%", False
+    if tie:
+        return f"\u00b1{-pct:.1f}%", False
+    return f"{pct:+.1f}%*", True
+
+
+class _RoomyNames(dict[tuple[str, int], str]):
+    """A runner-up's name beside a percentage of a given length, cut to leave it room
+    in ``room`` columns: each name and length worked out once."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def __missing__(self, key: tuple[str, int]) -> str:
+        name, how = key
+        width = self.room - how
+        cell = self[key] = name if len(name) <= width else _cut(name, width)
+        return cell
+
+
+class _HowCells(dict[int, str]):
+    """The text of a runner-up's percentage coded as its tenths rounded and its kind
+    (``whole * 3 + kind``: 0 slower, 1 faster in a tie, 2 faster), made the first time."""
+
+    def __missing__(self, code: int) -> str:
+        whole, kind = divmod(code, 3)
+        head, tenth = divmod(whole, 10)
+        text = (f"+{head}.{tenth}%", f"\u00b1{head}.{tenth}%", f"-{head}.{tenth}%*")[kind]
+        if len(self) >= HOW_CELLS_KEPT:
+            self.clear()
+        self[code] = text
+        return text
+
+
+HOW_CELLS_KEPT = 1 << 16
+"""The most percentage texts :data:`_HOW_CELLS` keeps (then it starts again)."""
+_HOW_CELLS = _HowCells()
+_TWO_OR_MORE = (1).__lt__
+_SECOND = itemgetter(1)
+_RATIO = attrgetter("ratio")
+_CARRIED = attrgetter("carried")
 
 
 def paired_only(e: CacheEntry) -> bool:

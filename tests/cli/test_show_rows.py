@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter.cli.show_rows import (
     format_ns,
@@ -17,6 +18,7 @@ from pytest_arbiter.cli.show_rows import (
     row_columns,
 )
 from pytest_arbiter.store.cache import CacheEntry, RankedCandidate
+from pytest_arbiter.timing.measure import LatencyStats
 from tests.factories import cache_entry, ranked_entry, stats
 
 
@@ -116,3 +118,44 @@ def test_diffs_lines_a_run_at_a_time_are_its_lines_one_by_one() -> None:
                                                            for line in lines)
     assert _diff_run("added", [], new) == [_diff_line(KeyChange(None, e)) for e in new]
     assert _diff_run("removed", old, []) == [_diff_line(KeyChange(e, None)) for e in old]
+
+
+_LATENCIES = st.one_of(st.integers(0, 2**63 - 1), st.floats(0.0, 1e18),
+                       st.integers(0, 10**4).map(lambda m: (m + 0.5) / 100),
+                       st.sampled_from([0, 0.0, 999.5, 9.995e3, 99.95e6, 2**53 + 1]))
+
+
+@st.composite
+def _entries(draw: st.DrawFn) -> CacheEntry:
+    """An entry of any shape ``show`` meets: one to four rows, a carried runner-up, a
+    paired ratio or none, latencies of every size (and half way to a last digit), a
+    winner's median of zero, confidences half way to a thousandth, long names."""
+    count = draw(st.integers(1, 4))
+    names = draw(st.lists(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=24),
+                          min_size=count, max_size=count, unique=True))
+    medians = sorted(draw(st.lists(_LATENCIES, min_size=count, max_size=count)))
+    carried = count > 1 and draw(st.booleans())
+    rows = []
+    for place, (name, median) in enumerate(zip(names, medians, strict=True)):
+        last = carried and place == count - 1
+        ratio = None if last or place == 0 else draw(st.one_of(
+            st.none(), st.floats(1e-6, 1e9), st.integers(0, 10**4).map(
+                lambda m: 1 + (m + 0.5) / 1000)))
+        latencies = LatencyStats(median, 0, 0, median, median or 1, 9)
+        rows.append(RankedCandidate(name, latencies, carried=last, ratio=ratio))
+    confidence = draw(st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, -0.0, 1.0]),
+                                st.integers(0, 999).map(lambda m: (m + 0.5) / 1000)))
+    device = draw(st.sampled_from(["sm_90", "cpu-x86_64-a-very-long-device-tag"]))
+    return CacheEntry(device, "cpu", draw(st.sampled_from(["matmul", "op_" * 9])),
+                      draw(st.text("mnk0123456789-", min_size=1, max_size=30)), "float32",
+                      tuple(rows), confidence, draw(st.booleans()),
+                      provenance={"rounds": draw(st.integers(1, 20))})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_entries(), max_size=12))
+def test_generated_blocks_columns_are_their_rows_cells(block: list[CacheEntry]) -> None:
+    lows = [e.low_confidence for e in block]
+    shown = narrow_columns(block, lows)
+    assert shown.cells == row_columns(map(narrow_row, block, lows), 5)
+    assert shown.paired is any(map(paired_only, block))
