@@ -222,10 +222,12 @@ class ComparePolicy:
 
     Bad kernels are contained: ``call_timeout_s`` arms a per-call watchdog around every
     call (see ``pytest_arbiter.timing.watchdog``); a candidate that raises is out of the
-    comparison; a candidate with one call over ``crawl_factor`` times the budget and
-    over ``crawl_factor`` times another's fastest call is a crawler, timed no more and
-    ranked last, unless that call was preempted (judged as a round is, with a CPU
-    clock) and the candidate, timed once more at once, is not as slow again. A lone
+    comparison; a candidate whose fastest call of at least two is over ``crawl_factor``
+    times the budget and over ``crawl_factor`` times another's fastest call is a
+    crawler, timed no more and ranked last: one slow call (a stall, a preemption, two
+    thread pools contending) convicts nobody, so a suspect with one call is timed once
+    more at once (unless that call and as long again would pass the cap: then the call
+    it made stands). A lone
     candidate needs few rounds (``min_rounds // 2``, at least 3); one left alone beside
     crawlers gets ``min_rounds``, as a ranking of two does.
     """
@@ -342,7 +344,7 @@ comparison calls it: ``run(timer.sample, fn)``, the call's nanoseconds."""
 class _Contest:
     """One comparison's state: who is still timed, who failed or crawled, the rounds kept.
 
-    Every call is timed (warmup calls too, so a crawler is caught on its first call)
+    Every call is timed (warmup calls too, so a crawler is caught on its first calls)
     under the watchdog, outside the timer's interval. The bookkeeping stays small beside
     the kernels: pairwise win counts are kept in NumPy as the rounds come in (one
     vectorised update a round, :class:`WinCounts`), the sign test is read from a table of
@@ -369,20 +371,15 @@ class _Contest:
         self.dropped: dict[str, str] = {}
         self.calls: dict[str, list[float]] = {n: [] for n in self.names}
         self.fastest: dict[str, float] = {}
-        self.slowest: dict[str, float] = {}
         self.kept: list[dict[str, float]] = []
         self.summaries: dict[str, LatencyStats] = {}
         self.warm = 0.0
         self.timed = 0.0
-        # a call over crawl_factor x the budget makes its candidate a suspect, checked
-        # after every later call too (a faster call elsewhere may convict it); each
-        # candidate's fastest and slowest call are kept from the first suspect on
+        # a call over crawl_factor x the budget may make its candidate a suspect: from
+        # the first such call on, each candidate's fastest call is kept and the crawl
+        # rule checked after every call (a faster call elsewhere may convict one)
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
-        self.honest: dict[str, float] = {}
-        """Each candidate's slowest call over the crawl bound that was not preempted (and
-        a retry's): what convicts it of crawling; one whose slowest call is above this
-        is timed once more first."""
         self.watched: _Runner = lambda sample, fn: sample(fn)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
@@ -417,33 +414,20 @@ class _Contest:
         return True
 
     def call(self, name: str) -> float | None:
-        """Time one call of ``name``; None, and ``name`` out for good, if it raised. While
-        rounds are judged, a call over the crawl bound is judged as a round is
-        (preempted: its wall time over ``preempt_factor`` times its CPU time plus
-        ``preempt_slack_s``): only one that was not is evidence of crawling
-        (:attr:`honest`; :meth:`_still_crawls`)."""
-        judge = self.cpu if self.judging() else None
-        mark = judge() if judge is not None else 0
+        """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
         took = self._timed(name)
         if took is None:
             return None
         self.calls[name].append(took)
-        if took > self.crawl_ns and took > self.honest.get(name, 0.0):
-            if judge is None or not self.pol.preempted(took, judge() - mark):
-                self.honest[name] = took
         if self.suspects:
-            # min(took, fastest) and max(took, slowest), as the builtins pick them
-            if not self.fastest.get(name, took) < took:
+            if not self.fastest.get(name, took) < took:  # min, as the builtin picks it
                 self.fastest[name] = took
-            if not self.slowest.get(name, took) > took:
-                self.slowest[name] = took
             self._drop_crawlers()
         elif took > self.crawl_ns:
-            # the first suspect: each call's extremes are kept from here on, and the
-            # calls so far give them (no bookkeeping per call while nobody crawls)
+            # the first call over the bound: the fastest calls are kept from here on,
+            # and the calls so far give them (no bookkeeping per call while none is)
             self.suspects = True
             self.fastest = {n: min(c) for n, c in self.calls.items() if c}
-            self.slowest = {n: max(c) for n, c in self.calls.items() if c}
             self._drop_crawlers()
         return took
 
@@ -461,45 +445,45 @@ class _Contest:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None
 
-    def _still_crawls(self, name: str, floor: float) -> bool:
-        """Whether ``name``, whose slowest call was preempted, crawls: timed once more, its
-        slowest call is then the slower of the retry and its :attr:`honest` one, which
-        must be over the crawl bound and ``floor``. With no room under the cap for a
-        retry, its calls stand as they are (as a preempted round that cannot be timed
-        again is kept). False, and ``name`` out, if the retry raised."""
-        if self.elapsed() + self.slowest[name] > self.pol.cap_s * 1e9:
+    def _timed_again(self, name: str) -> bool:
+        """Give a suspect with one call its second, at once; False if it raised (then
+        ``name`` is out). Where the second and as long again for the others would pass
+        the cap, the call made stands (as a preempted round that cannot be timed again
+        is kept)."""
+        if self.elapsed() + 2 * self.fastest[name] > self.pol.cap_s * 1e9:
             return True
         again = self._timed(name)
         if again is None:
             return False
         self.calls[name].append(again)
         self.timed += again
-        self.fastest[name] = min(again, self.fastest.get(name, again))
-        slowest = self.slowest[name] = self.honest[name] = max(
-            again, self.honest.get(name, 0.0))
-        return slowest > self.crawl_ns and slowest > floor
+        self.fastest[name] = min(again, self.fastest[name])
+        return True
 
     def _drop_crawlers(self) -> None:
-        """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
-        the budget and over ``crawl_factor`` times another live candidate's fastest call
-        (so the fastest never goes, and nobody does when all are slow); one whose slowest
-        call was preempted only as :meth:`_still_crawls` says."""
+        """Stop timing each candidate whose fastest call of at least two (see
+        :meth:`_timed_again`) is over ``crawl_factor`` times the budget and over
+        ``crawl_factor`` times another live candidate's fastest call: so the fastest
+        never goes, nobody does when all are slow, and one slow call convicts nobody."""
         factor = self.pol.crawl_factor
-        for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
-            slowest = self.slowest.get(name, 0.0)
-            if slowest <= self.crawl_ns:
+        for name in sorted(self.alive, key=lambda n: -self.fastest.get(n, 0.0)):
+            if self.fastest.get(name, 0.0) <= self.crawl_ns:
                 break
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
-            if others and slowest > factor * min(others):
-                if slowest > self.honest.get(name, 0.0):
-                    if not self._still_crawls(name, factor * min(others)):
-                        continue
-                    slowest = self.slowest[name]
+            if not others or self.fastest[name] <= factor * min(others):
+                continue
+            if len(self.calls[name]) < 2 and not self._timed_again(name):
+                continue
+            own = self.fastest[name]
+            if own > self.crawl_ns and own > factor * min(others):
                 self.alive.remove(name)
                 self.out.add(name)
-                self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "
-                                      f"the {self.pol.budget_s:g} s budget and {factor:g}x "
-                                      f"another candidate's {_human_ns(min(others))}")
+                made = len(self.calls[name])
+                calls = f"its fastest of {made} calls" if made > 1 else "its one call"
+                self.dropped[name] = (
+                    f"{calls} took {_human_ns(own)}, over {factor:g}x the "
+                    f"{self.pol.budget_s:g} s budget and {factor:g}x another candidate's "
+                    f"{_human_ns(min(others))}")
 
     def run_rounds(self) -> None:
         """Time interleaved rounds into ``kept`` until a stop rule fires."""

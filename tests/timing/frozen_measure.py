@@ -8,9 +8,9 @@ and clocks, and every field of the two comparisons must agree. Only the types, t
 clocks and ``LatencyStats`` are imported from the package (``test_rounds_differential``
 checks ``LatencyStats.of`` against ``statistics`` on its own), and the watchdog's runner,
 whose call now takes ``(fn, arg)``. Changed since it was frozen: that line, and one rule
-made in both (only a call over the crawl bound that was not preempted convicts; a
-candidate whose slowest call was is timed once more first, room under the cap
-permitting: ``honest``, ``_still_crawls``).
+made in both (a crawler is convicted on its fastest call of at least two: a suspect
+with one call is timed once more first, room under the cap permitting:
+``_timed_again``).
 """
 
 from __future__ import annotations
@@ -120,7 +120,6 @@ class _FrozenContest:
         self.dropped: dict[str, str] = {}
         self.calls: dict[str, list[float]] = {n: [] for n in self.names}
         self.fastest: dict[str, float] = {}
-        self.slowest: dict[str, float] = {}
         self.kept: list[dict[str, float]] = []
         self.warm = 0.0
         self.timed = 0.0
@@ -128,7 +127,6 @@ class _FrozenContest:
         # after every later call too (a faster call elsewhere may convict it)
         self.crawl_ns = pol.crawl_factor * pol.budget_s * 1e9
         self.suspects = False
-        self.honest: dict[str, float] = {}
         self.watched: Callable[..., float] = lambda f, arg: f(arg)
         self.on_round: Callable[[Mapping[str, float]], bool] | None = None
 
@@ -165,19 +163,11 @@ class _FrozenContest:
 
     def call(self, name: str) -> float | None:
         """Time one call of ``name``; None, and ``name`` out for good, if it raised."""
-        judged = self.cpu is not None and self.judging()  # the rule made in both
-        mark = self.cpu() if judged else 0
         took = self._timed(name)
         if took is None:
             return None
         self.calls[name].append(took)
         self.fastest[name] = min(took, self.fastest.get(name, took))
-        if took > self.crawl_ns and took > self.honest.get(name, 0.0):
-            pol = self.pol
-            if not judged or (took <= pol.preempt_factor * (self.cpu() - mark)
-                              + pol.preempt_slack_s * 1e9):
-                self.honest[name] = took
-        self.slowest[name] = max(took, self.slowest.get(name, took))
         if took > self.crawl_ns:
             self.suspects = True
         if self.suspects:
@@ -196,37 +186,38 @@ class _FrozenContest:
                 self.failed[name] = f"{type(exc).__name__}: {exc}"
             return None
 
-    def _still_crawls(self, name: str, floor: float) -> bool:
-        """The rule made in both: a candidate whose slowest call was preempted."""
-        if self.elapsed() + self.slowest[name] > self.pol.cap_s * 1e9:
+    def _timed_again(self, name: str) -> bool:
+        """The rule made in both: a suspect's second call, room under the cap permitting."""
+        if self.elapsed() + 2 * self.fastest[name] > self.pol.cap_s * 1e9:
             return True
         again = self._timed(name)
         if again is None:
             return False
         self.calls[name].append(again)
         self.timed += again
-        self.fastest[name] = min(again, self.fastest.get(name, again))
-        slowest = self.slowest[name] = self.honest[name] = max(
-            again, self.honest.get(name, 0.0))
-        return slowest > self.crawl_ns and slowest > floor
+        self.fastest[name] = min(again, self.fastest[name])
+        return True
 
     def _drop_crawlers(self) -> None:
-        """Stop timing each candidate whose slowest call is over ``crawl_factor`` times
-        the budget and over ``crawl_factor`` times another live candidate's fastest call
-        (so the fastest never goes, and nobody does when all are slow)."""
+        """Stop timing each candidate whose fastest call (of two, room permitting) is
+        over ``crawl_factor`` times the budget and over ``crawl_factor`` times another
+        live candidate's fastest call (so the fastest never goes, and nobody does when
+        all are slow)."""
         factor = self.pol.crawl_factor
-        for name in sorted(self.alive, key=lambda n: -self.slowest.get(n, 0.0)):
-            slowest = self.slowest.get(name, 0.0)
-            if slowest <= self.crawl_ns:
+        for name in sorted(self.alive, key=lambda n: -self.fastest.get(n, 0.0)):
+            if self.fastest.get(name, 0.0) <= self.crawl_ns:
                 break
             others = [self.fastest[o] for o in self.alive if o != name and o in self.fastest]
-            if others and slowest > factor * min(others):
-                if slowest > self.honest.get(name, 0.0):
-                    if not self._still_crawls(name, factor * min(others)):
-                        continue
-                    slowest = self.slowest[name]
+            if not others or self.fastest[name] <= factor * min(others):
+                continue
+            if len(self.calls[name]) < 2 and not self._timed_again(name):
+                continue
+            own = self.fastest[name]
+            if own > self.crawl_ns and own > factor * min(others):
                 self.alive.remove(name)
-                self.dropped[name] = (f"one call took {_human_ns(slowest)}, over {factor:g}x "
+                made = len(self.calls[name])
+                calls = f"its fastest of {made} calls" if made > 1 else "its one call"
+                self.dropped[name] = (f"{calls} took {_human_ns(own)}, over {factor:g}x "
                                       f"the {self.pol.budget_s:g} s budget and {factor:g}x "
                                       f"another candidate's {_human_ns(min(others))}")
 
