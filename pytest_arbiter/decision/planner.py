@@ -276,10 +276,17 @@ def _fallback(p: _Planning) -> Fallback | None:
                 return None  # it does not apply, or raised: recorded as what it is
             why = f"unavailable: {own.unavailable[winner]}"
     measured = tuple(tuple(s) for s in entry.provenance.shape_lists or ())
-    return Fallback(winner, why, measured,
-                    # a carried row was not timed beside the winner: no slowdown from it
-                    {r.name: float(r.stats.median_ns) for r in entry.ranking
-                     if not r.carried}, cand is not None)
+    return Fallback(winner, why, measured, _slowdowns(entry), cand is not None)
+
+
+def _slowdowns(entry: CacheEntry) -> dict[str, float]:
+    """Each row's paired ratio to the winner; a row without one (an entry written by
+    hand), its median over the winner's. A carried row was not timed beside the winner:
+    no slowdown from it."""
+    lead = float(entry.ranking[0].stats.median_ns)
+    return {r.name: r.ratio if r.ratio is not None else
+            (float(r.stats.median_ns) / lead if lead > 0 else 0.0)
+            for r in entry.ranking if not r.carried}
 
 
 def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str], notes: Notes,

@@ -46,8 +46,9 @@ class Fallback:
     unavailable: str
     """Why the winner cannot run here at all (empty: it can)."""
     shapes: tuple[tuple[int, ...], ...]
-    medians: dict[str, float]
-    """The entry's median per candidate, for the measured slowdown."""
+    ratios: dict[str, float]
+    """The entry's paired ratio to the winner per candidate timed beside it: the
+    measured slowdown, the number ``show`` prints and the ranking read."""
     registered: bool = True
     """False: the winner is not registered in this run at all (its module, or a package
     it needs, is missing; or it was removed)."""
@@ -70,8 +71,7 @@ class Fallback:
         when ``ran`` was not timed."""
         if ran == REFERENCE:
             return REFERENCE_SEVERITY
-        mine, theirs = self.medians.get(self.winner, 0.0), self.medians.get(ran, 0.0)
-        return theirs / mine if mine > 0 and theirs > 0 else 0.0
+        return self.ratios.get(ran, 0.0)
 
     def reason(self, why: str, ran: str) -> str:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
