@@ -51,8 +51,9 @@ class HistogramInput:
 
     @classmethod
     def of(cls, source: str, fleet: FleetCounts) -> HistogramInput:
-        return cls(source, dict(fleet.counts), {k: sorted(v) for k, v in fleet.tests.items()},
-                   dict(fleet.expected), tuple(line for _, line in fleet.stale),
+        return cls(source, dict(fleet.counts.items()),
+                   {k: sorted(v) for k, v in fleet.tests.items()},
+                   dict(fleet.expected.items()), tuple(line for _, line in fleet.stale),
                    names_tests=fleet.testcases > 0,
                    reasons={k: sorted(v) for k, v in fleet.reasons.items()})
 

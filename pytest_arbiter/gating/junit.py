@@ -155,7 +155,7 @@ class FleetCounts:
             for key, count in other.counts.items():
                 counts[key] = counts.get(key, 0) + count
         else:  # the first report: copied in C, not summed key by key
-            self._counts().update(other.counts)
+            self._counts().update(other.counts.items())
         for key, tests in other.tests.items():
             self.tests.setdefault(key, set()).update(tests)
         for key, why in other.reasons.items():
