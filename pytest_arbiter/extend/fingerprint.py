@@ -122,6 +122,8 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
         code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
         _hash_code(digest, code, getattr(fn, "__doc__", None))
+        for name, literal in _literals_read(fn, code):
+            digest.update(f"\0global {name} = {literal}\0".encode())
         try:
             helpers = _helpers(fn, code)
         except Exception as exc:  # a module whose lookups raise: hashed by what we know
@@ -170,6 +172,77 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
         target = _python_function(target) or target
         if isinstance(target, types.FunctionType) and _own_code(target, home):
             out.append((name, obj))
+    return out
+
+
+def _literals_read(fn: Any, code: types.CodeType) -> list[tuple[str, str]]:
+    """The module-level names ``fn``'s code reads (itself or as an attribute of another
+    module of the user's) that their module's source sets to a literal (``PASSES = 6``,
+    ``TILE = (32, 32)``), with that literal: a tuning knob is part of the code. A name
+    set by a computation (``THREADS = os.cpu_count()``) differs between machines, not
+    between versions of the code: it is left out."""
+    namespace = getattr(fn, "__globals__", None) or {}
+    module = namespace.get("__name__")
+    if not isinstance(module, str):
+        return []
+    names = _names(code)
+    literals = _module_literals(module, namespace.get("__loader__"), namespace.get("__file__"))
+    found = [(n, literals[n]) for n in names if n in literals]
+    home = module.split(".")[0]
+    for name in names:  # a knob in another module of the user's: cfg.PASSES
+        obj = namespace.get(name)
+        if isinstance(obj, types.ModuleType) and _own_code(obj, home):
+            members = vars(obj)
+            theirs = _module_literals(str(members.get("__name__")), members.get("__loader__"),
+                                      members.get("__file__"))
+            found += [(f"{name}.{n}", theirs[n]) for n in names if n in theirs]
+    return sorted(found)
+
+
+_LITERAL_LOADS = frozenset({"LOAD_CONST", "LOAD_SMALL_INT"})
+
+
+def _module_literals(module: str, loader: Any, path: Any) -> dict[str, str]:
+    """Each name the module's top-level code last sets straight from a constant, with
+    the constant's :func:`_stable_repr`; worked out once per version of its file."""
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return _read_literals(module, loader, path)
+    key = (module, str(path), st.st_mtime_ns, st.st_size)
+    found = _LITERALS.get(key)
+    if found is None:
+        found = _LITERALS[key] = _read_literals(module, loader, path)
+    return found
+
+
+_LITERALS: dict[tuple[str, str, int, int], dict[str, str]] = {}
+
+
+def _read_literals(module: str, loader: Any, path: Any) -> dict[str, str]:
+    import dis
+
+    code = None
+    try:
+        code = loader.get_code(module)
+    except Exception:  # pytest's loader of test modules has no get_code: their source
+        if isinstance(path, str) and path.endswith(".py"):
+            try:
+                with open(path, "rb") as source:
+                    code = compile(source.read(), path, "exec", dont_inherit=True)
+            except (OSError, SyntaxError, ValueError):
+                code = None
+    if not isinstance(code, types.CodeType):  # no source (a notebook, stdin)
+        return {}
+    out: dict[str, str] = {}
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("STORE_NAME", "STORE_GLOBAL"):
+            if previous is not None and previous.opname in _LITERAL_LOADS:
+                out[ins.argval] = _stable_repr(previous.argval)
+            else:
+                out.pop(ins.argval, None)
+        previous = ins
     return out
 
 

@@ -328,3 +328,68 @@ def k(a, b):
     base = fingerprint_of(_candidate(source))
     assert fingerprint_of(_candidate(source.replace("x + 1.0", "x - 1.0"))) != base
     assert fingerprint_of(_candidate(source.replace(") * 2", ") * 3"))) != base
+
+
+def _module_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str,
+                   **modules: str) -> str:
+    """The fingerprint of ``k`` in a fresh import of module ``qa_knobs`` (and of the
+    other ``modules`` it imports) written from the sources given."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    for name, text in {"qa_knobs": source, **modules}.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(text))
+        sys.modules.pop(name, None)
+    kernels = importlib.import_module("qa_knobs")
+    return fingerprint_of(FunctionCandidate(kernels.k, "k", "softmax", "cpu", 0, None, None))
+
+
+KNOB = """
+import numpy as np
+PASSES = 1
+def k(x):
+    for _ in range(PASSES):
+        s = np.exp(x).sum(axis=-1)
+    return s
+"""
+
+
+def test_a_tuning_knob_the_kernel_reads_is_part_of_its_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PASSES = 1`` edited to ``PASSES = 6`` makes the kernel 6x slower: the corpus
+    entry must go stale, as for an edit of the kernel's body; so does a knob in another
+    module of the user's (``cfg.PASSES``)."""
+    base = _module_kernel(tmp_path, monkeypatch, KNOB)
+    assert _module_kernel(tmp_path, monkeypatch, KNOB) == base
+    assert _module_kernel(tmp_path, monkeypatch, KNOB.replace("= 1", "= 6")) != base
+    tiles = KNOB.replace("PASSES = 1", "PASSES = 1\nTILE = (32, 32)")
+    assert _module_kernel(tmp_path, monkeypatch, tiles) == base  # not read by k
+    other = KNOB.replace("PASSES = 1", "import qa_cfg").replace("range(PASSES)",
+                                                                "range(qa_cfg.PASSES)")
+    first = _module_kernel(tmp_path, monkeypatch, other, qa_cfg="PASSES = 1\n")
+    assert _module_kernel(tmp_path, monkeypatch, other, qa_cfg="PASSES = 1\n") == first
+    assert _module_kernel(tmp_path, monkeypatch, other, qa_cfg="PASSES = 6\n") != first
+
+
+def test_a_knob_computed_on_the_machine_is_not_part_of_the_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PASSES`` read from the environment (a thread count, a detected feature) differs
+    between the runners of one fleet, not between versions of the code: the same code
+    fingerprints the same everywhere."""
+    computed = KNOB.replace("PASSES = 1", "import os\nPASSES = int(os.environ['QA_PASSES'])")
+    monkeypatch.setenv("QA_PASSES", "1")
+    one = _module_kernel(tmp_path, monkeypatch, computed)
+    monkeypatch.setenv("QA_PASSES", "8")
+    assert _module_kernel(tmp_path, monkeypatch, computed) == one
+
+
+def test_a_knob_in_a_module_pytest_loaded_is_read_from_its_source(tmp_path: Path) -> None:
+    """pytest's loader of test modules (assertion rewriting) has no ``get_code``: the
+    literals are read from the module's source file."""
+    from pytest_arbiter.extend import fingerprint
+
+    path = tmp_path / "test_knobs.py"
+    path.write_text("PASSES = 6\nNAME = 'x'\nTHREADS = len('abc')\nPASSES = 7\n")
+    found = fingerprint._read_literals("test_knobs", object(), str(path))
+    assert found == {"PASSES": "7", "NAME": "'x'"}
