@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from pytest_arbiter.core.candidates import Candidate
+from pytest_arbiter.core.ops import Op
+from pytest_arbiter.decision.freshness import row_current, verdict_op
 from pytest_arbiter.decision.screen import Notes
 from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.extend.fingerprint import fingerprint_of
@@ -54,10 +56,12 @@ def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set
                     old: CacheEntry | None, partial: bool, timed: set[str],
                     rejected: Mapping[str, str], notes: Notes,
                     inputs_declined: Mapping[str, str],
-                    trials: Mapping[str, tuple[str, ...]] | None = None
-                    ) -> dict[str, Considered]:
+                    trials: Mapping[str, tuple[str, ...]] | None = None,
+                    op: Op | None = None) -> dict[str, Considered]:
     """What became of every candidate considered for the key, with its code's
-    fingerprint and, timed now, the patterns of the gate trials it passed (``trials``).
+    fingerprint (a verdict on a user op's candidate: and ``op``'s definition's,
+    :func:`~pytest_arbiter.decision.freshness.verdict_op`) and, timed now, the patterns
+    of the gate trials it passed (``trials``).
     A row is ``timed`` only for a candidate timed in this comparison, or
     kept from ``old`` with the same fingerprint (a ``partial`` re-measure keeps every
     row of unchanged code); rows of candidates that do not apply here (another runner's)
@@ -74,20 +78,25 @@ def considered_rows(pool: Sequence[Candidate], applicable: set[str], usable: set
                 out[name] = Considered(code, "unavailable", notes.unavailable[name])
             continue
         if name in rejected:
-            out[name] = Considered(code, "rejected", rejected[name])
+            out[name] = Considered(code, "rejected", rejected[name],
+                                   op_fingerprint=verdict_op(op, "rejected"))
         elif name in notes.errors:
-            out[name] = Considered(code, "error", notes.errors[name])
+            out[name] = Considered(code, "error", notes.errors[name],
+                                   op_fingerprint=verdict_op(op, "error"))
         elif name in timed:
             out[name] = Considered(code, "timed", trials=(trials or {}).get(name, ()))
-        elif kept is not None and kept.fingerprint == code and (partial or kept.outcome == "timed"):
+        elif (kept is not None and row_current(kept, cand, op)
+              and (partial or kept.outcome == "timed")):
             out[name] = kept  # not re-measured: what it was measured as stands
         elif name not in usable:
             out[name] = Considered(code, "accepts_declined", notes.declined.get(name, ""))
         elif name in inputs_declined:
-            out[name] = Considered(code, "inputs_declined", inputs_declined[name])
+            out[name] = Considered(code, "inputs_declined", inputs_declined[name],
+                                   op_fingerprint=verdict_op(op, "inputs_declined"))
         else:  # it declined in the gate or while timed
             out[name] = Considered(code, "declined",
-                                   notes.passed_over.get(name, "not timed for these inputs"))
+                                   notes.passed_over.get(name, "not timed for these inputs"),
+                                   op_fingerprint=verdict_op(op, "declined"))
     return out
 
 

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.extend.fingerprint import fingerprint_of
+from pytest_arbiter.core.ops import Op
+from pytest_arbiter.extend.fingerprint import fingerprint_of, op_fingerprint
 from pytest_arbiter.store.cache import RETRIED, CacheEntry, Considered
 
 
@@ -73,6 +74,26 @@ class Freshness:
         return out
 
 
+VERDICTS = frozenset({"rejected", "error", "declined", "inputs_declined"})
+"""The outcomes of a considered row that are a verdict on the candidate for the op (the
+gate's, or a timing's): made against the op's definition as well as the code."""
+
+
+def verdict_op(op: Op | None, outcome: str) -> str:
+    """The ``op_fingerprint`` a considered row of ``outcome`` records: a verdict on a
+    user op's candidate (:data:`VERDICTS`), the op definition's; else empty."""
+    if op is None or outcome not in VERDICTS:
+        return ""
+    return op_fingerprint(op) or ""
+
+
+def row_current(row: Considered, candidate: Candidate, op: Op | None) -> bool:
+    """Whether ``row`` was made against ``candidate``'s code as it is now and, for a
+    verdict on a user op's candidate, against ``op``'s definition as it is now."""
+    return (row.fingerprint == fingerprint_of(candidate)
+            and (op is None or row.op_fingerprint == verdict_op(op, row.outcome)))
+
+
 def vouched(entry: CacheEntry | None, candidate: Candidate,
             environment: Mapping[str, str]) -> bool:
     """Whether ``entry`` vouches for ``candidate``'s current code here: it passed the F4
@@ -92,14 +113,15 @@ def vouched(entry: CacheEntry | None, candidate: Candidate,
 
 def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
               environment: Mapping[str, str], accepting: Iterable[str] | None = None,
-              *, retry_declined: bool = False) -> Freshness:
+              *, retry_declined: bool = False, op: Op | None = None) -> Freshness:
     """``entry`` read against ``candidates`` (those that apply to its key and are
     available) and the current ``environment``. Only candidates named in ``accepting``
     (all when None: those that accept the inputs at hand) count as never measured.
     A candidate whose row leaves it to be measured again (``accepts_declined``,
     ``unavailable``: :data:`~pytest_arbiter.store.cache.RETRIED`) counts as never measured;
     with ``retry_declined`` (a tuning dispatch), so does one whose row is
-    ``inputs_declined``."""
+    ``inputs_declined``. With ``op``, a verdict's row (rejected, raised, declined) is
+    out of date when the op's definition changed too (:func:`row_current`)."""
     can_run = None if accepting is None else set(accepting)
     ranked = {r.name for r in entry.ranking}
     considered = entry.considered
@@ -110,7 +132,7 @@ def freshness(entry: CacheEntry, candidates: Iterable[Candidate],
     unmeasured: list[str] = []
     for cand in candidates:
         seen = considered.get(cand.name)
-        if seen is not None and seen.fingerprint != fingerprint_of(cand):
+        if seen is not None and not row_current(seen, cand, op):
             changed.append(cand.name)
         elif cand.name not in known and (can_run is None or cand.name in can_run):
             unmeasured.append(cand.name)

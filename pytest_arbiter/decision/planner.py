@@ -15,7 +15,7 @@ from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.context import ArbiterParts
-from pytest_arbiter.decision.freshness import freshness, vouched
+from pytest_arbiter.decision.freshness import freshness, row_current, vouched
 from pytest_arbiter.decision.plans import Fallback, KeyPlan, Step, default_accepts
 from pytest_arbiter.decision.rechecking import recheck_text, status_of
 from pytest_arbiter.decision.screen import Notes, accepting, by_rank, screen, usable
@@ -25,7 +25,7 @@ from pytest_arbiter.decision.tuning import measured_arbitrate
 from pytest_arbiter.errors import CacheMiss, LowConfidence, StaleEntry
 from pytest_arbiter.extend.backends import DeviceInfo
 from pytest_arbiter.extend.device import probe_device
-from pytest_arbiter.extend.fingerprint import current_environment, fingerprint_of
+from pytest_arbiter.extend.fingerprint import current_environment
 from pytest_arbiter.gating.histogram import HistogramKey, Outcome
 from pytest_arbiter.store.cache import CacheEntry, CacheKey
 from pytest_arbiter.store.safetext import counted
@@ -125,7 +125,8 @@ def _read_entry(p: _Planning) -> None:
         return
     applicable = screen(p.region, p.pool, None, Notes())
     fresh = freshness(entry, applicable, p.environment,
-                      [c.name for c in applicable if accepting(c, p.inputs, Notes())])
+                      [c.name for c in applicable if accepting(c, p.inputs, Notes())],
+                      op=p.op)
     p.stale = fresh.notes(entry.winner)
     if p.mode == "strict":
         if fresh.winner_changed or fresh.to_measure:
@@ -195,7 +196,7 @@ def _record_findings(p: _Planning) -> None:
     for cand in p.pool:
         seen = p.entry.considered.get(cand.name)
         if (seen is None or seen.outcome not in ("rejected", "error") or cand.name in gated
-                or seen.fingerprint != fingerprint_of(cand)
+                or not row_current(seen, cand, p.op)
                 or not usable(cand, p.region, Notes())):
             continue
         why = p.entry.rejected.get(cand.name, seen.reason).removeprefix("error: ")

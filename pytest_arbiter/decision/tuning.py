@@ -159,7 +159,7 @@ def _cache_hit(m: Measurement, retry_low: bool) -> Selection | None:
     if m.entry is None:
         return None
     m.now = freshness(m.entry, m.applicable, m.environment, [c.name for c in m.usable],
-                      retry_declined=True)
+                      retry_declined=True, op=m.op)
     m.weak = retry_low and m.entry.low_confidence
     return _cached_selection(m) if m.cached and m.now.current and not m.weak else None
 
@@ -312,7 +312,7 @@ def _entry(m: Measurement, comparison: Comparison, alone: bool, partial: bool,
     considered = considered_rows(m.pool, {c.name for c in m.applicable},
                                  {c.name for c in m.usable}, old, partial,
                                  set(comparison.ranking), m.rejected, m.notes, inputs_declined,
-                                 m.trials)
+                                 m.trials, op=m.op)
     return CacheEntry(m.device.tag, m.key.target, m.op.name, m.key.bucket, m.key.dtype,
                       ranking, comparison.confidence, comparison.tie, gone,
                       provenance(m.device, m.inputs, comparison, alone), considered,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
+from pytest_arbiter.core.ops import Op
 
 FINGERPRINT_HEX = 16
 """Hex digits of a fingerprint (64 bits)."""
@@ -51,6 +52,32 @@ def fingerprint_of(candidate: Candidate) -> str:
 
 
 _MEMO: weakref.WeakKeyDictionary[Candidate, str] = weakref.WeakKeyDictionary()
+
+
+def op_fingerprint(op: Op) -> str | None:
+    """A short hex hash of a user op's definition: the code of its reference,
+    ``validate``, ``budget`` and ``gate_inputs`` (as :func:`fingerprint_of` hashes a
+    kernel's) and its ``out_dtype``; ``None`` for a built-in op, whose definition is
+    the package's. What a gate verdict is made against besides the candidate's code
+    (a considered row's ``op_fingerprint``)."""
+    if op.builtin:
+        return None
+    found = _OP_MEMO.get(id(op))
+    if found is not None and found[0] is op:
+        return found[1]
+    digest = hashlib.blake2b(digest_size=FINGERPRINT_HEX // 2)
+    for part, fn in (("reference", op.reference), ("validate", op.validate),
+                     ("budget", op.budget), ("gate_inputs", op.user_gate_inputs)):
+        digest.update(f"\0{part}\0".encode())
+        if fn is not None:
+            _hash_callable(digest, fn)
+    digest.update(f"\0out_dtype\0{op.out_dtype}".encode())
+    text = digest.hexdigest()
+    _OP_MEMO[id(op)] = (op, text)
+    return text
+
+
+_OP_MEMO: dict[int, tuple[Op, str]] = {}
 
 
 def _fingerprint(candidate: Candidate) -> str:

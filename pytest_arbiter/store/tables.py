@@ -12,6 +12,7 @@ index into a table read already is left to :func:`pytest_arbiter.store.entry.fin
 from __future__ import annotations
 
 import datetime
+import operator
 import re
 import threading
 import weakref
@@ -43,6 +44,8 @@ FUTURE_SLACK = datetime.timedelta(minutes=10)
 
 
 Name = Annotated[str, Meta(min_length=1)]
+OpFingerprint = Annotated[str, Meta(pattern="^([0-9a-f]{16})?$")]
+"""An op definition's fingerprint (16 hex digits), or empty."""
 Count = Annotated[int, Meta(ge=0)]
 Probability = Annotated[float, Meta(ge=0.0, le=1.0)]
 Since = Annotated[datetime.datetime, Meta(tz=True)]
@@ -194,21 +197,38 @@ class Considered(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     """The patterns of the F4 gate's trials it passed when timed (``own``, ``fresh``,
     ``large_magnitude``, ``regated large_magnitude``...: docs/artifacts.md); empty when
     not recorded."""
+    op_fingerprint: OpFingerprint = ""
+    """A verdict on a user op's candidate (rejected, raised, declined): the hash of the
+    op's definition it was made against (``op_fingerprint``); empty otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
-        """``fingerprint``, ``outcome`` and, when there are, ``reason`` and ``trials``."""
+        """``fingerprint``, ``outcome`` and, when there are, ``reason``, ``trials`` and
+        ``op_fingerprint``."""
         out: dict[str, Any] = {"fingerprint": self.fingerprint, "outcome": self.outcome}
         if self.reason:
             out["reason"] = self.reason
         if self.trials:
             out["trials"] = list(self.trials)
+        if self.op_fingerprint:
+            out["op_fingerprint"] = self.op_fingerprint
         return out
 
 
 class ConsideredMap(FrozenMap[str, Considered]):
     """Candidate name to :class:`Considered`: every candidate measured for a key."""
 
-    __slots__ = ()
+    __slots__ = ("_timed",)
+    _timed: int
+
+    @property
+    def timed(self) -> int:
+        """How many of the candidates were timed (``timed`` rows), counted once: the
+        merge rule asks for every key two shards hold."""
+        try:
+            return self._timed
+        except AttributeError:
+            self._timed = list(map(_OUTCOME, self._items.values())).count("timed")
+            return self._timed
 
 
 NO_REASONS = _interned(Reasons, {})
@@ -218,6 +238,9 @@ NO_RUN = _interned(Run, {})
 
 
 # -- what the file's decoder (cache_file) and entry.finish_read share -----------------
+
+
+_OUTCOME = operator.attrgetter("outcome")
 
 
 def _run_of(row: _RunRow | Mapping[str, Any]) -> Run:

@@ -1,0 +1,113 @@
+"""A gate verdict is made against the op's definition as well as the candidate's code:
+a user op's fixed reference has the candidates it failed gated again (the next tune
+times them; a plain run stops replaying the old verdict), while the timings stand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import Arbiter, ComparePolicy, MeasureCache
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
+from pytest_arbiter.errors import ArtifactError
+from pytest_arbiter.extend.fingerprint import fingerprint_of
+
+scipy_linalg = pytest.importorskip("scipy.linalg")
+
+POLICY = ComparePolicy(min_rounds=7, max_rounds=30, budget_s=0.005)
+ERROR = ("cpu", "qa_spd", "cho", "error")
+
+
+def solve(a: Any, b: Any) -> Any:
+    return np.linalg.solve(a, b)
+
+
+def cho(a: Any, b: Any) -> Any:
+    """Cholesky: right for a symmetric positive definite matrix, raises on others."""
+    return scipy_linalg.cho_solve(scipy_linalg.cho_factor(a), b)
+
+
+def lax(a: Any, b: Any) -> Any:
+    """Solves any matrix: the gate's trials of random matrices count against cho."""
+    return np.linalg.solve(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def strict(a: Any, b: Any) -> Any:
+    """Raises on a matrix that is not positive definite: such a trial is skipped."""
+    np.linalg.cholesky(np.asarray(a, np.float64))
+    return lax(a, b)
+
+
+def arbiter(reference: Callable[..., Any], cache: MeasureCache, mode: str) -> Arbiter:
+    ops = OpRegistry()
+    ops.register(make_op("qa_spd", reference))
+    reg = CandidateRegistry()
+    reg.extend([FunctionCandidate(solve, "solve", "qa_spd", "cpu", 1, None, None),
+                FunctionCandidate(cho, "cho", "qa_spd", "cpu", 0, None, None)])
+    return Arbiter(registry=reg, ops=ops, cache=cache, mode=mode, policy=POLICY)
+
+
+def spd_inputs() -> tuple[np.ndarray, np.ndarray]:
+    m = np.random.default_rng(0).standard_normal((48, 48))
+    return m @ m.T + 48 * np.eye(48), np.ones((48, 4))
+
+
+def test_a_fixed_reference_has_the_candidate_it_failed_gated_again() -> None:
+    cache, inputs = MeasureCache(), spd_inputs()
+    arbiter(lax, cache, "tune").dispatch("qa_spd", *inputs)
+    (entry,) = cache.entries()
+    assert entry.considered["cho"].outcome == "error", entry.considered
+    assert [r.name for r in entry.ranking] == ["solve"]
+    replay = arbiter(lax, cache, "static")
+    replay.dispatch("qa_spd", *inputs)
+    assert replay.histogram.counts()[ERROR] == 1  # the corpus's verdict, replayed
+    fixed = arbiter(strict, cache, "static")
+    fixed.dispatch("qa_spd", *inputs)
+    assert ERROR not in fixed.histogram.counts()  # made against the old reference
+    arbiter(strict, cache, "tune").dispatch("qa_spd", *inputs)
+    (entry,) = cache.entries()
+    assert entry.considered["cho"].outcome == "timed", entry.considered
+    assert sorted(r.name for r in entry.ranking) == ["cho", "solve"]
+
+
+def test_a_verdict_row_records_the_op_definition_a_timed_row_does_not() -> None:
+    from pytest_arbiter.extend.fingerprint import op_fingerprint
+
+    cache, inputs = MeasureCache(), spd_inputs()
+    tuner = arbiter(lax, cache, "tune")
+    tuner.dispatch("qa_spd", *inputs)
+    (entry,) = cache.entries()
+    by_name = {c.name: c for c in tuner.registry.for_op("qa_spd")}
+    op = tuner.ops.get("qa_spd")
+    assert op_fingerprint(op) == op_fingerprint(op) and op_fingerprint(op) is not None
+    timed, failed = entry.considered["solve"], entry.considered["cho"]
+    assert timed.fingerprint == fingerprint_of(by_name["solve"]) and not timed.op_fingerprint
+    assert failed.fingerprint == fingerprint_of(by_name["cho"])
+    assert failed.op_fingerprint == op_fingerprint(op)
+    assert op_fingerprint(make_op("qa_spd", strict)) != op_fingerprint(op)
+    assert op_fingerprint(tuner.ops.get("matmul")) is None  # the package's definition
+
+
+def test_the_op_fingerprint_survives_the_file_and_a_forged_one_is_refused(
+        tmp_path: Path) -> None:
+    from pytest_arbiter.store import artifacts
+
+    cache, inputs = MeasureCache(), spd_inputs()
+    arbiter(lax, cache, "tune").dispatch("qa_spd", *inputs)
+    path = tmp_path / "c.json"
+    artifacts.write_cache(path, cache)
+    (entry,) = artifacts.read_cache(path).entries()
+    (before,) = cache.entries()
+    assert entry.considered["cho"] == before.considered["cho"]
+    assert len(entry.considered["cho"].op_fingerprint) == 16
+    text = path.read_text()
+    forged = text.replace(before.considered["cho"].op_fingerprint, "not-a-hash")
+    assert forged != text
+    path.write_text(forged)
+    with pytest.raises(ArtifactError, match=r"c\.json.*op_fingerprint"):
+        artifacts.read_cache(path)
