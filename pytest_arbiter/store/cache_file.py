@@ -231,24 +231,24 @@ def _stream(file: Any, tables: _Tables | None = None) -> list[CacheEntry] | None
 
 
 def entry_blocks(file: Any, tables: _Tables | None = None,
-                 decode: Callable[[memoryview], list[Any]] | None = None
-                 ) -> Iterator[list[Any]]:
+                 decode: Callable[[memoryview], list[Any]] | None = None,
+                 rows: Callable[[_Tables], None] | None = None) -> Iterator[list[Any]]:
     """The entries of a binary ``file`` in the writer's layout, a block of lines at a
     time, in the file's order; :class:`Unstreamable` (maybe after some blocks) if it is
     not in that layout or anything in it is wrong. ``tables``, if given, receives the
     file's tables before the first block. ``decode``, if given, decodes each block (a
-    JSON array of the block's entries) instead, into what it likes."""
+    JSON array of the block's entries) instead, into what it likes. ``rows``, if given,
+    is called with the tables as read, before any entry is decoded: it may put in their
+    place what the entries' indices should become (another file's row numbers)."""
     buffer = bytearray(BLOCK)
     size = file.readinto(buffer)
     head = buffer.find(_ENTRIES, 0, size)
     if not buffer.startswith(_HEAD) or head < 0:
         raise Unstreamable
     tables = _Tables() if tables is None else tables
-    try:
-        msgspec.json.decode(bytes(buffer[:head]) + b'\n  "entries": []}', type=_Document,
-                            dec_hook=_table_hook(tables))
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        raise Unstreamable from None
+    _head_tables(bytes(buffer[:head]), tables)
+    if rows is not None:
+        rows(tables)
     decoder = msgspec.json.Decoder(list[CacheEntry])
     start = head + len(b'\n  "entries": [\n   ')  # the space before the first entry
     done = False
@@ -283,6 +283,27 @@ def entry_blocks(file: Any, tables: _Tables | None = None,
         with memoryview(buffer) as view:
             read = file.readinto(view[rest:rest + BLOCK])
         size, start, done = rest + read, 0, read == 0
+
+
+def _head_tables(head: bytes, tables: _Tables) -> None:
+    """The tables of a file's ``head`` (up to its entries) into ``tables``;
+    :class:`Unstreamable` if it cannot be read."""
+    try:
+        msgspec.json.decode(head + b'\n  "entries": []}', type=_Document,
+                            dec_hook=_table_hook(tables))
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        raise Unstreamable from None
+
+
+def file_tables(file: Any, tables: _Tables) -> None:
+    """The tables of a binary ``file`` in the writer's layout into ``tables`` (its
+    first block read, no entry decoded); :class:`Unstreamable` if it is not in that
+    layout or they cannot be read."""
+    buffer = file.read(BLOCK)
+    head = buffer.find(_ENTRIES)
+    if not buffer.startswith(_HEAD) or head < 0:
+        raise Unstreamable
+    _head_tables(buffer[:head], tables)
 
 
 class _Key(Struct, frozen=True, gc=False, order=True):
@@ -354,11 +375,13 @@ def key_blocks(file: Any, tables: _Tables | None = None) -> Iterator[list[CacheE
         yield block
 
 
-def keyed_blocks(file: Any, tables: _Tables | None = None
+def keyed_blocks(file: Any, tables: _Tables | None = None,
+                 rows: Callable[[_Tables], None] | None = None
                  ) -> Iterator[tuple[list[CacheEntry], list[KeyTuple]]]:
-    """:func:`key_blocks`, each block with its entries' keys."""
+    """:func:`key_blocks`, each block with its entries' keys (``rows`` as
+    :func:`entry_blocks` says)."""
     last: tuple[str, ...] = ()
-    for block in entry_blocks(file, tables):
+    for block in entry_blocks(file, tables, rows=rows):
         keys = list(map(plain_key, block))
         if not keys:
             continue

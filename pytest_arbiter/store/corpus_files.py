@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
+
+from msgspec.structs import force_setattr
 
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.store.artifacts import (
@@ -34,6 +37,7 @@ from pytest_arbiter.store.cache_file import (
     Rows,
     Unstreamable,
     entry_lines,
+    file_tables,
     head_bytes,
     keyed_blocks,
 )
@@ -183,6 +187,7 @@ _SHARED = (("provenance.run", "runs", NO_RUN),
            ("considered", "considered", NO_CONSIDERED))
 """An entry's shared objects: where the entry holds one, the file's table of them, and
 the one no table holds."""
+_SHARED_OF = attrgetter(*(name for name, _, _ in _SHARED))
 
 
 class _Part:
@@ -213,20 +218,67 @@ class _Part:
 def _merge_streamed(out: FilePath, shards: Sequence[FilePath]) -> MergedFile:
     paths = [out, *shards] if os.path.exists(out) else list(shards)
     with contextlib.ExitStack() as files:
-        tables = [_Tables(shared=False) for _ in paths]  # each window written, let go
-        parts = [_Part(keyed_blocks(files.enter_context(open(path, "rb")), t))
-                 for path, t in zip(paths, tables, strict=True)]
+        opened = [files.enter_context(open(path, "rb")) for path in paths]
+        heads = [_Tables(shared=False) for _ in paths]
+        for file, head in zip(opened, heads, strict=True):
+            file_tables(file, head)
+            file.seek(0)
+        rows = [Rows([row for t in heads for row in getattr(t, table)], empty)
+                for _, table, empty in _SHARED]
+        # each file's entries read with the merged file's row numbers in place of the
+        # shared rows: written as they are, no encoder hook per entry (each window
+        # written, let go)
+        numbers = functools.partial(_numbered, rows)
+        parts = [_Part(keyed_blocks(file, _Tables(shared=False), numbers)) for file in opened]
         if not parts or any(not p.block for p in parts):
             raise Unstreamable
-        rows = [Rows([row for t in tables for row in getattr(t, table)], empty)
-                for _, table, empty in _SHARED]
         merged = MergedFile(0, [])
-        write_bytes_atomic(out, _checked(_windows(parts, merged), rows, merged))
+        write_bytes_atomic(out, _checked(_windows(parts, merged, rows), rows, merged))
     merged.conflicts.sort(key=lambda c: (c.key, c.other.winner))
     return merged
 
 
-def _windows(parts: list[_Part], merged: MergedFile) -> Iterator[list[CacheEntry]]:
+def _numbered(rows: list[Rows], tables: _Tables) -> None:
+    """A file's ``tables`` as the merged file's row numbers (``rows``): what its
+    entries' indices become as they are read (an empty row stays the object, which no
+    table holds); :class:`Unstreamable` if a row is not among ``rows`` (the file
+    changed since its tables were read)."""
+    for (_, table, empty), merged in zip(_SHARED, rows, strict=True):
+        by_id = merged.by_id
+        try:
+            setattr(tables, table, [o if o is empty else by_id[id(o)]
+                                    for o in getattr(tables, table) or ()])
+        except KeyError:
+            raise Unstreamable from None
+
+
+def _objects(entries: list[CacheEntry], rows: list[Rows]) -> None:
+    """``entries`` pointing at the shared rows again, in place of the row numbers they
+    were read with: what the merge rule compares."""
+    runs, environments, considered = (table.rows for table in rows)
+    for entry in entries:
+        read: tuple[Any, Any, Any] = _SHARED_OF(entry)  # row numbers, or the rows
+        if type(read[0]) is int:
+            force_setattr(entry.provenance, "run", runs[read[0]])
+        if type(read[1]) is int:
+            force_setattr(entry, "environment", environments[read[1]])
+        if type(read[2]) is int:
+            force_setattr(entry, "considered", considered[read[2]])
+
+
+def _numbers(entries: list[CacheEntry], rows: list[Rows]) -> None:
+    """``entries``' shared rows as the merged file's row numbers (an empty one, which no
+    table holds, stays)."""
+    runs, environments, considered = (table.by_id for table in rows)
+    for entry in entries:
+        read: tuple[Any, Any, Any] = _SHARED_OF(entry)
+        force_setattr(entry.provenance, "run", runs.get(id(read[0]), read[0]))
+        force_setattr(entry, "environment", environments.get(id(read[1]), read[1]))
+        force_setattr(entry, "considered", considered.get(id(read[2]), read[2]))
+
+
+def _windows(parts: list[_Part], merged: MergedFile, rows: list[Rows]
+             ) -> Iterator[list[CacheEntry]]:
     """The merged entries in key order, a window of keys at a time: every part's
     entries up to the smallest last key of the parts' blocks, sorted (the parts are
     sorted runs: a C merge of them), each key met twice folded by the merge rule."""
@@ -248,17 +300,20 @@ def _windows(parts: list[_Part], merged: MergedFile) -> Iterator[list[CacheEntry
             twice = list(itertools.compress(range(len(keys) - 1),
                                             map(operator.eq, keys, keys[1:])))
             if twice:
-                window = _folded(window, keys, twice, merged)
+                window = _folded(window, keys, twice, merged, rows)
         merged.entries += len(window)
         yield window
 
 
 def _folded(window: list[CacheEntry], keys: list[KeyTuple], twice: list[int],
-            merged: MergedFile) -> list[CacheEntry]:
+            merged: MergedFile, rows: list[Rows]) -> list[CacheEntry]:
     """``window`` with the entries of each key it holds more than once replaced by the
-    one the merge rule keeps. ``twice``: the positions whose key the next one repeats
-    (a run of consecutive positions is one key's)."""
+    one the merge rule keeps (the rule reads the shared rows: the keys' entries point
+    at them while it does). ``twice``: the positions whose key the next one repeats (a
+    run of consecutive positions is one key's)."""
+    _objects(list(map(window.__getitem__, {*twice, *(at + 1 for at in twice)})), rows)
     out: list[CacheEntry] = []
+    plain: list[CacheEntry] = []
     start = i = 0
     while i < len(twice):
         j = i
@@ -268,31 +323,35 @@ def _folded(window: list[CacheEntry], keys: list[KeyTuple], twice: list[int],
         out += window[start:first]
         kept, conflicts = merge_key(keys[first], window[first:end])
         out.append(kept)
-        merged.conflicts += conflicts
+        if conflicts:  # a conflict shows the kept entry: written through the encoder's hook
+            merged.conflicts += conflicts
+        else:
+            plain.append(kept)
         start, i = end, j + 1
     out += window[start:]
+    _numbers(plain, rows)
     return out
 
 
 def _checked(windows: Iterator[list[CacheEntry]], rows: list[Rows], merged: MergedFile
              ) -> Iterator[bytes]:
-    """The file of the merged entries, its tables every row of the parts' tables;
-    :class:`Unstreamable` at the end (before the file is replaced) unless the entries
-    use every row and no other, as the writer's tables of them would be."""
-    used: list[set[int]] = [set() for _ in rows]
-    getters = [attrgetter(name) for name, _, _ in _SHARED]
+    """The file of the merged entries (read with the merged file's row numbers), its
+    tables every row of the parts' tables; :class:`Unstreamable` at the end (before the
+    file is replaced) unless the entries use every row and no other, as the writer's
+    tables of them would be."""
+    used: set[tuple[object, object, object]] = set()
 
     def noted(window: list[CacheEntry]) -> list[CacheEntry]:
-        for ids, get in zip(used, getters, strict=True):
-            ids.update(map(id, map(get, window)))
+        used.update(map(_SHARED_OF, window))
         return window
 
     yield head_bytes(*rows)
     yield from entry_lines(map(noted, windows), *rows)
-    empties = [id(empty) for _, _, empty in _SHARED]
-    for ids, table, empty in zip(used, rows, empties, strict=True):
-        ids.discard(empty)
-        if ids != table.by_id.keys():
+    for at, ((_, _, empty), table) in enumerate(zip(_SHARED, rows, strict=True)):
+        # a row number, or (read inline, or never in a table) the object itself
+        seen = {v if type(v) is int else table.by_id.get(id(v), -1)
+                for v in {shared[at] for shared in used} if v is not empty}
+        if seen != set(range(len(table.rows))):
             raise Unstreamable
     if not merged.entries:
         raise Unstreamable

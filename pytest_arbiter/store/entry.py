@@ -38,6 +38,7 @@ from pytest_arbiter.store.tables import (
     NO_REASONS,
     NO_RUN,
     Considered,
+    ConsideredMap,
     Count,
     Name,
     Probability,
@@ -312,19 +313,17 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         # case here, while the new entry is in the processor's cache (a pass over all
         # the entries afterwards costs more: it fetches each again); anything else
         # (an inline object, a default, a bad index, a table not read yet, a ``since``
-        # not in UTC or in the future, an impossible row) is left to finish_read.
+        # not in UTC or in the future, an impossible row) is left to finish_read, with
+        # every field as read (the tables may hold another file's row numbers, which
+        # must not be looked up twice).
         prov = self.provenance
         try:
-            force_setattr(prov, "run", tables.runs[prov.run])  # type: ignore[index, call-overload]
-            force_setattr(self, "environment",
-                          tables.environments[self.environment])  # type: ignore[index, call-overload]
-            force_setattr(self, "considered",
-                          tables.considered[self.considered])  # type: ignore[index, call-overload]
+            run = tables.runs[prov.run]  # type: ignore[index, call-overload]
+            environment = tables.environments[self.environment]  # type: ignore[index, call-overload]
+            considered = tables.considered[self.considered]  # type: ignore[index, call-overload]
         except (TypeError, IndexError):
             tables.pending.append(self)
             return
-        if type(self.rejected) is not Reasons:
-            force_setattr(self, "rejected", _interned(Reasons, self.rejected))
         since = self.since
         if since.tzinfo is not _UTC or since > tables.latest:
             tables.pending.append(self)
@@ -334,12 +333,6 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         # a block of entries read and let go: :attr:`_Tables.strings` is ``None``)
         strings = tables.strings
         one = None if strings is None else strings.setdefault
-        if one is not None:
-            force_setattr(self, "since", one(since, since))
-            force_setattr(self, "device", one(self.device, self.device))
-            force_setattr(self, "target", one(self.target, self.target))
-            force_setattr(self, "op", one(self.op, self.op))
-            force_setattr(self, "dtype", one(self.dtype, self.dtype))
         for row in self.ranking:
             if one is not None:
                 force_setattr(row, "name", one(row.name, row.name))
@@ -348,6 +341,17 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
                     <= st.max_ns) or (row.carried and row.ratio is not None):
                 tables.pending.append(self)
                 return
+        force_setattr(prov, "run", run)
+        force_setattr(self, "environment", environment)
+        force_setattr(self, "considered", considered)
+        if type(self.rejected) is not Reasons:
+            force_setattr(self, "rejected", _interned(Reasons, self.rejected))
+        if one is not None:
+            force_setattr(self, "since", one(since, since))
+            force_setattr(self, "device", one(self.device, self.device))
+            force_setattr(self, "target", one(self.target, self.target))
+            force_setattr(self, "op", one(self.op, self.op))
+            force_setattr(self, "dtype", one(self.dtype, self.dtype))
 
     def _check(self) -> None:
         """An entry built in code goes through the schema as a file's would: what a
@@ -430,6 +434,8 @@ class CacheEntry(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
         considered = self.considered
         if not considered:
             return len(self.ranking)
+        if type(considered) is ConsideredMap:
+            return considered.timed
         return list(map(_OUTCOME, considered.values())).count("timed")  # C loops
 
     def fingerprints(self) -> dict[str, str]:

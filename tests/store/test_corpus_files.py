@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.errors import ArtifactError
@@ -281,3 +283,37 @@ def test_changes_described_a_run_at_a_time_are_described_alike(
     for kind in ("changed", "added", "removed"):
         assert sum(n for k, n in runs if k == kind) == len(getattr(one_by_one, kind))
     assert len(runs) > (3 if layout == "writer" else 2)
+
+
+def _shard(draw: st.DrawFn, host: str) -> list[CacheEntry]:
+    """Entries of some of a few keys, of one host's code and environment (or none):
+    winners, confidences and since drawn, so that shards agree, differ and conflict on
+    shared keys."""
+    keys = draw(st.lists(st.integers(0, 30), unique=True, min_size=1, max_size=25))
+    fingerprints = draw(st.sampled_from([{}, {"a": "0" * 16, "b": "1" * 16},
+                                         {"a": "2" * 16, "b": "1" * 16}]))
+    environment = draw(st.sampled_from([{}, {"numpy": "1"}, {"numpy": "2"}]))
+    return [cache_entry(f"b{key:03d}", winner, runner_up="b" if winner == "a" else "a",
+                        device=f"dev{key % 2}", host=host, since=draw(st.sampled_from([T0, T1])),
+                        fingerprints=fingerprints, environment=environment,
+                        confidence=draw(st.sampled_from([0.5, 0.999, 0.9995])),
+                        samples=draw(st.integers(20, 22)))
+            for key in keys for winner in [draw(st.sampled_from("ab"))]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_generated_shards_merge_streamed_as_they_merge_whole(data: st.DataObject) -> None:
+    """Shards of generated entries (a key in several, the same entry twice, conflicts,
+    rows no merged entry uses, entries without a run, environment or candidates), into
+    a new OUT and into one that holds the first shard: the bytes and conflicts of the
+    whole-file merge."""
+    hosts = data.draw(st.lists(st.sampled_from(["h1", "h2", "h3"]), min_size=1, max_size=3))
+    shards = [_shard(data.draw, host) for host in hosts]
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        paths = [write(tmp / f"s{at}.json", shard) for at, shard in enumerate(shards)]
+        for out_bytes in (None, paths[0].read_bytes()):
+            result, streamed, conflicts, loaded = merged_both_ways(tmp, paths, out_bytes)
+            assert streamed == loaded
+            assert [c.describe() for c in result.conflicts] == conflicts
