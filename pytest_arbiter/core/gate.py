@@ -125,8 +125,9 @@ class GateReport:
         if self.failing is not None:
             f = self.failing
             what = f" ({f.input})" if f.input else ""
-            lines.append(f"  failing input #{f.index}{what}: shapes {f.shapes}, "
-                         f"seed {f.seed}: {f.reason}")
+            seed = "" if f.seed is None else f", seed {f.seed}"
+            lines.append(f"  failing input #{f.index}{what}: shapes {f.shapes}{seed}: "
+                         f"{f.reason}")
         elif not self.passed:
             lines.append(f"  {self.reason}")
         declined = [t for t in self.trials if t.status == "declined"]

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pytest_arbiter.core.candidates import Candidate
-from pytest_arbiter.core.gate import GATE_SEED, GateReport, NumericFailure, evaluate
+from pytest_arbiter.core.gate import GATE_SEED, GateReport, NumericFailure, TrialResult, evaluate
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import GateTrials, gate_trials
-from pytest_arbiter.core.user_inputs import Pattern
+from pytest_arbiter.core.user_inputs import PATTERN_KINDS, Pattern
 from pytest_arbiter.decision.states import DispatchKey, GateKind
 from pytest_arbiter.extend.hooks import call as call_hook
 
@@ -59,7 +59,9 @@ PASS = Verdict("pass")
 def verdict_of(report: GateReport) -> Verdict:
     """One gate report as a :class:`Verdict`."""
     if report.error:
-        return Verdict("error", f"in the F4 gate: {report.error}")
+        erring = next(t for t in report.trials if t.status == "error")
+        return Verdict("error", f"in the F4 gate, on {_where(erring)}: {report.error}"
+                                f"{_domain_hint(erring)}")
     if report.rejected:
         again = (" on a pattern that failed it on another key of the op"
                  if report.failing is not None and report.failing.regated else "")
@@ -83,8 +85,26 @@ def _decline_text(report: GateReport) -> str:
 def _gate_line(report: GateReport) -> str:
     """One line: what failed, how far out of budget, on which input and seed."""
     failing = report.failing
-    where = f" (input #{failing.index}: {failing.shapes}, seed {failing.seed})" if failing else ""
-    return f"{report.reason}{where}"
+    return f"{report.reason} (on {_where(failing)})" if failing else report.reason
+
+
+def _where(trial: TrialResult) -> str:
+    """Which gate input: its number, what it probes, its shapes and (a generated one)
+    its seed."""
+    what = f"{trial.input}: " if trial.input else ""
+    seed = "" if trial.seed is None else f", seed {trial.seed}"
+    return f"input #{trial.index} ({what}{trial.shapes}{seed})"
+
+
+def _domain_hint(trial: TrialResult) -> str:
+    """For a user op's trial derived from the dispatch's inputs (fresh values, large
+    magnitudes or offsets, special values) that the candidate raised on: how to say the
+    inputs are outside the op's domain."""
+    if trial.pattern.removeprefix("regated ") not in PATTERN_KINDS:
+        return ""
+    return ("; if such inputs are outside the op's domain, make its reference (or "
+            "validate) raise on them and the trial is skipped (docs/accuracy.md, "
+            "\"User ops: the gate's inputs\")")
 
 
 class SharedTrials:

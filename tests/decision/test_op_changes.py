@@ -111,3 +111,22 @@ def test_the_op_fingerprint_survives_the_file_and_a_forged_one_is_refused(
     path.write_text(forged)
     with pytest.raises(ArtifactError, match=r"c\.json.*op_fingerprint"):
         artifacts.read_cache(path)
+
+
+def test_a_gate_verdict_names_the_input_it_failed_on_and_how_to_skip_it() -> None:
+    """The corpus's reason says which trial raised (a derived one, with its seed) and
+    how to keep inputs outside the op's domain out of the gate; a failure on the
+    dispatch's own inputs has no seed to print."""
+    cache, inputs = MeasureCache(), spd_inputs()
+    arbiter(lax, cache, "tune").dispatch("qa_spd", *inputs)
+    (entry,) = cache.entries()
+    why = entry.considered["cho"].reason
+    assert "on input #1 (fresh values of the dispatch's shapes: 48x48, 48x4, seed " in why
+    assert "raised LinAlgError" in why and "make its reference (or validate) raise" in why
+    from pytest_arbiter.core.candidates import FunctionCandidate as Fn
+    from pytest_arbiter.decision.gating import f4_gate, verdict_of
+
+    off = Fn(lambda a, b: solve(a, b) * 1.01, "off", "qa_spd", "cpu", 0, None, None)
+    reason = verdict_of(f4_gate(off, make_op("qa_spd", lax), inputs=inputs)).reason
+    assert reason.endswith("(on input #0 (the dispatch's own inputs: 48x48, 48x4))")
+    assert "seed" not in reason
