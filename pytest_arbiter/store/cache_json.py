@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -28,7 +29,7 @@ ENTRIES_PER_CHUNK = 4096
 # considered, the rejected, the versions) is encoded once, and its JSON reused.
 
 
-class _Row(Struct, gc=False, omit_defaults=True, kw_only=True):
+class _Row(Struct, gc=False):
     carried: bool
     max_ns: Any
     median_ns: Any
@@ -36,7 +37,7 @@ class _Row(Struct, gc=False, omit_defaults=True, kw_only=True):
     name: str
     q1_ns: Any
     q3_ns: Any
-    ratio: Any = UNSET
+    ratio: Any  # UNSET: none
     samples: int
 
 
@@ -86,15 +87,19 @@ def _number(value: Any) -> Any:
     return value
 
 
+_LATENCIES = attrgetter("max_ns", "median_ns", "min_ns", "q1_ns", "q3_ns", "samples")
+
+
 def _row(row: RankedCandidate) -> _Row:
-    s = row.stats
-    values = (s.max_ns, s.median_ns, s.min_ns, s.q1_ns, s.q3_ns)
-    if not (1e-4 <= min(values) and max(values) < 1e16):  # else msgspec writes each as repr
-        values = tuple(map(_number, values))
-    ratio = row.ratio
-    return _Row(carried=row.carried, max_ns=values[0], median_ns=values[1],
-                min_ns=values[2], name=row.name, q1_ns=values[3], q3_ns=values[4],
-                ratio=UNSET if ratio is None else _number(ratio), samples=s.samples)
+    top, median, low, q1, q3, samples = _LATENCIES(row.stats)
+    if not (1e-4 <= low and top < 1e16):  # a row is ordered: the least, then the most
+        top, median, low, q1, q3 = map(_number, (top, median, low, q1, q3))
+    ratio: Any = row.ratio
+    if ratio is None:
+        ratio = UNSET
+    elif not 1e-4 <= ratio < 1e16:
+        ratio = _number(ratio)
+    return _Row(row.carried, top, median, low, row.name, q1, q3, ratio, samples)
 
 
 class _Shown:
@@ -123,29 +128,38 @@ class _Shown:
     def entry(self, e: CacheEntry) -> _Entry:
         prov = e.provenance
         _, device_name, host, versions = self.runs.get(id(prov.run)) or self.run(prov.run)
-        shapes = prov.shapes
+        measured_at, p_value, rounds, shapes, spent_ns, timed_alone, timed_ns = _OWN(prov)
         if shapes is not UNSET:
             found = self.shapes.get(shapes)
             if found is None:
                 found = self.shapes[shapes] = _dimensions(shapes)
             shapes = found
+        if p_value is not UNSET and p_value < 1e-4:  # a probability: never 1e16 or more
+            p_value = _number(p_value)
+        confidence = e.confidence
+        if confidence < 1e-4:
+            confidence = _number(confidence)
         raw = self.raw
         considered = raw.get(id(e.considered))
         environment = raw.get(id(e.environment))
         rejected = raw.get(id(e.rejected))
+        ranking = e.ranking
         return _Entry(
-            e.bucket, _number(e.confidence),
+            e.bucket, confidence,
             self.json(e.considered) if considered is None else considered[1],
             e.device, e.dtype,
             self.json(e.environment) if environment is None else environment[1],
             e.low_confidence, e.op,
-            _Provenance(device_name, host, prov.measured_at, _number(prov.p_value),
-                        prov.rounds, shapes, prov.spent_ns, prov.timed_alone, prov.timed_ns,
-                        versions),
-            list(map(_row, e.ranking)),
+            _Provenance(device_name, host, measured_at, p_value, rounds, shapes, spent_ns,
+                        timed_alone, timed_ns, versions),
+            list(map(_row, ranking)),
             self.json(e.rejected) if rejected is None else rejected[1],
             e.reverify, UNSET if e.since == NO_SINCE else e.since, e.target, e.tie,
-            e.ranking[0].name)
+            ranking[0].name)
+
+
+_OWN = attrgetter("measured_at", "p_value", "rounds", "shapes", "spent_ns", "timed_alone",
+                  "timed_ns")
 
 
 # What ``json.dumps`` escapes beyond msgspec: DEL and everything past ASCII; a raw line
@@ -178,9 +192,10 @@ def json_block_chunks(blocks: Iterable[Sequence[CacheEntry]]) -> Iterator[bytes]
             chunk = list(map(shown.entry, entries[at:at + ENTRIES_PER_CHUNK]))
             # a list one indentation level deeper than a top-level array: strip its
             # brackets
-            text = msgspec.json.format(_PLAIN.encode(chunk), indent=2)[2:-2]
+            text = msgspec.json.format(_PLAIN.encode(chunk), indent=2)
             if not text.isascii() or b"\x7f" in text:
                 text = _NOT_ASCII.sub(_escaped, text.decode("utf-8")).encode("ascii")
-            yield (b"[\n" if first else b",\n") + text
+            yield b"[\n" if first else b",\n"  # apart: the text is not copied again
+            yield text[2:-2]
             first = False
     yield b"[]\n" if first else b"\n]\n"
