@@ -17,7 +17,8 @@ softmax --dry-run``, ``gate`` of a histogram of as many entries against a baseli
 many, ``report``) in a fresh process, as the console script runs it (``main(argv)``,
 output to /dev/null), side by side with a raw scan of each file it reads
 (``msgspec.json.decode(data, type=msgspec.Raw)`` after reading the file, in this
-process): CPU seconds, the ratio to the scans, peak RSS (``VmHWM``), load average.
+process): CPU seconds (and their system part), the ratio to the scans, peak RSS
+(``VmHWM``), load average.
 ``--first-test PATH`` times a fresh ``pytest --arbiter-cache=PATH`` up to the start of
 its first test (its own CPU time there) beside a raw scan of PATH, for this tree and
 each ``--before DIR``.
@@ -162,10 +163,18 @@ def children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def children_sys() -> float:
+    """System CPU seconds of the finished child processes so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+
 def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of ``pytest-arbiter ARGV`` in a fresh process. The CPU
-    time is what a loaded machine changes least."""
-    cpu = children_cpu()
+    time is what a loaded machine changes least; :data:`LAST_SYS` holds its system part
+    (page faults, the page cache of a file written: the part a virtual machine's state
+    changes most)."""
+    global LAST_SYS
+    cpu, sys_cpu = children_cpu(), children_sys()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CLI.format(package=package), str(v2_root),
                            str(REPO), *map(str, argv)], capture_output=True, text=True)
@@ -173,7 +182,12 @@ def cli(package: str, v2_root: Path, *argv: str | Path) -> tuple[float, float, f
     if done.returncode != 0:
         raise RuntimeError(f"{package} {argv}: {done.stderr[-2000:]}")
     peak = int(done.stderr.rsplit("PEAK ", 1)[1].split()[0]) / 1024
+    LAST_SYS = children_sys() - sys_cpu
     return wall, children_cpu() - cpu, peak
+
+
+LAST_SYS = 0.0
+"""The system CPU seconds of the last :func:`cli` process."""
 
 
 def main() -> int:
@@ -338,8 +352,8 @@ def commands(a: Path, b: Path, repeat: int, code: Path, skip: set[str]) -> None:
               f"{b.stat().st_size / 1e6:.0f} MB); each command a fresh process running "
               f"main(argv) (its CPU includes {start_cpu:.2f} s of start-up and imports); "
               f"the scans in this process, median of {repeat}", flush=True)
-        print(f"{'command':14}{'CPU s':>8}{'scan s':>8}{'ratio':>7}{'peak RSS':>10}"
-              f"{'wall s':>8}  load average", flush=True)
+        print(f"{'command':14}{'CPU s':>8}{'(sys)':>7}{'scan s':>8}{'ratio':>7}"
+              f"{'peak RSS':>10}{'wall s':>8}  load average", flush=True)
         for name, argv, files in runs:
             if name in skip:
                 continue
@@ -352,8 +366,8 @@ def commands(a: Path, b: Path, repeat: int, code: Path, skip: set[str]) -> None:
                 continue
             finally:
                 (tmp / "merged.json").unlink(missing_ok=True)
-            print(f"{name:14}{cpu:8.2f}{scans:8.2f}{cpu / scans:6.1f}x{peak:7.0f} MB"
-                  f"{wall:8.2f}  {' '.join(load)}", flush=True)
+            print(f"{name:14}{cpu:8.2f}{LAST_SYS:7.2f}{scans:8.2f}{cpu / scans:6.1f}x"
+                  f"{peak:7.0f} MB{wall:8.2f}  {' '.join(load)}", flush=True)
 
 
 FIRST_TEST = """
