@@ -344,7 +344,7 @@ class Arbiter:
         on another key of the op."""
         return (not self.config.gate and step.vouched
                 and all(c == "C" for c in layout(inputs))
-                and not self.gates.known_bad(kp.key, step.cand, inputs)
+                and not self.gates.known_bad(kp.op, kp.key, step.cand, inputs)
                 and not self.gates.suspect(kp.key, step.cand))
 
     # -- planning -------------------------------------------------------------------------
@@ -431,7 +431,7 @@ class Arbiter:
                 return index, tuple(pre), first
             if kind in ("decline", "decline_inputs"):
                 first = first or (step.cand.name, reason)
-                held = self.gates.known(kp.key, step.cand, inputs)
+                held = self.gates.known(kp.op, kp.key, step.cand, inputs)
                 if held is not None and held.kind == "pass":
                     # right for the key, raised Decline on these inputs: it stays the fast
                     # step, so inputs of this signature it can run reach it

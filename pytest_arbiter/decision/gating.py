@@ -133,7 +133,7 @@ class SharedTrials:
         self._last = None
 
 
-MemoKey = tuple[DispatchKey, str, tuple[str, ...]]
+MemoKey = tuple[DispatchKey, str, tuple[Any, ...]]
 Triple = tuple[str, str, str]
 """(target, op, candidate)."""
 
@@ -155,7 +155,8 @@ class Failure(NamedTuple):
 
 
 class GateMemo:
-    """Per-process verdicts, keyed by (dispatch key, candidate, layout of the inputs), and
+    """Per-process verdicts, keyed by (dispatch key, candidate, what the verdict holds
+    for: :func:`gated_as`), and
     the candidates' numerical rejections per (target, op, candidate) (:class:`Failure`).
 
     ``on_block`` is called with the key when a candidate is rejected or errors for it,
@@ -186,13 +187,16 @@ class GateMemo:
         has gated what it needed): they hold the inputs and many times their size."""
         self._trials.release()
 
-    def known(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> Verdict | None:
-        """The verdict already held for ``cand`` on these inputs' layout, if any."""
-        held = self._held.get((key, cand.name, layout(inputs)))
+    def known(self, op: Op, key: DispatchKey, cand: Candidate,
+              inputs: Sequence[Any]) -> Verdict | None:
+        """The verdict already held for ``cand`` on inputs like these (:func:`gated_as`),
+        if any."""
+        held = self._held.get((key, cand.name, gated_as(op, inputs)))
         return held.verdict if held is not None and held.cand is cand else None
 
-    def known_bad(self, key: DispatchKey, cand: Candidate, inputs: Sequence[Any]) -> bool:
-        found = self.known(key, cand, inputs)
+    def known_bad(self, op: Op, key: DispatchKey, cand: Candidate,
+                  inputs: Sequence[Any]) -> bool:
+        found = self.known(op, key, cand, inputs)
         return found is not None and found.kind in ("reject", "error")
 
     def suspect(self, key: DispatchKey, cand: Candidate) -> bool:
@@ -213,7 +217,7 @@ class GateMemo:
                 inputs: Sequence[Any]) -> Verdict:
         """The verdict on ``cand`` for ``key`` and these inputs, gated now if unknown (with
         the patterns that failed it on the op's other keys: :meth:`regate`)."""
-        found = self.known(key, cand, inputs)
+        found = self.known(op, key, cand, inputs)
         if found is not None:
             return found
         # the trials' region is the inputs' (made from them when the trials are)
@@ -240,7 +244,7 @@ class GateMemo:
 
     def _remember(self, op: Op, key: DispatchKey, cand: Candidate, inputs: Sequence[Any],
                   found: Verdict) -> None:
-        memo_key = (key, cand.name, layout(inputs))
+        memo_key = (key, cand.name, gated_as(op, inputs))
         triple = _triple(key, cand)
         if found.kind in ("reject", "error"):
             with self._lock:
@@ -287,6 +291,16 @@ class GateMemo:
 
 def _triple(key: DispatchKey, cand: Candidate) -> Triple:
     return (key.target, key.op, cand.name)
+
+
+def gated_as(op: Op, inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """What a verdict of the gate holds for: inputs of this layout (:func:`layout`), and
+    for a user op of these exact shapes too. A built-in op's generated trials cover its
+    key's ragged tails; a user op's derived trials keep the dispatch's shapes, so a
+    kernel wrong only when ``n % 8 == 7`` is gated on each length it is given."""
+    if op.builtin:
+        return layout(inputs)
+    return (*layout(inputs), *(tuple(getattr(x, "shape", ())) for x in inputs))
 
 
 def layout(inputs: Sequence[Any]) -> tuple[str, ...]:

@@ -1,0 +1,61 @@
+"""A user op's gate verdict holds for the shapes it was checked on: its derived trials
+keep the dispatch's shapes, so a kernel wrong for some lengths only (an unrolled loop's
+tail) is gated again on each length a key is given, and never serves one it fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_arbiter import Arbiter, MeasureCache
+from pytest_arbiter.core.candidates import CandidateRegistry, FunctionCandidate
+from pytest_arbiter.core.ops import OpRegistry, make_op
+
+
+def scan(x: Any) -> Any:
+    """Right, and several times slower than ``unrolled``: the pick of a tune."""
+    for _ in range(8):
+        out = np.cumsum(x.astype(np.float64), axis=-1).astype(x.dtype)
+    return out
+
+
+def unrolled(x: Any) -> Any:
+    """Right but when ``n % 8 == 7``: the tail loop of an unroll by 8 skips the last."""
+    out = np.cumsum(x, axis=-1)
+    if x.shape[-1] % 8 == 7:
+        out[..., -1] = out[..., -2]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["static", "tune"])
+def test_a_kernel_wrong_for_one_length_never_serves_it(mode: str) -> None:
+    ops = OpRegistry()
+    ops.register(make_op("qa_scan", lambda x: np.cumsum(np.asarray(x, np.float64), axis=-1)))
+    reg = CandidateRegistry()
+    reg.extend([FunctionCandidate(unrolled, "unrolled", "qa_scan", "cpu", 5, None, None),
+                FunctionCandidate(scan, "scan", "qa_scan", "cpu", 0, None, None)])
+    arb = Arbiter(registry=reg, ops=ops, cache=MeasureCache(), mode=mode)
+    rng = np.random.default_rng(0)
+    for n in (1001, 1023, 1001):  # one key: 1024 wide, alignment 1
+        x = rng.standard_normal((4, n)).astype(np.float32)
+        out = arb.dispatch("qa_scan", x)
+        np.testing.assert_allclose(out, np.cumsum(x.astype(np.float64), axis=-1),
+                                   rtol=1e-4, atol=1e-4)
+    counts = arb.histogram.counts()
+    assert counts[("cpu", "qa_scan", "unrolled", "rejected")] == 1, counts
+    assert ("cpu", "qa_scan", "scan", "won") in counts, counts
+
+
+def test_a_built_in_op_is_gated_once_per_key_and_layout() -> None:
+    """Its generated trials hold the key's ragged tails: a pass holds for the key."""
+    from pytest_arbiter.core.ops import OPS
+    from pytest_arbiter.decision.gating import gated_as
+
+    a, b = np.ones((24, 16), np.float32), np.ones((16, 8), np.float32)
+    c = np.ones((20, 16), np.float32)
+    matmul = OPS.get("matmul")
+    assert gated_as(matmul, (a, b)) == gated_as(matmul, (c, b)) == ("C", "C")
+    user = make_op("qa_user", lambda x, y: x @ y)
+    assert gated_as(user, (a, b)) != gated_as(user, (c, b))
