@@ -91,7 +91,8 @@ def row_current(row: Considered, candidate: Candidate, op: Op | None) -> bool:
     """Whether ``row`` was made against ``candidate``'s code as it is now and, for a
     verdict on a user op's candidate, against ``op``'s definition as it is now."""
     return (row.fingerprint == fingerprint_of(candidate)
-            and (op is None or row.op_fingerprint == verdict_op(op, row.outcome)))
+            and (op is None or row.outcome not in VERDICTS
+                 or row.op_fingerprint == verdict_op(op, row.outcome)))
 
 
 def vouched(entry: CacheEntry | None, candidate: Candidate,

@@ -8,6 +8,7 @@ for the CPU the architecture and CPU model; for GPUs the architecture (``sm_90``
 from __future__ import annotations
 
 import functools
+import numbers
 import platform
 import re
 import threading
@@ -181,11 +182,12 @@ def target_of_array(x: object) -> str:
 
 
 def target_of_inputs(inputs: Sequence[object]) -> str:
-    """The target a dispatch's inputs live on: the first array's; plain Python numbers,
-    strings and ``None`` (a scale factor, an axis) live nowhere, and inputs that are all
-    such values run on ``cpu``."""
+    """The target a dispatch's inputs live on: the first array's; numbers (an ``int``,
+    an ``IntEnum`` axis, a ``Fraction``, a NumPy scalar), strings and ``None`` live
+    nowhere, and inputs that are all such values run on ``cpu``. Anything else (a list
+    of arrays, an array of an unknown package) is asked for ``target=``."""
     for x in inputs:
-        if type(x).__module__ != "builtins":
+        if not isinstance(x, (numbers.Number, str, bytes, type(None))):
             return target_of_array(x)
     return "cpu"
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
 from pytest_arbiter.core.ops import Op
+from pytest_arbiter.extend.literals import knob
 
 FINGERPRINT_HEX = 16
 """Hex digits of a fingerprint (64 bits)."""
@@ -69,7 +70,12 @@ def op_fingerprint(op: Op) -> str | None:
     for part, fn in (("reference", op.reference), ("validate", op.validate),
                      ("budget", op.budget), ("gate_inputs", op.user_gate_inputs)):
         digest.update(f"\0{part}\0".encode())
-        if fn is not None:
+        if fn is None:
+            continue
+        if str(getattr(fn, "__module__", "")).split(".")[0] == "pytest_arbiter":
+            # the package's default: its name, not its code (an upgrade is no new op)
+            digest.update(f"{fn.__module__}.{getattr(fn, '__qualname__', '')}".encode())
+        else:
             _hash_callable(digest, fn)
     digest.update(f"\0out_dtype\0{op.out_dtype}".encode())
     text = digest.hexdigest()
@@ -203,74 +209,31 @@ def _helpers(fn: Any, code: types.CodeType) -> list[tuple[str, Any]]:
 
 
 def _literals_read(fn: Any, code: types.CodeType) -> list[tuple[str, str]]:
-    """The module-level names ``fn``'s code reads (itself or as an attribute of another
-    module of the user's) that their module's source sets to a literal (``PASSES = 6``,
-    ``TILE = (32, 32)``), with that literal: a tuning knob is part of the code. A name
-    set by a computation (``THREADS = os.cpu_count()``) differs between machines, not
-    between versions of the code: it is left out."""
+    """The tuning knobs ``fn``'s code reads (:mod:`~pytest_arbiter.extend.literals`),
+    itself or as an attribute of another module of the user's (``cfg.PASSES``), with
+    the literals their module's code sets them to."""
     namespace = getattr(fn, "__globals__", None) or {}
     module = namespace.get("__name__")
     if not isinstance(module, str):
         return []
-    names = _names(code)
-    literals = _module_literals(module, namespace.get("__loader__"), namespace.get("__file__"))
-    found = [(n, literals[n]) for n in names if n in literals]
     home = module.split(".")[0]
-    for name in names:  # a knob in another module of the user's: cfg.PASSES
+
+    def own(obj: types.ModuleType) -> bool:
+        return _own_code(obj, home)
+
+    found: list[tuple[str, str]] = []
+    names = sorted(_names(code))
+    for name in names:
+        values = knob(namespace, name, own)
+        if values is not None:
+            found.append((name, _stable_repr(values)))
         obj = namespace.get(name)
-        if isinstance(obj, types.ModuleType) and _own_code(obj, home):
-            members = vars(obj)
-            theirs = _module_literals(str(members.get("__name__")), members.get("__loader__"),
-                                      members.get("__file__"))
-            found += [(f"{name}.{n}", theirs[n]) for n in names if n in theirs]
-    return sorted(found)
-
-
-_LITERAL_LOADS = frozenset({"LOAD_CONST", "LOAD_SMALL_INT"})
-
-
-def _module_literals(module: str, loader: Any, path: Any) -> dict[str, str]:
-    """Each name the module's top-level code last sets straight from a constant, with
-    the constant's :func:`_stable_repr`; worked out once per version of its file."""
-    try:
-        st = os.stat(path)
-    except (OSError, TypeError, ValueError):
-        return _read_literals(module, loader, path)
-    key = (module, str(path), st.st_mtime_ns, st.st_size)
-    found = _LITERALS.get(key)
-    if found is None:
-        found = _LITERALS[key] = _read_literals(module, loader, path)
+        if isinstance(obj, types.ModuleType) and own(obj):
+            for attr in names:
+                theirs = knob(vars(obj), attr, own)
+                if theirs is not None:
+                    found.append((f"{name}.{attr}", _stable_repr(theirs)))
     return found
-
-
-_LITERALS: dict[tuple[str, str, int, int], dict[str, str]] = {}
-
-
-def _read_literals(module: str, loader: Any, path: Any) -> dict[str, str]:
-    import dis
-
-    code = None
-    try:
-        code = loader.get_code(module)
-    except Exception:  # pytest's loader of test modules has no get_code: their source
-        if isinstance(path, str) and path.endswith(".py"):
-            try:
-                with open(path, "rb") as source:
-                    code = compile(source.read(), path, "exec", dont_inherit=True)
-            except (OSError, SyntaxError, ValueError):
-                code = None
-    if not isinstance(code, types.CodeType):  # no source (a notebook, stdin)
-        return {}
-    out: dict[str, str] = {}
-    previous = None
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("STORE_NAME", "STORE_GLOBAL"):
-            if previous is not None and previous.opname in _LITERAL_LOADS:
-                out[ins.argval] = _stable_repr(previous.argval)
-            else:
-                out.pop(ins.argval, None)
-        previous = ins
-    return out
 
 
 def _python_function(obj: Any) -> types.FunctionType | None:
@@ -348,12 +311,18 @@ def _hash_code(digest: Any, code: types.CodeType, doc: str | None = None) -> Non
 
 
 def _stable_repr(value: Any) -> str:
-    """``repr`` that does not depend on the process: a frozenset's order does (string
-    hashing is randomised), so its items are sorted."""
-    if isinstance(value, frozenset):
-        return "frozenset({" + ", ".join(sorted(map(_stable_repr, value))) + "})"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(map(_stable_repr, value)) + ",)"
+    """``repr`` that does not depend on the process: a set's order does (string hashing
+    is randomised), so its items are sorted; a list's, dict's and tuple's items are
+    written the same way."""
+    if isinstance(value, (set, frozenset)):
+        return (f"{type(value).__name__}({{"
+                + ", ".join(sorted(map(_stable_repr, value))) + "})")
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(map(_stable_repr, value))
+        return f"({inner},)" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_stable_repr(k)}: {_stable_repr(v)}"
+                               for k, v in value.items()) + "}"
     if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
         return f"{value.__module__}.{value.__qualname__}"
     if type(value).__module__ == "numpy" and hasattr(value, "tobytes"):

@@ -44,7 +44,7 @@ FUTURE_SLACK = datetime.timedelta(minutes=10)
 
 
 Name = Annotated[str, Meta(min_length=1)]
-OpFingerprint = Annotated[str, Meta(pattern="^([0-9a-f]{16})?$")]
+OpFingerprint = Annotated[str, Meta(pattern="^(?:[0-9a-f]{16})?\\Z")]
 """An op definition's fingerprint (16 hex digits), or empty."""
 Count = Annotated[int, Meta(ge=0)]
 Probability = Annotated[float, Meta(ge=0.0, le=1.0)]

@@ -386,10 +386,93 @@ def test_a_knob_computed_on_the_machine_is_not_part_of_the_fingerprint(
 
 def test_a_knob_in_a_module_pytest_loaded_is_read_from_its_source(tmp_path: Path) -> None:
     """pytest's loader of test modules (assertion rewriting) has no ``get_code``: the
-    literals are read from the module's source file."""
-    from pytest_arbiter.extend import fingerprint
+    knobs are read from the module's source file; every literal a name is set to is
+    part of it, and a name set by a computation anywhere is no knob."""
+    from pytest_arbiter.extend import literals
 
     path = tmp_path / "test_knobs.py"
-    path.write_text("PASSES = 6\nNAME = 'x'\nTHREADS = len('abc')\nPASSES = 7\n")
-    found = fingerprint._read_literals("test_knobs", object(), str(path))
-    assert found == {"PASSES": "7", "NAME": "'x'"}
+    path.write_text("PASSES = 6\nNAME = 'x'\nTHREADS = len('abc')\nPASSES = 7\n"
+                    "THREADS = 2\n")
+    found = literals.module_knobs("test_knobs", object(), str(path))
+    assert dict(found.literals) == {"PASSES": (6, 7), "NAME": ("x",)}
+
+
+KNOB_FORMS = {
+    "chained": ("X = PASSES = 1\n", "X = PASSES = 6\n"),
+    "unpacked": ("PASSES, OTHER = 1, 2\n", "PASSES, OTHER = 6, 2\n"),
+    "branch": ("import os\nif os.name:\n    PASSES = 1\nelse:\n    PASSES = 2\n",
+               "import os\nif os.name:\n    PASSES = 6\nelse:\n    PASSES = 2\n"),
+    "past 256 names": ("".join(f"N{i} = {i}\n" for i in range(300)) + "PASSES = 1\n",
+                       "".join(f"N{i} = {i}\n" for i in range(300)) + "PASSES = 6\n"),
+}
+
+
+@pytest.mark.parametrize("form", list(KNOB_FORMS))
+def test_every_form_of_a_literal_knob_is_part_of_the_fingerprint(
+        form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chained or unpacked assignment, a branch of an ``if`` (either one edited),
+    and a knob past the first 256 names (its store behind an ``EXTENDED_ARG``)."""
+    before, after = KNOB_FORMS[form]
+    source = KNOB.replace("PASSES = 1\n", "{knob}")
+    base = _module_kernel(tmp_path, monkeypatch, source.replace("{knob}", before))
+    assert _module_kernel(tmp_path, monkeypatch, source.replace("{knob}", before)) == base
+    assert _module_kernel(tmp_path, monkeypatch, source.replace("{knob}", after)) != base
+
+
+def test_a_knob_imported_from_another_module_of_the_users_is_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    imported = KNOB.replace("PASSES = 1", "from qa_cfg import PASSES")
+    first = _module_kernel(tmp_path, monkeypatch, imported, qa_cfg="PASSES = 1\n")
+    assert _module_kernel(tmp_path, monkeypatch, imported, qa_cfg="PASSES = 1\n") == first
+    assert _module_kernel(tmp_path, monkeypatch, imported, qa_cfg="PASSES = 6\n") != first
+
+
+def test_a_knob_edited_after_import_is_not_taken_from_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file says 6 while the imported module runs 1: the fingerprint is neither
+    the one of 1 nor the one of 6 (a measurement then stored is never taken for the
+    code on disk)."""
+    import importlib
+
+    one = _module_kernel(tmp_path, monkeypatch, KNOB)
+    kernels = importlib.import_module("qa_knobs")
+    (tmp_path / "qa_knobs.py").write_text(textwrap.dedent(KNOB.replace("= 1", "= 66")))
+    running = fingerprint_of(FunctionCandidate(kernels.k, "k", "softmax", "cpu", 0, None, None))
+    six = _module_kernel(tmp_path, monkeypatch, KNOB.replace("= 1", "= 66"))
+    assert running not in (one, six) and one != six
+
+
+def test_a_set_in_a_partial_fingerprints_the_same_in_every_process() -> None:
+    """String hashing is randomised per process; a set's order follows it."""
+    code = textwrap.dedent("""
+        import functools, sys
+        sys.path.insert(0, sys.argv[1])
+        from pytest_arbiter.core.candidates import FunctionCandidate
+        from pytest_arbiter.extend.fingerprint import fingerprint_of
+        def check(x, allowed):
+            return x in allowed
+        k = functools.partial(check, allowed={"float32", "float64", "bfloat16", "int8"})
+        print(fingerprint_of(FunctionCandidate(k, "k", "softmax", "cpu", 0, None, None)))
+    """)
+    seen = {subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True,
+                           text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}
+                           ).stdout for seed in ("0", "1", "2", "3")}
+    assert len(seen) == 1, seen
+
+
+def test_an_op_s_package_defaults_are_hashed_by_name() -> None:
+    """A user op without ``validate`` or ``budget`` gets the package's: their names
+    are its definition, not their code (an upgrade of pytest-arbiter is no new op)."""
+    from pytest_arbiter.core.ops import make_op
+    from pytest_arbiter.extend import fingerprint
+
+    op = make_op("qa_defaults", lambda x: x)
+    seen: list[str] = []
+    real = fingerprint._hash_callable
+    try:
+        fingerprint._hash_callable = lambda digest, fn, *rest: seen.append(  # type: ignore[assignment]
+            getattr(fn, "__module__", ""))
+        fingerprint.op_fingerprint(op)
+    finally:
+        fingerprint._hash_callable = real
+    assert seen and not any(m.startswith("pytest_arbiter") for m in seen), seen
