@@ -329,7 +329,7 @@ class Arbiter:
         """Why the key's winner did not serve these inputs, when that is a silent
         fallback (None: it is not one)."""
         fb = kp.fallback
-        if fb is None or step.cand.name == fb.winner:
+        if fb is None or step.cand.name == fb.winner or not fb.worse(step.cand.name):
             return None
         if fb.unavailable:
             return fb.unavailable

@@ -36,6 +36,11 @@ class Step:
     vouched: bool = False
 
 
+AS_FAST = 1.01
+"""A candidate whose paired ratio to the winner is under this (the tie margin) serving
+in its place is no degrade."""
+
+
 @dataclass(frozen=True)
 class Fallback:
     """The key's measured winner, for telling a silent fallback from a measured order:
@@ -73,12 +78,18 @@ class Fallback:
             return REFERENCE_SEVERITY
         return self.ratios.get(ran, 0.0)
 
+    def worse(self, ran: str) -> bool:
+        """Whether ``ran`` serving in the winner's place is a degrade: it measured slower
+        (its paired ratio :data:`AS_FAST` or more), was never timed beside the winner,
+        or is the reference. One as fast serving is the ranking at work."""
+        ratio = self.slowdown(ran)
+        return ratio == 0 or ratio >= AS_FAST
+
     def reason(self, why: str, ran: str) -> str:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""
         ratio = self.slowdown(ran)
         if ran != REFERENCE and ratio > 0:
-            slower = (f", {ratio:.3g}x slower when measured" if ratio >= 1.01
-                      else ", as fast within 1% when measured")
+            slower = f", {ratio:.3g}x slower when measured"
         else:
             slower = "" if ran == REFERENCE else ", never timed against it"
         gone = ("; if it was removed, drop its entries: pytest-arbiter forget CACHE "

@@ -176,12 +176,24 @@ def test_the_event_says_the_reference_ran_when_the_gate_rejected_every_candidate
     assert "F4 gate" in event.passed_over["wrong_a"]
 
 
-def test_a_winner_as_fast_as_the_one_that_ran_says_so() -> None:
-    from pytest_arbiter.decision.plans import Fallback
-
-    fb = Fallback("a", "unavailable: gone", (), {"a": 1.0, "b": 0.996})
-    assert fb.reason("unavailable: gone", "b").endswith("b ran instead, as fast within 1% "
-                                                        "when measured")
+@pytest.mark.parametrize(("ratio", "degraded"), [(1.004, False), (1.0, False),
+                                                (1.012, True)])
+def test_a_fallback_as_fast_as_the_winner_is_no_degrade(ratio: float, degraded: bool) -> None:
+    """The winner tied with the one that served (its paired ratio within the 1% tie
+    margin, the tier decided): serving in its place loses nothing, so it is ``won``;
+    1.2% slower is a degrade."""
+    a = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
+    pair = ((fast, "fast", None), (slow, "slow", None))
+    (entry,) = tuned("matmul", (a, a), *pair).entries()
+    cache = MeasureCache()
+    cache.put(msgspec.structs.replace(entry, ranking=(
+        entry.ranking[0], msgspec.structs.replace(entry.ranking[1], ratio=ratio))))
+    WORKS["fast"] = False
+    counts = replay("matmul", (a, a), cache, *pair).histogram.counts()
+    if degraded:
+        assert counts == {("cpu", "matmul", "fast", "degraded"): 3}, counts
+    else:
+        assert counts == {("cpu", "matmul", "slow", "won"): 3}, counts
 
 
 def test_a_lost_device_lane_stops_the_dispatch_and_later_ones_say_why() -> None:
