@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from pytest_arbiter.store.cache import CacheEntry
 from pytest_arbiter.store.entry import RankedCandidate
-from pytest_arbiter.store.safetext import escape
+from pytest_arbiter.store.safetext import escape, printable
 
 
 def format_ns(ns: float) -> str:
@@ -270,7 +270,7 @@ def narrow_columns(block: Sequence[CacheEntry], lows: Sequence[bool]) -> Columns
     pairs = list(itertools.compress(rankings, two))
     seconds = list(map(_SECOND, pairs))
     names = list(map(_NAME, seconds))
-    if not "".join(itertools.chain(keys, winners, names)).isprintable():
+    if not printable("".join(itertools.chain(keys, winners, names))):
         # a name to escape ("/" needs none): the rows one by one
         rows = list(map(narrow_row, block, lows))
         return Columns(row_columns(rows, len(NARROW_CAPS)),

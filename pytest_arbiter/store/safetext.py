@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["counted", "escape", "line", "lines"]
+__all__ = ["counted", "escape", "line", "lines", "printable"]
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _COMMAND_STARTS = ("::", "##")
@@ -58,13 +58,23 @@ def line(text: object) -> str:
 
 
 _COMMAND_LINE = re.compile(r"^ *(?:::|##)", re.MULTILINE)
+_ASCII_CONTROLS = bytes(range(0x20)) + b"\x7f"
+
+
+def printable(text: str) -> bool:
+    """``text.isprintable()``; ASCII text (the common case) by C loops that take a byte
+    at a time, not a character's properties (a third of the time on long text)."""
+    if text.isascii():
+        data = text.encode("ascii")
+        return len(data.translate(None, _ASCII_CONTROLS)) == len(data)
+    return text.isprintable()
 
 
 def lines(texts: Sequence[str]) -> str:
     """Each of ``texts`` as :func:`line` makes it, each ended by a line break: checked
     together, in C, and one by one only when the whole has something to escape."""
     joined = "".join(texts)
-    if joined.isprintable():
+    if printable(joined):
         text = "\n".join(texts) + "\n" if texts else ""
         # a workflow command needs "::" or "##": two C searches spare the line scan
         if ("::" not in text and "##" not in text) or _COMMAND_LINE.search(text) is None:

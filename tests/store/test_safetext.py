@@ -4,9 +4,10 @@ everything else visible, ``line`` defuses CI log commands."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, strategies as st
 
 from pytest_arbiter.store import safetext
-from pytest_arbiter.store.safetext import escape, line
+from pytest_arbiter.store.safetext import escape, line, printable
 
 
 def test_escape_leaves_printable_text_alone() -> None:
@@ -51,3 +52,12 @@ def test_lines_say_each_text_as_line_does(texts: list[str]) -> None:
     """Many lines checked at once (one C pass when nothing needs escaping) give what
     :func:`line` gives each one, a line break after each."""
     assert safetext.lines(texts) == "".join(safetext.line(t) + "\n" for t in texts)
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"])))
+def test_printable_is_isprintable(text: str) -> None:
+    """The byte-wise check of ASCII text says what ``str.isprintable`` says, and so of
+    every character below 0x80 (DEL and the controls, next to printable ones)."""
+    assert printable(text) is text.isprintable()
+    for code in range(0x80):
+        assert printable(f"a{chr(code)}b") is f"a{chr(code)}b".isprintable()
