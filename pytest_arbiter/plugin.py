@@ -327,7 +327,8 @@ class ArbiterSession:
             from pytest_arbiter.session.signals import CancelGuard
 
             self._guard = CancelGuard.install(_xdist_stop(self.config),
-                                              _say_now(self.config))
+                                              _say_now(self.config),
+                                              worker=hasattr(self.config, "workerinput"))
 
     def scope(self, session: pytest.Session, exitstatus: int | None = None) -> RunScope:
         """What this run covered (see :mod:`pytest_arbiter.gating.completeness`)."""
@@ -550,8 +551,10 @@ class ControllerHooks:
             _write_benchmark_json(s.settings.benchmark_json, s.ledger, s.config.rootpath)
         if s._guard is not None and s._guard.why:
             measured = len(s.ledger.measured_entries())
+            stopped = ("the run stopped early" if exitstatus == pytest.ExitCode.INTERRUPTED
+                       else "after the last test: the run was complete")
             s.ledger.notes.append(
-                f"{s._guard.why}: the run stopped early; its {measured} measured entries "
+                f"{s._guard.why}: {stopped}; its {measured} measured entries "
                 f"were kept ({s.settings.cache or 'no --arbiter-cache: in memory only'})")
         verdict = s.end.verdict
         if verdict is not None:

@@ -5,6 +5,9 @@ terminal goes), whose default action ends the process at once: a tuning run woul
 every measurement. :class:`CancelGuard` turns the first such signal into the
 ``KeyboardInterrupt`` pytest already handles for Ctrl-C (the session finishes, the
 measured entries are written), and a second one into the default action: exit now.
+Ctrl-C gets the same words. A pytest-xdist worker lets the first signal pass: one sent
+to the whole process group reaches the controller too, which asks each worker to finish
+its test (a worker torn down by it would be reported as crashed, its test as failed).
 Nothing already written is lost either way (artifacts are written atomically).
 """
 
@@ -25,28 +28,30 @@ class CancelGuard:
     """Handlers for :data:`SIGNALS`, installed where nothing else handles them."""
 
     def __init__(self, stop: Callable[[str], bool] | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, worker: bool = False) -> None:
         self._previous: dict[int, Any] = {}
         self._stop = stop
         self._say = say or _stderr
+        self._worker = worker
         self.received: list[str] = []
         """The names of the signals received, in order."""
 
     @classmethod
     def install(cls, stop: Callable[[str], bool] | None = None,
-                say: Callable[[str], None] | None = None) -> CancelGuard:
-        """A guard over every signal still at its default action (main thread only).
-        ``stop(why)`` may end the run its own way (an xdist controller asks its workers
-        to finish, so their measurements come back): True when it did. ``say`` writes
-        a line where the user sees it at once (default: stderr)."""
-        guard = cls(stop, say)
+                say: Callable[[str], None] | None = None, *,
+                worker: bool = False) -> CancelGuard:
+        """A guard over every signal still at its default action, Ctrl-C's included
+        (main thread only). ``stop(why)`` may end the run its own way (an xdist
+        controller asks its workers to finish, so their measurements come back): True
+        when it did. ``say`` writes a line where the user sees it at once (default:
+        stderr). ``worker``: an xdist worker's guard, which lets the first signal pass."""
+        guard = cls(stop, say, worker)
         if threading.current_thread() is not threading.main_thread():
             return guard
         for signum in SIGNALS:
             if signal.getsignal(signum) is signal.SIG_DFL:
                 guard._previous[signum] = signal.signal(signum, guard._handle)
-        if stop is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            # Ctrl-C too: a KeyboardInterrupt would tear the workers down unheard
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             guard._previous[signal.SIGINT] = signal.signal(signal.SIGINT, guard._handle)
         return guard
 
@@ -59,6 +64,8 @@ class CancelGuard:
                 raise KeyboardInterrupt(f"{name} received twice")
             signal.raise_signal(signum)
             return
+        if self._worker:
+            return  # the controller got it too, and asks this worker to finish
         self._say(f"pytest-arbiter: {name} received: finishing the run to keep what was "
                   "measured (send it again to stop at once)")
         if self._stop is not None and self._stop(f"{name} received"):
@@ -67,8 +74,9 @@ class CancelGuard:
 
     @property
     def why(self) -> str:
-        """What stopped the run (``SIGTERM received``), empty if nothing did."""
-        return f"{self.received[0]} received" if self.received else ""
+        """What stopped the run (``SIGTERM received``), empty if nothing did (a worker's:
+        always, the controller says it)."""
+        return f"{self.received[0]} received" if self.received and not self._worker else ""
 
     def uninstall(self) -> None:
         """Put the previous handlers back."""

@@ -80,26 +80,35 @@ def entries(path: Path) -> int:
     return len(json.loads((path / "c.json").read_text())["entries"])
 
 
+SIGNAL = {"sighup": signal.SIGHUP, "ctrl-c": signal.SIGINT, "group-ctrl-c": signal.SIGINT}
+
+
 @pytest.mark.parametrize("how", [
     pytest.param("process", id="sigterm"),
     pytest.param("sighup", id="sighup"),
+    pytest.param("ctrl-c", id="ctrl-c"),
     pytest.param("controller", id="xdist-controller", marks=pytest.mark.xdist),
     pytest.param("group", id="xdist-group", marks=pytest.mark.xdist),
+    pytest.param("group-ctrl-c", id="xdist-group-ctrl-c", marks=pytest.mark.xdist),
 ])
 def test_a_cancelled_tune_keeps_what_it_measured(tmp_path: Path, how: str) -> None:
-    xdist = how in ("controller", "group")
+    """Also under xdist with the signal sent to the whole process group (a terminal's
+    Ctrl-C, CI's cancellation): the workers finish their tests, none is reported as
+    crashed or failed."""
+    xdist = how in ("controller", "group", "group-ctrl-c")
     if xdist:
         pytest.importorskip("xdist")
     proc = start(tmp_path, *(["-n", "2"] if xdist else []))
     measured = wait_for(tmp_path, 4, proc)
-    if how == "group":
-        os.killpg(proc.pid, signal.SIGTERM)
+    if how.startswith("group"):
+        os.killpg(proc.pid, SIGNAL.get(how, signal.SIGTERM))
     else:
-        proc.send_signal(signal.SIGHUP if how == "sighup" else signal.SIGTERM)
+        proc.send_signal(SIGNAL.get(how, signal.SIGTERM))
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "received: finishing the run to keep what was measured" in out
     assert "the run stopped early; its" in out and "measured entries were kept" in out
+    assert "crashed" not in out and "FAILED" not in out and "node down" not in out, out
     assert entries(tmp_path) >= measured - 2, out  # a worker's last test may not report
     # the gate saw only the tests that ran: it never says the run passed it
     assert "degrade gate passed on the dispatches it received (" in out
