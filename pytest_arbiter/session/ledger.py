@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pytest_arbiter.gating.baseline import Evidence
 from pytest_arbiter.gating.histogram import (
@@ -79,6 +79,9 @@ class RunLedger:
         self.junit_by_test: dict[str, dict[HistogramKey, int]] = {}
         """The ``arbiter:`` counts of each test's last JUnit record (controller only)."""
         self.worker_rechecks: dict[KeyTuple, tuple[str, dict[str, LatencyStats]]] = {}
+        self.worker_unavailable: set[Unavailable] = set()
+        """The candidates the workers found unavailable (the controller may not even
+        import the modules that register them)."""
         """The workers' rechecks: per key, the cached winner and each timed candidate's
         statistics (the first worker's, like this process's own in :meth:`rechecks`)."""
 
@@ -354,6 +357,7 @@ class RunLedger:
             "tests": [[*key, nodeids] for key, nodeids in sorted(self.tests.items())],
             "rechecks": [[*key, winner, {n: s.to_dict() for n, s in stats.items()}]
                          for key, winner, stats in self.rechecks()],
+            "unavailable": [list(u) for u in unavailable_here(self.dispatch_counts())],
         }
 
     def absorb(self, name: str, payload: Any,
@@ -383,6 +387,7 @@ class RunLedger:
             for key, nodeids in _keyed(payload.get("tests", []), "tests"):
                 self.tests.setdefault(key, []).extend(str(n) for n in nodeids)
             self._absorb_rechecks(payload.get("rechecks", []))
+            self._absorb_unavailable(payload.get("unavailable", []))
             if payload["cache"] is not None:
                 from pytest_arbiter.decision.selection import DispatchEvent
                 from pytest_arbiter.store.cache_file import convert_document
@@ -394,6 +399,18 @@ class RunLedger:
         except (KeyError, TypeError, ValueError) as exc:
             self.errors.append(f"worker {name} sent unreadable arbiter data: {exc}")
 
+
+    def unavailable(self, counts: Mapping[HistogramKey, int]) -> list[Unavailable]:
+        """The candidates of the dispatched ops that cannot run here: this process's
+        and the workers'."""
+        return sorted({*unavailable_here(counts), *self.worker_unavailable})
+
+    def _absorb_unavailable(self, rows: Any) -> None:
+        for row in rows:
+            if (not isinstance(row, list) or len(row) != 5 or not isinstance(row[3], int)
+                    or not all(isinstance(row[i], str) for i in (0, 1, 2, 4))):
+                raise ValueError(f"bad unavailable row {row!r}")
+            self.worker_unavailable.add(Unavailable(row[0], row[1], row[2], row[3], row[4]))
 
     def _absorb_rechecks(self, rows: Any) -> None:
         from pytest_arbiter.timing.measure import LatencyStats
@@ -441,3 +458,31 @@ def _keyed(rows: Any, what: str) -> list[tuple[HistogramKey, Any]]:
             raise ValueError(f"bad {what} row {row!r}")
         out.append((HistogramKey(row[0], row[1], row[2], row[3]), row[4]))
     return out
+
+
+class Unavailable(NamedTuple):
+    """A candidate of a dispatched op that cannot run on this machine, and why."""
+
+    target: str
+    op: str
+    name: str
+    tier: int
+    reason: str
+
+
+def unavailable_here(counts: Mapping[HistogramKey, int]) -> list[Unavailable]:
+    """The candidates of each target and op this run dispatched that cannot run on this
+    machine (a missing package, a device it lacks), with their ``available()`` reason:
+    never timed nor run here, whatever their tier, so a reader is told."""
+    from pytest_arbiter.core.candidates import REGISTRY
+
+    found = []
+    for target, op in sorted({(k.target, k.op) for k in counts}):
+        for cand in REGISTRY.for_op(op, target):
+            try:
+                reason = cand.unavailable_reason()
+            except Exception as exc:  # the dispatch said so too; the summary never raises
+                reason = f"available() raised {type(exc).__name__}: {exc}"
+            if reason is not None:
+                found.append(Unavailable(target, op, cand.name, cand.tier, reason))
+    return found

@@ -7,11 +7,11 @@ test names come from registrations, workers' payloads and artifacts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_arbiter.core.candidates import REGISTRY, Candidate
+from pytest_arbiter.core.candidates import REGISTRY
 from pytest_arbiter.errors import ArtifactError
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.store.safetext import counted, line as safe_line
@@ -19,7 +19,7 @@ from pytest_arbiter.store.safetext import counted, line as safe_line
 if TYPE_CHECKING:
     from pytest_arbiter.decision.selection import DispatchEvent
     from pytest_arbiter.gating.baseline import BaselineVerdict
-    from pytest_arbiter.session.ledger import EventKey, RunLedger
+    from pytest_arbiter.session.ledger import EventKey, RunLedger, Unavailable
     from pytest_arbiter.session.settings import ArbiterSettings
 
 MAX_TESTS_SHOWN = 5
@@ -108,7 +108,7 @@ def _one_line(ledger: RunLedger, cache_note: str | None, baseline_note: str,
                    if k.outcome in (*GATED_OUTCOMES, STALE))
     if expected:
         parts.append(f"{expected} expected degrades")
-    unavailable = unavailable_here(counts)
+    unavailable = ledger.unavailable(counts)
     if unavailable:
         parts.append(f"{len(unavailable)} candidate{'s' if len(unavailable) > 1 else ''} "
                      "unavailable here")
@@ -145,7 +145,7 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
     for name in ledger.crashed:
         lines.append(f"worker {name} returned no arbiter data (crashed?): the run fails")
     lines.extend(ledger.notes)
-    lines.extend(_unavailable_lines(unavailable_here(counts)))
+    lines.extend(_unavailable_lines(ledger.unavailable(counts)))
     lines.extend(unknown_op_lines())
     for error in ledger.errors:
         lines.append(f"artifact error: {error}")
@@ -362,29 +362,13 @@ def _explain_lines(events: dict[EventKey, DispatchEvent]) -> list[str]:
     return lines
 
 
-def unavailable_here(counts: Mapping[HistogramKey, int]) -> list[tuple[Candidate, str]]:
-    """The candidates of each target and op this run dispatched that cannot run on this
-    machine (a missing package, a device it lacks), with their ``available()`` reason:
-    never timed nor run here, whatever their tier, so a reader is told."""
-    found = []
-    for target, op in sorted({(k.target, k.op) for k in counts}):
-        for cand in REGISTRY.for_op(op, target):
-            try:
-                reason = cand.unavailable_reason()
-            except Exception as exc:  # the dispatch said so too; the summary never raises
-                reason = f"available() raised {type(exc).__name__}: {exc}"
-            if reason is not None:
-                found.append((cand, reason))
-    return found
-
-
-def _unavailable_lines(found: Sequence[tuple[Candidate, str]]) -> list[str]:
+def _unavailable_lines(found: Sequence[Unavailable]) -> list[str]:
     if not found:
         return []
     lines = [f"{len(found)} candidate{'s' if len(found) > 1 else ''} of the dispatched ops "
              "unavailable here (never timed nor run on this machine):"]
-    lines += [f"  {c.target}/{c.op}/{c.name} (tier {c.tier}): {reason}"
-              for c, reason in found[:MAX_KEYS_SHOWN]]
+    lines += [f"  {u.target}/{u.op}/{u.name} (tier {u.tier}): {u.reason}"
+              for u in found[:MAX_KEYS_SHOWN]]
     if len(found) > MAX_KEYS_SHOWN:
         lines.append(f"  ... and {len(found) - MAX_KEYS_SHOWN} more")
     return lines

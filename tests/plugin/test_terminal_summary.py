@@ -230,6 +230,24 @@ def test_a_candidate_unavailable_here_is_said_in_one_line_and_listed_with_v(
                                "(pip install torch)")
 
 
+@pytest.mark.slow
+@pytest.mark.xdist
+def test_a_candidate_unavailable_on_the_workers_is_listed_under_xdist(
+        pytester: pytest.Pytester) -> None:
+    """The ops are registered by a module only the tests import: the controller never
+    registers them, so the workers say which of their candidates are unavailable."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(lib_ops=UNAVAILABLE)
+    pytester.makepyfile(test_twice="import lib_ops  # noqa: F401\n" + TWICE)
+    pytester.syspathinsert()
+    result = pytester.runpytest_subprocess("-n", "2", "-v", "-p", "no:cacheprovider")
+    lines = section(result)
+    at = lines.index("1 candidate of the dispatched ops unavailable here (never timed "
+                     "nor run on this machine):")
+    assert lines[at + 1] == ("  cpu/sum_twice/sum_torch (tier 5): torch is not installed "
+                             "(pip install torch)")
+
+
 LAYOUTS = """
 import numpy as np
 import pytest_arbiter
