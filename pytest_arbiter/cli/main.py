@@ -40,12 +40,13 @@ from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import (
     FleetVerdict,
+    dispatched,
     failing_outcomes,
     first_keys,
     gate_fleet,
     tightened,
 )
-from pytest_arbiter.gating.histogram import HistogramKey
+from pytest_arbiter.gating.histogram import STALE, AnyCounts, HistogramKey
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, plain_key
 from pytest_arbiter.store.corpus import KeyChange, WinnerChange
@@ -421,7 +422,17 @@ def _known_lines(known: Mapping[HistogramKey, int], verbose: bool) -> Iterator[s
     yield from _rest("known", len(known), len(keys), "entries in the baseline (they pass)")
 
 
-def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool) -> Iterator[str]:
+def _unchecked(key: HistogramKey, dispatched: bool) -> str:
+    """Why no report proves a baseline entry fixed."""
+    if not dispatched:
+        return f"no report dispatched {key.target}/{key.op}"
+    if key.outcome == STALE:
+        return "no report rechecked it"
+    return f"no report checked {key.selected} (unavailable, or not reached)"
+
+
+def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool, seen: AnyCounts
+                 ) -> Iterator[str]:
     """A line per fixed, then per unchecked, entry listed, each kind's rest counted."""
     fixed = ("removed from the baseline)" if update
              else "tighten the baseline with --update)")
@@ -431,10 +442,11 @@ def _fixed_lines(fv: FleetVerdict, update: bool, verbose: bool) -> Iterator[str]
     yield from _rest("fixed", len(fv.fixed), len(listed),
                      f"entries no longer seen ({fixed[:-1]})")
     listed = _first(fv.unchecked, len(fv.unchecked), verbose)
-    yield from (f"unchecked {key.outcome}: {_entry_key(key)} (no report dispatched "
-                f"{key.target}/{key.op}: kept in the baseline)" for key in listed)
+    yield from (f"unchecked {key.outcome}: {_entry_key(key)} ({_unchecked(key, ran)}: "
+                "kept in the baseline)"
+                for key, ran in zip(listed, dispatched(seen, listed), strict=True))
     yield from _rest("unchecked", len(fv.unchecked), len(listed),
-                     "entries of a target and op no report dispatched (kept in the baseline)")
+                     "entries no report checked (kept in the baseline)")
 
 
 def _gate_baseline(path: str | None) -> tuple[Mapping[HistogramKey, int], str]:
@@ -463,12 +475,14 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
                     dispatched=fleet.counts)
     _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
          f"{len(fleet.counts)} dispatch entries; {note}")
+    for path in fleet.repeated:
+        _say(out, f"{escape(path)}: named twice, read once")
     if not fleet.counts:
         _say(out, "warning: the reports hold no pytest-arbiter dispatch data "
              "(was the plugin active? did any test dispatch?)")
     _say_all(out, _new_entry_lines(fleet, fv.verdict.new))
     _say_all(out, _known_lines(fv.verdict.known, args.verbose))
-    _say_all(out, _fixed_lines(fv, args.update, args.verbose))
+    _say_all(out, _fixed_lines(fv, args.update, args.verbose, fleet.counts))
     if args.update:
         baseline_path = Path(args.baseline)
         histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import add, and_, itemgetter, lt, not_, truth
@@ -182,6 +182,13 @@ def gate_fleet(run: AnyCounts, baseline: AnyCounts,
     unchecked = split_keys(compress(once, map(not_, map(proven.__contains__, once))),
                            listed.escaped)
     return FleetVerdict(BaselineVerdict(new, known, fixed), list(unchecked))
+
+
+def dispatched(seen: AnyCounts, keys: Sequence[HistogramKey]) -> list[bool]:
+    """Whether the reports dispatched each key's target and op at all (an unchecked
+    entry of one they did: its candidate was not checked there, unavailable or not
+    reached)."""
+    return _covered(CountColumns.of(seen), join_keys(keys)[0])
 
 
 def _covered(seen: CountColumns, keys: list[str]) -> list[bool]:

@@ -118,6 +118,8 @@ class FleetCounts:
     with_evidence: int = 0
     """How many of the reports say what they saw of their candidates (JUnit reports of
     runs that dispatched)."""
+    repeated: list[str] = field(default_factory=list)
+    """Inputs named again (the same file): read once."""
 
     def evidence(self) -> Evidence | None:
         """What the reports saw of their candidates (None when none says: a fleet of
@@ -638,7 +640,13 @@ def read_reports(paths: Iterable[str | os.PathLike[str]],
     allowed = (None if allow_no_data is None
                else {os.path.realpath(p) for p in allow_no_data})
     total = FleetCounts()
+    seen: set[str] = set()
     for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:  # a glob and a name of one file: its counts are added once
+            total.repeated.append(str(path))
+            continue
+        seen.add(real)
         found = read_report(path)
         if allowed is not None and found.silent and os.path.realpath(path) not in allowed:
             raise ArtifactError(

@@ -283,6 +283,16 @@ def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
 
 
 @pytest.mark.xdist
+def test_a_report_named_twice_is_counted_once(reports: Path) -> None:
+    """``reports/*.xml reports/plain.xml``: one file by a glob and by its name."""
+    once = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
+    twice = run("gate", "--baseline", reports / "none.json", reports / "plain.xml",
+                reports / "." / "plain.xml")
+    assert "(3 dispatches)" in once[1] and "(3 dispatches)" in twice[1], twice[1]
+    assert f"{reports / '.' / 'plain.xml'}: named twice, read once" in twice[1]
+
+
+@pytest.mark.xdist
 def test_xdist_and_test_order_do_not_change_the_verdict(reports: Path) -> None:
     plain = run("gate", "--baseline", reports / "none.json", reports / "plain.xml")
     xdist = run("gate", "--baseline", reports / "none.json", reports / "xdist.xml")
@@ -315,7 +325,8 @@ def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> N
     assert "read 2 report(s), 10 testcase(s)" in text
     assert "known degraded: target=cpu op=cli_mm candidate=cli_declining (6 dispatches" in text
     assert "fixed degraded: target=cpu op=cli_mm candidate=retired_kernel" in text
-    assert "unchecked degraded: target=nvidia op=matmul candidate=wmma" in text
+    assert ("unchecked degraded: target=nvidia op=matmul candidate=wmma (no report "
+            "dispatched nvidia/matmul: kept in the baseline)") in text
     code, text = run("gate", "--update", "--baseline", baseline, reports / "plain.xml")
     assert code == 0 and "1 fixed entries removed" in text
     kept = histogram_file.read_histogram(baseline)

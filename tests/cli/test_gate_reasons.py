@@ -38,3 +38,25 @@ def test_a_hostile_reason_is_escaped(tmp_path: Path) -> None:
     assert code == 1, out + err
     assert "  reason: \\n::error file=ci.yml::pwned\\x9b2J\\u2028##[group]\n" in out
     assert_safe_output(out + err)
+
+
+def test_an_unchecked_entry_says_why_no_report_proved_it_fixed() -> None:
+    """Not dispatched at all, dispatched without the candidate checked, or a stale entry
+    no recheck saw: three reasons, each said as it is."""
+    from pytest_arbiter.cli.main import _fixed_lines
+    from pytest_arbiter.gating.baseline import BaselineVerdict, FleetVerdict
+    from pytest_arbiter.gating.histogram import HistogramKey
+
+    unchecked = [HistogramKey("nvidia", "matmul", "wmma", "degraded"),
+                 HistogramKey("cpu", "mm", "fast", "degraded"),
+                 HistogramKey("cpu", "mm", "fast", "stale")]
+    fv = FleetVerdict(BaselineVerdict([], {}, []), unchecked)
+    seen = {HistogramKey("cpu", "mm", "slow", "won"): 3}
+    lines = list(_fixed_lines(fv, False, True, seen))
+    assert lines == [  # in key order
+        "unchecked degraded: target=cpu op=mm candidate=fast (no report checked fast "
+        "(unavailable, or not reached): kept in the baseline)",
+        "unchecked stale: target=cpu op=mm candidate=fast (no report rechecked it: kept in "
+        "the baseline)",
+        "unchecked degraded: target=nvidia op=matmul candidate=wmma (no report dispatched "
+        "nvidia/matmul: kept in the baseline)"]
