@@ -32,9 +32,10 @@ from pytest_arbiter.core.trials import (
     float_name,
     gate_trials,
     host,
+    host_copy,
     reference_values,
 )
-from pytest_arbiter.core.user_inputs import Pattern, same_layout_copy
+from pytest_arbiter.core.user_inputs import Pattern, same_layout_copy, sensitivity
 from pytest_arbiter.errors import CallTimeout, Decline
 from pytest_arbiter.timing.watchdog import CallWatch, watch_session
 
@@ -130,6 +131,11 @@ class GateReport:
                          f"{f.reason}")
         elif not self.passed:
             lines.append(f"  {self.reason}")
+        skipped = [t for t in self.trials if t.status == "skipped"]
+        if skipped:
+            lines.append(f"  {len(skipped)} of {len(self.trials)} gate inputs checked "
+                         f"nothing (e.g. {skipped[0].input or skipped[0].pattern}: "
+                         f"{skipped[0].reason})")
         declined = [t for t in self.trials if t.status == "declined"]
         if declined:
             lines.append(f"  {len(declined)} gate input(s) declined by the candidate "
@@ -385,7 +391,8 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
         return _result(
             prep, index, "fail",
             f"error {float(err[where]):.3e} at {where} exceeds the allowed "
-            f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)",
+            f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)"
+            f"{_conditioning_hint(op, prep, err, allowed)}",
             worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
             numeric="far_over_budget" if worst_ratio > FAR_OVER_BUDGET else None)
     if (model is not None and trial.seed is not None and out_float in STAT_DTYPES
@@ -399,6 +406,25 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
                         (worst_abs, worst_rel, worst_ratio))
     return _result(prep, index, "pass", worst_abs=worst_abs, worst_rel=worst_rel,
                    worst_ratio=worst_ratio)
+
+
+def _conditioning_hint(op: Op, prep: PreparedTrial, err: np.ndarray,
+                       allowed: np.ndarray) -> str:
+    """A user op's trial judged without the reference's sensitivity (the dispatch's own
+    inputs, fresh values) that a kernel fails by no more than that sensitivity allows: the
+    problem is ill-conditioned there, and a correct kernel may lose this much (a float32
+    solve of a system of condition 1e4). Said, not allowed: precision is judged there."""
+    if op.builtin or prep.trial.source in SENSITIVE or prep.expected is None:
+        return ""
+    exact = prep.expected[0]
+    originals = tuple(host_copy(x) for x in prep.originals())
+    extra = sensitivity(lambda *a: np.atleast_1d(np.asarray(op.reference(*a))),
+                        originals, exact, prep.trial.seed or 0)
+    if extra.shape != err.shape or not extra.any() or not (err <= allowed + extra).all():
+        return ""
+    return ("; within what the reference's sensitivity on these inputs lets a correct "
+            "kernel lose (an ill-conditioned problem): if that loss is acceptable, give "
+            "the op a budget= (docs/accuracy.md, \"User ops\")")
 
 
 def _limit_signs(op: Op, prep: PreparedTrial, exact: np.ndarray) -> np.ndarray:

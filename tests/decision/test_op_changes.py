@@ -130,3 +130,26 @@ def test_a_gate_verdict_names_the_input_it_failed_on_and_how_to_skip_it() -> Non
     reason = verdict_of(f4_gate(off, make_op("qa_spd", lax), inputs=inputs)).reason
     assert reason.endswith("(on input #0 (the dispatch's own inputs: 48x48, 48x4))")
     assert "seed" not in reason
+
+
+def test_an_ill_conditioned_own_input_says_a_budget_may_be_needed() -> None:
+    """A float32 Cholesky solve of a system of condition 1e4 loses what any backward
+    stable float32 solver loses there: rejected on the dispatch's own inputs (precision
+    is judged there), with a word that the reference's sensitivity explains it; a kernel
+    wrong by 1% gets no such word."""
+    from pytest_arbiter.decision.gating import f4_gate
+
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.standard_normal((32, 32)))
+    a = ((q * np.logspace(0, -4, 32)) @ q.T).astype(np.float32)
+    a = (a + a.T) / 2
+    b = rng.standard_normal(32).astype(np.float32)
+    op = make_op("qa_spd_cond", strict)
+    hint = "within what the reference's sensitivity on these inputs lets a correct kernel"
+    right = f4_gate(FunctionCandidate(cho, "cho", "qa_spd_cond", "cpu", 0, None, None), op,
+                    inputs=(a, b))
+    assert not right.passed and hint in right.summary(), right.summary()
+    off = FunctionCandidate(lambda x, y: solve(x, y) * 1.01, "off", "qa_spd_cond", "cpu", 0,
+                            None, None)
+    wrong = f4_gate(off, op, inputs=(a, b))
+    assert not wrong.passed and hint not in wrong.summary()
