@@ -270,7 +270,7 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 def _diff_line(change: WinnerChange | KeyChange) -> str:
     """``diff``'s line of a changed winner, or of a key added or removed."""
     if isinstance(change, WinnerChange):
-        low = _NEW_LOW if change.new.low_confidence else ""
+        low = _NEW_LOW if change.new.low_confidence else _NEW_TIE if change.new.tie else ""
         return (f"changed {_key_text(change.key)}: {change.old.winner} "
                 f"({format_ns(change.old_ns)}) -> {change.new.winner} "
                 f"({format_ns(change.new_ns)}, {change.change * 100:+.1f}%)"
@@ -299,7 +299,8 @@ def _diff_run(kind: Kind, old: list[CacheEntry], new: list[CacheEntry]) -> list[
                for o, n in zip(before, medians, strict=True)]
     beats = [_beat(WinnerChange(CacheKey._make(k), a, b))
              for k, a, b in zip(map(plain_key, new), old, new, strict=True)]
-    lows = [_NEW_LOW if low else "" for low in map(_LOW, new)]
+    lows = [_NEW_LOW if low else _NEW_TIE if tie else ""
+            for low, tie in zip(map(_LOW, new), map(_TIE, new), strict=True)]
     return list(map("changed {}: {} ({}) -> {} ({}, {}){}{}".format, keys,
                     map(_NAME, olds), ns_cells(before), winners, ns_cells(medians),
                     changes, beats, lows))
@@ -314,6 +315,8 @@ def _beat(change: WinnerChange) -> str:
 
 
 _NEW_LOW = "; new pick low-confidence"
+_NEW_TIE = "; new pick a tie (the higher tier, within 1% in NEW)"
+_TIE = attrgetter("tie")
 _RANKING = attrgetter("ranking")
 _FIRST = itemgetter(0)
 _NAME = attrgetter("name")

@@ -78,7 +78,7 @@ def test_diff_says_faster_of_an_old_winner_that_is_faster_now(tmp_path: Path) ->
         tie=True)]))
     out = io.StringIO()
     assert main(["diff", str(old), str(new)], out=out) == 0
-    assert "; dot_matmul now 0.4% faster\n" in out.getvalue()
+    assert "; dot_matmul now 0.4% faster; new pick a tie (" in out.getvalue()
     assert "slower" not in out.getvalue()
 
 

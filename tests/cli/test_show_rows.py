@@ -116,6 +116,9 @@ def test_diffs_lines_a_run_at_a_time_are_its_lines_one_by_one() -> None:
     assert any("not timed in NEW" in line for line in lines)
     assert any("faster" in line for line in lines) and any("low-confidence" in line
                                                            for line in lines)
+    # a tie's new winner is the higher tier, not a speed-up however its median moved
+    assert lines[1].endswith("; new pick a tie (the higher tier, within 1% in NEW)")
+    assert sum("a tie" in line for line in lines) == 1
     assert _diff_run("added", [], new) == [_diff_line(KeyChange(None, e)) for e in new]
     assert _diff_run("removed", old, []) == [_diff_line(KeyChange(e, None)) for e in old]
 
