@@ -546,7 +546,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(f"pytest-arbiter report: {exc}\n")
         return EXIT_USAGE
     artifacts.write_text_atomic(args.output, page)
-    _say(out, f"{args.output}: {count} entries, {len(histograms)} histogram(s)")
+    _say(out, f"{args.output}: {count} entries, {len(histograms)} report(s) "
+         "(JUnit or histogram)")
     return EXIT_OK
 
 

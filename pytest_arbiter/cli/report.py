@@ -69,7 +69,8 @@ table { border-collapse: collapse; font-size: 0.875em; overflow-wrap: normal; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; } td.num { text-align: right; font-variant-numeric: tabular-nums;
   white-space: nowrap; }
-td.reason { min-width: 16em; max-width: 32em; } td.tests, td.keys { min-width: 12em; }
+td.reason { min-width: 16em; max-width: 28em; }
+td.tests, td.keys { min-width: 12em; max-width: 20em; overflow-wrap: anywhere; }
 .nowrap { white-space: nowrap; }
 tr.flagged td:first-child { border-left: 4px dashed #111; }
 .bad { color: #a40000; font-weight: 600; } .ok { color: #216e00; }

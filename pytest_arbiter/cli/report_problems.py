@@ -257,10 +257,17 @@ def _row(p: Problem, anchors: Mapping[CacheKey, str]) -> str:
                           "none (outside any test)"))
     keys = _listed([f'<a href="#{anchors[k]}">{text("/".join(k))}</a>' if k in anchors
                     else text("/".join(k)) for k in p.keys], "-", p.key_count)
+    if p.outcome == "degraded" and p.dispatches is not None and p.keys:
+        # a report counts a fallback per candidate, not per key: the keys it wins
+        keys = ('<span class="note">the keys it wins (the reports say not which fell '
+                f"back):</span><br>{keys}")
+    reasons = [text(r) for r in p.reasons]
+    if len(reasons) > 1:
+        reasons = [f"{n}. {r}" for n, r in enumerate(reasons, 1)]
     cells = [f'<td><span class="badge {p.outcome}">{text(p.outcome)}</span></td>',
              f"<td>{text(' / '.join(p.what))}</td>",
              f'<td class="num">{dispatches}</td>',
-             f'<td class="reason">{_listed([text(r) for r in p.reasons], "-")}</td>',
+             f'<td class="reason">{_listed(reasons, "-")}</td>',
              f'<td class="tests">{tests}</td>', f'<td class="keys">{keys}</td>',
              f"<td>{text(p.source)}</td>"]
     return "<tr>" + "".join(cells) + "</tr>"

@@ -202,6 +202,9 @@ def test_the_problem_table_has_reasons_tests_and_keys(tmp_path: Path) -> None:
     assert 'href="#e-' in problems and "sm_90/nvidia/matmul/64x64x64/float16" in problems
     assert "cublas 1.31x faster than wmma" in problems
     assert "no candidate of the op applies" in problems
+    # a degraded row's keys are the ones its candidate wins: no report says which fell back
+    degraded = problems[problems.index('badge degraded'):problems.index('badge rejected')]
+    assert "the keys it wins (the reports say not which fell back):" in degraded
 
 
 def test_devices_side_by_side(tmp_path: Path) -> None:
