@@ -70,7 +70,8 @@ def unwritable(path: Path) -> str | None:
     if target.is_dir():
         return f"{path} is a folder"
     if not folder.is_dir():
-        return f"the folder {folder} does not exist"
+        return (f"{folder} is a file, not a folder" if folder.exists()
+                else f"the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable"
     if target.exists() and not os.access(target, os.W_OK):
