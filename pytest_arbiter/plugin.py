@@ -538,7 +538,8 @@ class ControllerHooks:
         ledger = s.ledger
         for name, value in suite_properties(ledger.counts(), ledger.junit_recorded,
                                             s.scope(session, exitstatus).incomplete,
-                                            ledger.stale_keys(), ledger.evidence()):
+                                            ledger.stale_keys(), ledger.evidence(),
+                                            ledger.reasons()):
             log.add_global_property(name, value)
 
     @pytest.hookimpl(trylast=True)

@@ -73,6 +73,9 @@ REPORT_VERSION = "1"
 TOTAL_PREFIX = "arbiter-total:"
 """Suite property: every dispatch of the run with the key."""
 OUTSIDE_PREFIX = "arbiter-outside:"
+OUTSIDE_REASON_PREFIX = "arbiter-outside-reason:"
+"""Suite property: the reason of a failing entry counted outside any test (a failing
+kernel a measurement or a corpus replay found, a dispatch at import time)."""
 """Suite property: the dispatches of the key that no testcase records."""
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
@@ -267,11 +270,14 @@ def suite_properties(totals: Mapping[HistogramKey, int],
                      recorded: Mapping[HistogramKey, int],
                      incomplete: Sequence[str] = (),
                      stale: Sequence[str] = (),
-                     evidence: Evidence | None = None) -> list[tuple[str, str]]:
+                     evidence: Evidence | None = None,
+                     reasons: Mapping[HistogramKey, str] | None = None
+                     ) -> list[tuple[str, str]]:
     """The suite properties of a run with these dispatch ``totals`` whose testcases
-    record ``recorded``: the marker, the totals, the dispatches outside any test, why
-    the counts are incomplete if they are, the stale keys a recheck found, and what the
-    run saw of its candidates (``evidence``)."""
+    record ``recorded``: the marker, the totals, the dispatches outside any test (with
+    the run's reason of each failing one: ``reasons``), why the counts are incomplete
+    if they are, the stale keys a recheck found, and what the run saw of its candidates
+    (``evidence``)."""
     props = [(REPORT_PROPERTY, REPORT_VERSION)]
     if evidence is not None:
         props.extend((f"{CHECKED_PREFIX}{t}/{o}/{c}", "1")
@@ -286,6 +292,9 @@ def suite_properties(totals: Mapping[HistogramKey, int],
         outside = count - recorded.get(key, 0)
         if outside > 0:
             props.append((property_name(key, OUTSIDE_PREFIX), str(outside)))
+            why = (reasons or {}).get(key, "")
+            if key.outcome in REASON_OUTCOMES and why.strip():
+                props.append((property_name(key, OUTSIDE_REASON_PREFIX), reason_text(why)))
     props.extend((f"{STALE_PREFIX}{number}", line) for number, line in enumerate(stale))
     return props
 
@@ -445,6 +454,11 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                 into.stale.append(value)
             elif name.startswith((CHECKED_PREFIX, REGISTERED_PREFIX)):
                 _read_evidence(name, value, into)
+            elif name.startswith(OUTSIDE_REASON_PREFIX):
+                key = parse_property(name, OUTSIDE_REASON_PREFIX)
+                if key is None or key.outcome not in REASON_OUTCOMES or not value.strip():
+                    raise ValueError(f"property {name!r} is not a reason of a failing entry")
+                into.reasons.setdefault(key, set()).add(reason_text(value))
             else:
                 for prefix, counts in ((TOTAL_PREFIX, into.totals),
                                        (OUTSIDE_PREFIX, into.outside)):

@@ -246,3 +246,37 @@ def test_a_rerun_test_gives_the_reason_of_its_last_attempt(pytester: pytest.Pyte
     assert read_report(pytester.path / "j.xml").reasons == {
         HistogramKey("cpu", "rr_second", "rr_second_k", "degraded"):
             {"declined on the second attempt"}}
+
+
+OUTSIDE_CONFTEST = '''
+import numpy as np
+import pytest_arbiter
+
+pytest_arbiter.op("ox_op", reference=lambda x: x * 2.0)
+
+
+@pytest_arbiter.candidate("ox_op", target="cpu", name="ox_raises", tier=2)
+def raises(x):
+    raise ValueError("array must not contain infs or NaNs")
+
+
+@pytest_arbiter.candidate("ox_op", target="cpu", name="ox_right")
+def right(x):
+    return x * 2.0
+'''
+
+
+def test_an_entry_outside_any_test_keeps_its_reason_in_the_report(
+        pytester: pytest.Pytester) -> None:
+    """A failing kernel dispatched at collection time counts outside any test: its reason
+    is a suite property, so ``gate`` and the report say it, not a generic line."""
+    pytester.makeconftest(OUTSIDE_CONFTEST)
+    pytester.makepyfile(test_ok="import numpy as np\nimport pytest_arbiter\n\n"
+                        "pytest_arbiter.dispatch('ox_op', np.ones(4))  # collection time\n\n"
+                        "def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--junitxml=j.xml")
+    assert result.ret == 1, result.stdout.str()
+    code, out = run_cli("gate", pytester.path / "j.xml")
+    assert code == 1, out
+    reason = reasons_under(out, "NEW error: target=cpu op=ox_op candidate=ox_raises")
+    assert len(reason) == 1 and "array must not contain infs or NaNs" in reason[0], out
