@@ -462,9 +462,23 @@ def _expected(op: Op, inputs: Sequence[np.ndarray]
     if op.builtin:
         exact = op.exact(*inputs)
         return exact, result_dtype(op, inputs, None), "float64", exact.shape
-    ref = np.asarray(to_host(op.reference(*[host_copy(x) for x in inputs])))
+    ref = _as_one_array(op, op.reference(*[host_copy(x) for x in inputs]))
     return (np.atleast_1d(ref.astype(np.float64)), result_dtype(op, inputs, ref),
             float_name(ref.dtype), ref.shape)
+
+
+def _as_one_array(op: Op, out: Any) -> np.ndarray:
+    """A reference's output as one array; several outputs (a tuple) stacked, which the
+    gate can judge only when they have one shape."""
+    if isinstance(out, tuple):
+        shapes = [tuple(np.shape(part)) for part in out]
+        if len(set(shapes)) > 1:
+            raise ValueError(
+                f"op {op.name!r}: its reference returns {len(out)} outputs of shapes "
+                f"{', '.join(map(str, shapes))}: the F4 gate judges several outputs only "
+                "when they have one shape; register an op per output")
+        out = tuple(to_host(part) for part in out)
+    return np.asarray(to_host(out))
 
 
 def _unrepresentable(source: TrialSource, exact: np.ndarray, out_dtype: np.dtype) -> str:

@@ -59,3 +59,26 @@ def test_a_built_in_op_is_gated_once_per_key_and_layout() -> None:
     assert gated_as(matmul, (a, b)) == gated_as(matmul, (c, b)) == ("C", "C")
     user = make_op("qa_user", lambda x, y: x @ y)
     assert gated_as(user, (a, b)) != gated_as(user, (c, b))
+
+
+def test_several_outputs_come_back_as_a_tuple_on_every_path() -> None:
+    """A mean and a variance per row: a candidate returns a tuple, and so does the
+    reference when it serves (the candidate declined the odd row count)."""
+    ops = OpRegistry()
+    ops.register(make_op("qa_moments", lambda x: (np.asarray(x, np.float64).mean(-1),
+                                                   np.asarray(x, np.float64).var(-1))))
+    reg = CandidateRegistry()
+    reg.extend([FunctionCandidate(lambda x: (x.mean(-1), x.var(-1)), "moments", "qa_moments",
+                                  "cpu", 0, lambda x: x.shape[0] % 2 == 0, None)])
+    arb = Arbiter(registry=reg, ops=ops, cache=MeasureCache(), mode="static")
+    x = np.random.default_rng(0).standard_normal((8, 100)).astype(np.float32)
+    for rows in (8, 7):
+        out = arb.dispatch("qa_moments", x[:rows])
+        assert isinstance(out, tuple) and len(out) == 2
+        assert all(part.shape == (rows,) and part.dtype == np.float32 for part in out)
+    ops.register(make_op("qa_ragged", lambda x: (x.sum(), x.sum(-1))))
+    reg.extend([FunctionCandidate(lambda x: (x.sum(), x.sum(-1)), "ragged", "qa_ragged",
+                                  "cpu", 0, None, None)])
+    with pytest.raises(ValueError, match=r"op 'qa_ragged': its reference returns 2 outputs "
+                                         r"of shapes \(\), \(8,\)"):
+        arb.dispatch("qa_ragged", x[:8])

@@ -60,6 +60,12 @@ class Op:
         out = self.reference(*inputs)
         if self.builtin:
             return out
+        if isinstance(out, tuple):  # several outputs: each as one, a tuple as candidates give
+            return tuple(self._as_result(inputs, part) for part in out)
+        return self._as_result(inputs, out)
+
+    def _as_result(self, inputs: tuple[Array, ...], out: Any) -> Array:
+        """One reference output in :func:`result_dtype`, on the inputs' kind of device."""
         want = result_dtype(self, inputs, out)
         template = inputs[0] if inputs else out
         if same_device_kind(out, template) and hasattr(out, "astype"):
