@@ -302,6 +302,7 @@ class ArbiterSession:
             EXPECT_DEGRADE_PROPERTY,
             REASON_OUTCOMES,
             REASON_PREFIX,
+            TEST_PROPERTY,
             property_name,
             reason_text,
         )
@@ -314,6 +315,8 @@ class ArbiterSession:
             why = reason_text(reasons.get(key, ""))
             if why.strip():
                 item.user_properties.append((property_name(key, REASON_PREFIX), why))
+        if failing:  # named by the gate as pytest takes it, not as JUnit's classname
+            item.user_properties.append((TEST_PROPERTY, nodeid))
         if expected:
             # so that `pytest-arbiter gate` on the JUnit file leaves them out too
             item.user_properties.append((EXPECT_DEGRADE_PROPERTY, 1))

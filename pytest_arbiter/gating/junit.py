@@ -66,6 +66,9 @@ MAX_REASON_CHARS = 500
 """A recorded reason's length, escaped, at most: a traceback or a 10k-character message
 is cut (the run's own summary has the whole of it)."""
 EXPECT_DEGRADE_PROPERTY = "arbiter-expect-degrade"
+TEST_PROPERTY = "arbiter-test"
+"""Testcase property: the test's pytest node id (``tests/test_gemm.py::test_ragged[7]``),
+written beside a gated entry's counts, so the gate names the test as pytest takes it."""
 """A testcase property saying the test degrades on purpose: its entries are not gated."""
 REPORT_PROPERTY = "arbiter-report"
 """Suite property: pytest-arbiter was active; the value is :data:`REPORT_VERSION`."""
@@ -419,6 +422,8 @@ class _Case:
     found: dict[HistogramKey, int] = field(default_factory=dict)
     reasons: dict[HistogramKey, str] = field(default_factory=dict)
     expected: bool = False
+    nodeid: str = ""
+    """The test's pytest node id (:data:`TEST_PROPERTY`), empty when not written."""
 
 
 def _properties(element: Any, where: str) -> list[tuple[str, str]]:
@@ -496,6 +501,10 @@ def _read_case(case: Any, where: str, into: _Suite) -> None:
                 if value != "1":
                     raise ValueError(f"property {name!r} has the value {value!r}, not '1'")
                 read.expected = True
+            elif name == TEST_PROPERTY:
+                if not value.strip() or read.nodeid:
+                    raise ValueError(f"property {name!r} is empty or given twice")
+                read.nodeid = case_id("", value)
             elif name.startswith(REASON_PREFIX):
                 _read_reason(name, value, read)
             else:
@@ -535,7 +544,7 @@ def _tally(into: _Suite) -> None:
             if case.expected:  # its entries do not count against the gate: never named
                 into.expected[key] = into.expected.get(key, 0) + count
             else:
-                into.tests.setdefault(key, set()).add(tid)
+                into.tests.setdefault(key, set()).add(case.nodeid or tid)
         for key, why in case.reasons.items():
             into.reasons.setdefault(key, set()).add(why)
 

@@ -258,8 +258,8 @@ def test_gate_fails_on_a_new_degrade_naming_it_and_its_tests(
     assert code == 1, text
     assert "none.json does not exist yet: it counts as empty" in text
     assert ("NEW degraded: target=cpu op=cli_mm candidate=cli_declining (3 dispatches) in "
-            "test_one::test_dispatch[0], test_one::test_dispatch[1], "
-            "test_one::test_dispatch[2]") in text
+            "test_one.py::test_dispatch[0], test_one.py::test_dispatch[1], "
+            "test_one.py::test_dispatch[2]") in text
     assert "degrade gate FAILED: 1 new degraded, rejected or error entries" in text
     assert "softmax" not in text.split("NEW")[1]  # won dispatches are not gated
     # no --baseline at all: the same verdict, as a pytest run without --arbiter-baseline

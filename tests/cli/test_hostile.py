@@ -190,7 +190,7 @@ def test_softmax(arbiter):
 """
 
 NEW_DEGRADE = "NEW degraded: target=cpu op=fz_mm candidate=fz_declining (1 dispatch)"
-NEW_LINE = f"{NEW_DEGRADE} in test_one::test_degrade"
+NEW_LINE = f"{NEW_DEGRADE} in test_one.py::test_degrade"
 KNOWN = ("cpu", "fz_known_op", "known_slow", "degraded")
 
 

@@ -240,7 +240,7 @@ def test_a_rerun_test_gives_the_reason_of_its_last_attempt(pytester: pytest.Pyte
     assert code == 1, out
     assert [line for line in out.splitlines() if line.startswith("NEW")] == [
         "NEW degraded: target=cpu op=rr_second candidate=rr_second_k (1 dispatch) in "
-        "test_flaky::test_flaky"], out
+        "test_flaky.py::test_flaky"], out
     assert reasons_under(out, "NEW degraded") == [
         "  reason: declined on the second attempt"], out
     assert read_report(pytester.path / "j.xml").reasons == {

@@ -92,7 +92,8 @@ def test_a_library_decline_from_a_plain_test_is_counted_gated_and_named(
     props = _properties(pytester.path / "j.xml")
     assert props["test_ragged"] == {
         "arbiter:cpu/kl_scale/kl_vector8/degraded": "1",
-        "arbiter-reason:cpu/kl_scale/kl_vector8/degraded": "needs a multiple of 8 elements"}
+        "arbiter-reason:cpu/kl_scale/kl_vector8/degraded": "needs a multiple of 8 elements",
+        "arbiter-test": "test_lib.py::test_ragged"}
     assert props["test_aligned"] == {"arbiter:cpu/kl_scale/kl_vector8/won": "1"}
 
 

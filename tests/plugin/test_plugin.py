@@ -877,7 +877,7 @@ def test_odd_on_purpose():
     out = io.StringIO()
     assert main(["gate", "--baseline", str(pytester.path / "none.json"),
                  str(pytester.path / "r.xml")], out=out) == 1
-    assert "in test_lib::test_odd\n" in out.getvalue(), out.getvalue()
+    assert "in test_lib.py::test_odd\n" in out.getvalue(), out.getvalue()
 
 
 def test_idle_tests_get_no_arbiter_bookkeeping(pytester: pytest.Pytester) -> None:
