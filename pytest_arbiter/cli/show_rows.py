@@ -93,17 +93,19 @@ _NS_CELLS = _NsCells()
 
 
 def slower(ratio: float, tie: bool) -> str:
-    """How much slower the runner-up measured, with one sign. A runner-up faster by the
-    median ranks second only in a tie (broken by tier): the difference is noise; or
-    because it lost most of the paired rounds: marked ``*`` (:data:`PAIRED_NOTE`)."""
+    """How much slower the runner-up measured, with one sign. A runner-up faster ranks
+    second only in a tie (broken by tier): the difference is noise; or as a crawler
+    dropped from the comparison, or by its median in a file without paired ratios:
+    marked ``*`` (:data:`PAIRED_NOTE`)."""
     pct = (ratio - 1) * 100
     if pct < 0 and tie:
         return f"\u00b1{-pct:.1f}%"
     return f"{pct:+.1f}%" + ("*" if pct < 0 else "")
 
 
-PAIRED_NOTE = ("* a lower median, but ranked second: it lost most of the rounds timed side "
-               "by side (docs/ci.md)")
+PAIRED_NOTE = ("* faster than the winner where timed, but ranked after it: dropped from the "
+               "comparison as a crawler (two calls over 10x the budget), or its file has no "
+               "paired ratio (docs/ci.md)")
 SHOW_WIDTH = 100
 NARROW_COLUMNS = ("key", "winner", "median", "runner-up", "confidence")
 NARROW_CAPS = (44, 13, 8, 17, 10)
