@@ -103,9 +103,8 @@ def slower(ratio: float, tie: bool) -> str:
     return f"{pct:+.1f}%" + ("*" if pct < 0 else "")
 
 
-PAIRED_NOTE = ("* faster than the winner where timed, but ranked after it: dropped from the "
-               "comparison as a crawler (two calls over 10x the budget), or its file has no "
-               "paired ratio (docs/ci.md)")
+PAIRED_NOTE = ("* faster where timed, yet ranked second: a crawler dropped from the "
+               "rounds, or no paired ratio")
 SHOW_WIDTH = 100
 NARROW_COLUMNS = ("key", "winner", "median", "runner-up", "confidence")
 NARROW_CAPS = (44, 13, 8, 17, 10)

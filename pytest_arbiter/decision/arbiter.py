@@ -92,7 +92,10 @@ class Arbiter:
         """The plan table of this arbiter's mode: what a dispatch's signature finds."""
         self.registry.changed.add(self._plans_stale)
         self.cache.changed.add(self._plans_stale)
-        self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop, self.plans.drop_op)
+        # per shape where the gate is on (tests): with it off (production), what was not
+        # vouched for is gated once per key and layout, not at every new length
+        self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop, self.plans.drop_op,
+                              per_shape=gate)
         self.recheck = Rechecker(recheck, recheck_budget)
         self.events: dict[DispatchKey, DispatchEvent] = {}
 
@@ -329,10 +332,12 @@ class Arbiter:
         """Why the key's winner did not serve these inputs, when that is a silent
         fallback (None: it is not one)."""
         fb = kp.fallback
-        if fb is None or step.cand.name == fb.winner or not fb.worse(step.cand.name):
+        if fb is None or step.cand.name == fb.winner:
             return None
         if fb.unavailable:
-            return fb.unavailable
+            # a winner that cannot run on this machine (its available() says no), and one
+            # as fast serving: the ranking at work, not a degrade
+            return fb.unavailable if not fb.registered or fb.worse(step.cand.name) else None
         if declined is not None and declined[0] == fb.winner and fb.measured_on(inputs):
             return f"it declined inputs of the shapes it was measured on: {declined[1]}"
         return None

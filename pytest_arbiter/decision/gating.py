@@ -2,8 +2,9 @@
 layout of the inputs, memoised for the process.
 
 Lead-safety: a candidate runs for a dispatch key only after it passed the gate for that
-key and layout in this process (or, with the gate off, the corpus vouches for its code);
-a ``reject`` or ``error`` holds for the whole key. A candidate rejected for a numerical
+key and layout in this process (a user op's, with the gate on: for those shapes too), or
+with the gate off, the corpus vouches for its code; a ``reject`` or ``error`` holds for
+the whole key and layout. A candidate rejected for a numerical
 reason on one key of an op (:data:`~pytest_arbiter.core.gate.NumericFailure`) is gated
 on every other key of the op before it runs there, gate or no gate, and on those of a
 user op with the failing derived trial's pattern made for that key's shapes; its passes
@@ -167,8 +168,11 @@ class GateMemo:
 
     def __init__(self, seed: int, call_timeout_s: float | None,
                  on_block: Callable[[DispatchKey], None],
-                 on_suspect: Callable[[str, str], None] | None = None) -> None:
+                 on_suspect: Callable[[str, str], None] | None = None, *,
+                 per_shape: bool = True) -> None:
         self.seed = seed
+        self.per_shape = per_shape
+        """A user op's verdicts held per shapes too (:func:`gated_as`)."""
         self.call_timeout_s = call_timeout_s
         self._held: dict[MemoKey, _Held] = {}
         self._on_block = on_block
@@ -189,9 +193,12 @@ class GateMemo:
 
     def known(self, op: Op, key: DispatchKey, cand: Candidate,
               inputs: Sequence[Any]) -> Verdict | None:
-        """The verdict already held for ``cand`` on inputs like these (:func:`gated_as`),
-        if any."""
-        held = self._held.get((key, cand.name, gated_as(op, inputs)))
+        """The verdict already held for ``cand`` on inputs like these, if any: a reject
+        or an error for the key and layout, else a pass for inputs like these
+        (:func:`gated_as`: a user op's, of these shapes too)."""
+        held = self._held.get((key, cand.name, layout(inputs)))
+        if held is None or held.verdict.kind not in ("reject", "error"):
+            held = self._held.get((key, cand.name, gated_as(op, inputs, self.per_shape)))
         return held.verdict if held is not None and held.cand is cand else None
 
     def known_bad(self, op: Op, key: DispatchKey, cand: Candidate,
@@ -244,9 +251,10 @@ class GateMemo:
 
     def _remember(self, op: Op, key: DispatchKey, cand: Candidate, inputs: Sequence[Any],
                   found: Verdict) -> None:
-        memo_key = (key, cand.name, gated_as(op, inputs))
+        memo_key = (key, cand.name, gated_as(op, inputs, self.per_shape))
         triple = _triple(key, cand)
         if found.kind in ("reject", "error"):
+            memo_key = (key, cand.name, layout(inputs))  # for the whole key and layout
             with self._lock:
                 self._held[memo_key] = _Held(cand, found)
                 self.failed.add(triple)
@@ -293,12 +301,13 @@ def _triple(key: DispatchKey, cand: Candidate) -> Triple:
     return (key.target, key.op, cand.name)
 
 
-def gated_as(op: Op, inputs: Sequence[Any]) -> tuple[Any, ...]:
+def gated_as(op: Op, inputs: Sequence[Any], per_shape: bool = True) -> tuple[Any, ...]:
     """What a verdict of the gate holds for: inputs of this layout (:func:`layout`), and
-    for a user op of these exact shapes too. A built-in op's generated trials cover its
-    key's ragged tails; a user op's derived trials keep the dispatch's shapes, so a
-    kernel wrong only when ``n % 8 == 7`` is gated on each length it is given."""
-    if op.builtin:
+    for a user op (``per_shape``: with the gate on) of these exact shapes too. A built-in
+    op's generated trials cover its key's ragged tails; a user op's derived trials keep
+    the dispatch's shapes, so a kernel wrong only when ``n % 8 == 7`` is gated on each
+    length a test gives it."""
+    if op.builtin or not per_shape:
         return layout(inputs)
     return (*layout(inputs), *(tuple(getattr(x, "shape", ())) for x in inputs))
 

@@ -4,11 +4,13 @@ A kernel that reads ``PASSES = 6`` runs differently when the line says 8: the kn
 part of its code, and :mod:`pytest_arbiter.extend.fingerprint` hashes it with the
 kernel. A knob is a name every store of which, in the module's top-level code, stores a
 literal (a number, string, bytes, bool, ``None`` or a tuple of those; ``X = Y = 6`` and
-``A, B = 6, 2`` included), whose live value is one of them; or a name bound by
+``A, B = 6, 2`` included); or a name bound by
 ``from module import NAME`` to such a knob of another module. A name set by a
-computation anywhere (``THREADS = os.cpu_count()``, a conditional expression, a
-function's ``global`` store) differs between machines or runs, not between versions
-of the code: it is no knob. The module's code is read once per version of its file.
+computation anywhere (``THREADS = os.cpu_count()``, a function's ``global`` store)
+differs between machines or runs, not between versions of the code: it is no knob.
+What is hashed is the literals of the code, never a live value (another module may
+set the knob at run time, on some machines only). The module's code is read once per
+version of its file.
 """
 
 from __future__ import annotations
@@ -162,25 +164,19 @@ def knob(namespace: Mapping[str, Any], name: str, own: Callable[[types.ModuleTyp
          depth: int = 0) -> tuple[Any, ...] | None:
     """The literals of knob ``name`` of the module whose globals are ``namespace``
     (following ``from module import name`` of a loaded module that is ``own`` code),
-    or ``None`` when it is no knob: no literal store, another store, or a live value
-    none of them."""
+    or ``None`` when it is no knob: no literal store, or another store. The code's
+    literals, never the live value: a value set at run time (a detected tile size)
+    differs between machines, and a fingerprint must not."""
     module = namespace.get("__name__")
     if not isinstance(module, str) or depth > 3:
         return None
     knobs = module_knobs(module, namespace.get("__loader__"), namespace.get("__file__"))
     values = knobs.literals.get(name)
     if values is not None:
-        live = namespace.get(name, _MISSING)
-        return values if any(_same(live, v) for v in values) else None
+        return values
     alias = knobs.aliases.get(name)
     other = sys.modules.get(alias.module) if alias is not None else None
     if alias is None or other is None or not own(other):
         return None
     return knob(vars(other), alias.attr, own, depth + 1)
 
-
-_MISSING = object()
-
-
-def _same(live: Any, literal: Any) -> bool:
-    return type(live) is type(literal) and repr(live) == repr(literal)

@@ -250,6 +250,7 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
     if not picked:
         return []
     cached = _cached_winners(ledger, {key for key, _ in picked[:most]})
+    gone = {(u.target, u.op, u.name) for u in ledger.unavailable(ledger.counts())}
     lines = ["winners:"]
     for key, event in picked[:most]:
         how = "measured" if event.source == "measured" else "reused from cache"
@@ -259,6 +260,8 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
         winner = cached.get(key, ran)
         if event.fallback:
             how += f"; the cached winner {winner} could not run here: degraded"
+        elif winner != ran and (key[0], key[1], winner) in gone:
+            how += f"; the cached winner {winner} is unavailable here, {ran} as fast"
         elif winner != ran:
             how += f"; the cached winner {winner} declined these inputs"
         lines.append(f"  {_key_text(key)}: {ran} ({how})")

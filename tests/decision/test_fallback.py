@@ -176,20 +176,33 @@ def test_the_event_says_the_reference_ran_when_the_gate_rejected_every_candidate
     assert "F4 gate" in event.passed_over["wrong_a"]
 
 
-@pytest.mark.parametrize(("ratio", "degraded"), [(1.004, False), (1.0, False),
-                                                (1.012, True)])
-def test_a_fallback_as_fast_as_the_winner_is_no_degrade(ratio: float, degraded: bool) -> None:
+@pytest.mark.parametrize(("ratio", "why", "degraded"), [
+    (1.004, "unavailable", False), (1.0, "unavailable", False),
+    (1.012, "unavailable", True), (1.004, "declines", True), (1.004, "gone", True)])
+def test_a_fallback_as_fast_as_an_unavailable_winner_is_no_degrade(
+        ratio: float, why: str, degraded: bool) -> None:
     """The winner tied with the one that served (its paired ratio within the 1% tie
-    margin, the tier decided): serving in its place loses nothing, so it is ``won``;
-    1.2% slower is a degrade."""
+    margin, the tier decided) and cannot run on this machine (its ``available()`` says
+    no: an optional package missing here): serving in its place loses nothing, so it is
+    ``won``; 1.2% slower is a degrade, and so is a winner declining inputs of the shapes
+    it was measured on (a bug, maybe) or one no longer registered, however fast."""
     a = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
     pair = ((fast, "fast", None), (slow, "slow", None))
     (entry,) = tuned("matmul", (a, a), *pair).entries()
     cache = MeasureCache()
     cache.put(msgspec.structs.replace(entry, ranking=(
         entry.ranking[0], msgspec.structs.replace(entry.ranking[1], ratio=ratio))))
-    WORKS["fast"] = False
-    counts = replay("matmul", (a, a), cache, *pair).histogram.counts()
+    reg = CandidateRegistry()
+    if why != "gone":
+        reg.add(FunctionCandidate(fast, "fast", "matmul", "cpu", 0, None,
+                                  (lambda: "fastpkg is not installed")
+                                  if why == "unavailable" else None))
+    reg.add(FunctionCandidate(slow, "slow", "matmul", "cpu", 0, None, None))
+    WORKS["fast"] = why != "declines"
+    arb = Arbiter(registry=reg, cache=cache, mode="static")
+    for _ in range(3):
+        arb.dispatch("matmul", a, a)
+    counts = arb.histogram.counts()
     if degraded:
         assert counts == {("cpu", "matmul", "fast", "degraded"): 3}, counts
     else:

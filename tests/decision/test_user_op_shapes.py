@@ -44,8 +44,27 @@ def test_a_kernel_wrong_for_one_length_never_serves_it(mode: str) -> None:
         np.testing.assert_allclose(out, np.cumsum(x.astype(np.float64), axis=-1),
                                    rtol=1e-4, atol=1e-4)
     counts = arb.histogram.counts()
-    assert counts[("cpu", "qa_scan", "unrolled", "rejected")] == 1, counts
+    # caught at 1023; a rejection holds for the whole key: 1001 is not served by it again
+    assert counts[("cpu", "qa_scan", "unrolled", "rejected")] == 2, counts
     assert ("cpu", "qa_scan", "scan", "won") in counts, counts
+
+
+def test_with_the_gate_off_a_user_op_is_gated_once_per_key_and_layout() -> None:
+    """Production with no corpus entry: what is not vouched for is gated at a key's
+    first dispatch, not at every new length a workload brings."""
+    from pytest_arbiter.decision.gating import gated_as
+
+    user = make_op("qa_user2", lambda x: x * 2)
+    a, b = np.ones((4, 1001), np.float32), np.ones((4, 1023), np.float32)
+    assert gated_as(user, (a,), per_shape=False) == gated_as(user, (b,), per_shape=False)
+    ops = OpRegistry()
+    ops.register(user)
+    reg = CandidateRegistry()
+    reg.extend([FunctionCandidate(lambda x: x * 2, "twice", "qa_user2", "cpu", 0, None, None)])
+    arb = Arbiter(registry=reg, ops=ops, cache=MeasureCache(), mode="static", gate=False)
+    for n in (1001, 1009, 1023):
+        arb.dispatch("qa_user2", np.ones((4, n), np.float32))
+    assert len(arb.gates._held) == 1
 
 
 def test_a_built_in_op_is_gated_once_per_key_and_layout() -> None:
