@@ -76,10 +76,10 @@ REPORT_VERSION = "1"
 TOTAL_PREFIX = "arbiter-total:"
 """Suite property: every dispatch of the run with the key."""
 OUTSIDE_PREFIX = "arbiter-outside:"
+"""Suite property: the dispatches of the key that no testcase records."""
 OUTSIDE_REASON_PREFIX = "arbiter-outside-reason:"
 """Suite property: the reason of a failing entry counted outside any test (a failing
-kernel a measurement or a corpus replay found, a dispatch at import time)."""
-"""Suite property: the dispatches of the key that no testcase records."""
+kernel a measurement or a corpus replay found, a dispatch at collection time)."""
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
 CHECKED_PREFIX = "arbiter-checked:"
@@ -411,6 +411,8 @@ class _Suite:
     reasons: dict[HistogramKey, set[str]] = field(default_factory=dict)
     orphans: list[str] = field(default_factory=list)
     """Why a testcase's reason property is not the plugin's (a reason without a count)."""
+    outside_reasons: set[HistogramKey] = field(default_factory=set)
+    """The keys an ``arbiter-outside-reason:`` property gives a reason of."""
     cases: dict[str, _Case] = field(default_factory=dict)
 
 
@@ -464,6 +466,7 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                 if key is None or key.outcome not in REASON_OUTCOMES or not value.strip():
                     raise ValueError(f"property {name!r} is not a reason of a failing entry")
                 into.reasons.setdefault(key, set()).add(reason_text(value))
+                into.outside_reasons.add(key)
             else:
                 for prefix, counts in ((TOTAL_PREFIX, into.totals),
                                        (OUTSIDE_PREFIX, into.outside)):
@@ -572,6 +575,10 @@ def _check_suite(suite: _Suite, where: str) -> None:
                 "(a damaged or edited report)")
     if suite.orphans:
         raise ValueError(suite.orphans[0])
+    for key in sorted(suite.outside_reasons - set(suite.outside)):
+        raise ValueError(f"{where}: property {property_name(key, OUTSIDE_REASON_PREFIX)!r} "
+                         "gives the reason for a key no dispatch outside a test counted "
+                         "(a damaged or edited report)")
 
 
 def junit_counts(data: bytes, source: str) -> FleetCounts:

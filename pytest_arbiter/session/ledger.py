@@ -79,11 +79,11 @@ class RunLedger:
         self.junit_by_test: dict[str, dict[HistogramKey, int]] = {}
         """The ``arbiter:`` counts of each test's last JUnit record (controller only)."""
         self.worker_rechecks: dict[KeyTuple, tuple[str, dict[str, LatencyStats]]] = {}
+        """The workers' rechecks: per key, the cached winner and each timed candidate's
+        statistics (the first worker's, like this process's own in :meth:`rechecks`)."""
         self.worker_unavailable: set[Unavailable] = set()
         """The candidates the workers found unavailable (the controller may not even
         import the modules that register them)."""
-        """The workers' rechecks: per key, the cached winner and each timed candidate's
-        statistics (the first worker's, like this process's own in :meth:`rechecks`)."""
 
     def use(self, arbiter: Arbiter) -> None:
         """The run's arbiter, built at the first dispatch; its cache as read now."""

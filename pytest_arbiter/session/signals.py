@@ -56,6 +56,7 @@ class CancelGuard:
         return guard
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        __tracebackhide__ = True  # pytest shows the test's line that was interrupted
         name = signal.Signals(signum).name
         self.received.append(name)
         if len(self.received) > 1:  # a second signal: the default action, now

@@ -101,3 +101,25 @@ def test_several_outputs_come_back_as_a_tuple_on_every_path() -> None:
     with pytest.raises(ValueError, match=r"op 'qa_ragged': its reference returns 2 outputs "
                                          r"of shapes \(\), \(8,\)"):
         arb.dispatch("qa_ragged", x[:8])
+
+
+class DeviceArray:
+    """A device array as the gate meets one: ``get()`` copies it to the host."""
+
+    def __init__(self, values: Any) -> None:
+        self.values = values
+
+    def get(self) -> Any:
+        return self.values
+
+
+def test_a_device_candidate_s_several_outputs_are_copied_back_each() -> None:
+    from pytest_arbiter.decision.gating import f4_gate
+
+    op = make_op("qa_moments2", lambda x: (np.asarray(x, np.float64).mean(-1),
+                                           np.asarray(x, np.float64).var(-1)))
+    cand = FunctionCandidate(lambda x: (DeviceArray(x.mean(-1)), DeviceArray(x.var(-1))),
+                             "device_moments", "qa_moments2", "cpu", 0, None, None)
+    x = np.random.default_rng(1).standard_normal((8, 64))
+    report = f4_gate(cand, op, inputs=(x,))
+    assert report.passed, report.summary()

@@ -76,3 +76,20 @@ def test_a_reason_the_plugin_cannot_have_written_is_refused(
     with pytest.raises(ArtifactError, match=needle):
         junit.read_report(path)
 
+
+
+def test_an_outside_reason_without_an_outside_count_is_damage(tmp_path: Path) -> None:
+    """The reason of a key counted outside any test, with that count edited away: the
+    report is refused, as a testcase's reason without its count is."""
+    reason = f'<property name="arbiter-outside-reason:{KEY}" value="raised ValueError"/>'
+    counted = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 2}).replace(
+        "</properties>", f'<property name="arbiter-outside:{KEY}" value="1"/>{reason}'
+        "</properties>", 1)
+    path = tmp_path / "kept.xml"
+    path.write_text(counted)
+    assert junit.read_report(path).reasons == {DEGRADED: {"raised ValueError"}}
+    edited = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1}).replace(
+        "</properties>", f"{reason}</properties>", 1)
+    path.write_text(edited)
+    with pytest.raises(ArtifactError, match="no dispatch outside a test counted"):
+        junit.read_report(path)
