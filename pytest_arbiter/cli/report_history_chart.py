@@ -57,7 +57,7 @@ def chart_svg(lines: Mapping[str, Series], labels: Sequence[str], prefix: str) -
         ax.set_xticks(range(len(labels)), [cut(escape(v), 12) for v in labels],
                       rotation=45, ha="right")
         ax.set_ylabel("median (\u00b5s)")
-        _log_axis(ax)
+        _log_axis(ax, [p[0] / 1e3 for name in shown for p in lines[name] if p is not None])
         ax.grid(True, which="both", alpha=0.3)
         if shown:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
@@ -67,12 +67,36 @@ def chart_svg(lines: Mapping[str, Series], labels: Sequence[str], prefix: str) -
     return prefixed_ids(svg, prefix)
 
 
-def _log_axis(ax: object) -> None:
-    """A log scale labelled in plain numbers (1, 2, 5, 10, ...), not math text."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+_STEPS = ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
+          (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0))
+"""The plain numbers a log axis is labelled with, per decade: the first set that puts
+three labels or more on the axis."""
+
+
+def _log_axis(ax: object, values: list[float]) -> None:
+    """A log scale labelled in plain numbers, not math text, from a label at or below
+    the lowest value to one at or above the highest: no line lies past the last label."""
+    import math
+
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     ax.set_yscale("log")  # type: ignore[attr-defined]
     axis = ax.yaxis  # type: ignore[attr-defined]
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    shown = [v for v in values if v > 0 and math.isfinite(v)]
+    if not shown:
+        return
+    lo, hi = min(shown), max(shown)
+    for steps in _STEPS:
+        ticks = [s * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1,
+                                             math.ceil(math.log10(hi)) + 1) for s in steps]
+        below = max(t for t in ticks if t <= lo * (1 + 1e-9))
+        above = min(t for t in ticks if t >= hi * (1 - 1e-9))
+        inside = [t for t in ticks if below <= t <= above]
+        if len(inside) >= 3 or steps is _STEPS[-1]:
+            break
+    if above <= below:
+        above = min(t for t in ticks if t > below)
+    ax.set_ylim(below / 1.05, above * 1.05)  # type: ignore[attr-defined]
+    axis.set_major_locator(FixedLocator([t for t in ticks if below <= t <= above]))

@@ -166,3 +166,23 @@ def test_the_chart_legend_keeps_each_keys_dtype() -> None:
                  f"{bucket} float64": [(2000.0, False), (2100.0, False)]}
         svg = chart_svg(lines, ["v1", "v2"], "t")
         assert "float32" in svg and "float64" in svg
+
+
+@pytest.mark.parametrize("values", [[1.11, 1.2, 4.4], [2.3, 10.5], [7.0, 7.0], [0.004, 3e6]])
+def test_a_history_chart_labels_below_and_above_every_line(values: list[float]) -> None:
+    """Medians of 1.11 and 1.2 us once lay under the lowest label (1.5): the log axis
+    now runs from a label at or below the lowest median to one at or above the highest,
+    with three labels at least."""
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from pytest_arbiter.cli.report_history_chart import _log_axis
+
+    fig, ax = plt.subplots()
+    ax.plot(range(len(values)), values)
+    _log_axis(ax, values)
+    ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    plt.close(fig)
+    assert min(ticks) <= min(values) and max(ticks) >= max(values), ticks
+    assert len(ticks) >= 2
