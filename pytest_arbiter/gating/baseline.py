@@ -7,7 +7,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, and_, itemgetter, lt, not_, truth
+from operator import and_, lt, not_, truth
 
 from pytest_arbiter.gating.histogram import (
     GATED_OUTCOMES,
@@ -198,8 +198,10 @@ def _covered(seen: CountColumns, keys: list[str]) -> list[bool]:
         return []
     counted = positive(seen)
     ordered = counted.joined if counted.ascending() else sorted(counted.joined)
-    prefixes = list(map(add, map(itemgetter(0), map(str.rsplit, keys, repeat(SEP),
-                                                     repeat(2))), repeat(SEP)))
+    # from the left: a name escaped to start with NUL U+0001 puts a NUL pair right after
+    # its separator, which a split from the right would take for the separator
+    heads = map(str.split, keys, repeat(SEP), repeat(2))
+    prefixes = [f"{head[0]}{SEP}{head[1]}{SEP}" for head in heads]
     at = map(bisect_left, repeat(ordered), prefixes)
     return list(map(str.startswith, map([*ordered, ""].__getitem__, at), prefixes))
 

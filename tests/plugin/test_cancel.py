@@ -63,7 +63,14 @@ def start(path: Path, *args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--arbiter-tune",
          "--arbiter-cache=c.json", *args],
         cwd=path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    """The run's signals at their default action, however this test was started (under
+    ``nohup`` SIGHUP is ignored, and a guard leaves an ignored signal alone)."""
+    for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def wait_for(path: Path, done: int, proc: subprocess.Popen[str]) -> int:

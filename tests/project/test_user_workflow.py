@@ -305,5 +305,5 @@ def test_a_new_degrade_on_one_runner_fails_the_fleet_gate(tmp_path: Path) -> Non
     assert not (fleet.store / "corpus").exists()
     gate = fleet.output["gate: gate every runner's JUnit report"]
     assert ("NEW degraded: target=cpu op=mylib_scale candidate=mylib_fast_scale "
-            "(1 dispatch) in tests.test_mylib::test_scale") in gate, gate
+            "(1 dispatch) in tests/test_mylib.py::test_scale") in gate, gate
     assert "degrade gate FAILED" in gate
