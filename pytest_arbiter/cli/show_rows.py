@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from pytest_arbiter.store.cache import CacheEntry
 from pytest_arbiter.store.entry import RankedCandidate
@@ -68,27 +68,46 @@ _SCALES = (1.0, *(scale for _, scale in reversed(_UNITS)))
 _UNIT_NAMES = ("ns", "us", "ms", "s")
 
 
-class _NsCells(dict[int, str]):
-    """The text of a latency coded as its rounded digits ``whole``, its unit and its
-    digits after the point (``whole * 12 + unit * 3 + digits``), made the first time."""
+_K = TypeVar("_K")
 
-    def __missing__(self, code: int) -> str:
+
+class _Texts(dict[_K, str], Generic[_K]):
+    """Cell texts made the first time they are asked for (:meth:`make`), at most
+    :data:`CELLS_KEPT` of them kept (then it starts again)."""
+
+    def __missing__(self, key: _K) -> str:
+        text = self.make(key)
+        if self.keeps(key):
+            if len(self) >= CELLS_KEPT:
+                self.clear()
+            self[key] = text
+        return text
+
+    def make(self, key: _K) -> str:
+        raise NotImplementedError
+
+    def keeps(self, key: _K) -> bool:
+        return True
+
+
+CELLS_KEPT = 1 << 16
+"""The most texts a :class:`_Texts` keeps: latencies below a second are under 10,000,
+but whole seconds go on; a corpus holds a few thousand confidences."""
+
+
+class _NsCells(_Texts[int]):
+    """The text of a latency coded as its rounded digits ``whole``, its unit and its
+    digits after the point (``whole * 12 + unit * 3 + digits``)."""
+
+    def make(self, code: int) -> str:
         whole, rest = divmod(code, 12)
         unit, digits = divmod(rest, 3)
         if digits:
             head, tail = divmod(whole, 10**digits)
-            text = f"{head}.{tail:0{digits}d} {_UNIT_NAMES[unit]}"
-        else:
-            text = f"{whole} {_UNIT_NAMES[unit]}"
-        if len(self) >= NS_CELLS_KEPT:
-            self.clear()
-        self[code] = text
-        return text
+            return f"{head}.{tail:0{digits}d} {_UNIT_NAMES[unit]}"
+        return f"{whole} {_UNIT_NAMES[unit]}"
 
 
-NS_CELLS_KEPT = 1 << 16
-"""The most latency texts :data:`_NS_CELLS` keeps (then it starts again): below a
-second there are under 10,000, but whole seconds go on."""
 _NS_CELLS = _NsCells()
 
 
@@ -225,22 +244,17 @@ def _conf_cells(confidences: list[float], ties: list[bool], lows: Sequence[bool]
     return cells
 
 
-class _ExactConf(dict[float, str]):
-    """A confidence's own text, made the first time (a corpus holds a few thousand
-    confidences); a zero is never kept (``-0.0`` is written ``-0.000``, and equals
-    ``0.0``)."""
+class _ExactConf(_Texts[float]):
+    """A confidence's own text; a zero is never kept (``-0.0`` is written ``-0.000``,
+    and equals ``0.0``)."""
 
-    def __missing__(self, confidence: float) -> str:
-        text = f"{confidence:.3f}"
-        if confidence:
-            if len(self) >= CONF_CELLS_KEPT:
-                self.clear()
-            self[confidence] = text
-        return text
+    def make(self, confidence: float) -> str:
+        return f"{confidence:.3f}"
+
+    def keeps(self, confidence: float) -> bool:
+        return bool(confidence)
 
 
-CONF_CELLS_KEPT = 1 << 16
-"""The most confidences :data:`_EXACT_CONF` keeps (then it starts again)."""
 _EXACT_CONF = _ExactConf()
 
 
@@ -401,22 +415,16 @@ class _RoomyNames(dict[tuple[str, int], str]):
         return cell
 
 
-class _HowCells(dict[int, str]):
+class _HowCells(_Texts[int]):
     """The text of a runner-up's percentage coded as its tenths rounded and its kind
-    (``whole * 3 + kind``: 0 slower, 1 faster in a tie, 2 faster), made the first time."""
+    (``whole * 3 + kind``: 0 slower, 1 faster in a tie, 2 faster)."""
 
-    def __missing__(self, code: int) -> str:
+    def make(self, code: int) -> str:
         whole, kind = divmod(code, 3)
         head, tenth = divmod(whole, 10)
-        text = (f"+{head}.{tenth}%", f"\u00b1{head}.{tenth}%", f"-{head}.{tenth}%*")[kind]
-        if len(self) >= HOW_CELLS_KEPT:
-            self.clear()
-        self[code] = text
-        return text
+        return (f"+{head}.{tenth}%", f"\u00b1{head}.{tenth}%", f"-{head}.{tenth}%*")[kind]
 
 
-HOW_CELLS_KEPT = 1 << 16
-"""The most percentage texts :data:`_HOW_CELLS` keeps (then it starts again)."""
 _HOW_CELLS = _HowCells()
 _TWO_OR_MORE = (1).__lt__
 _SECOND = itemgetter(1)

@@ -329,11 +329,8 @@ def _outputs(cand: Candidate, prepared: Sequence[Any]) -> tuple[np.ndarray, list
     """The candidate's output and its inputs after the run, on the host (the copies back
     wait for a device candidate's work: under the watchdog, so a fault or a hang there is
     this candidate's, never escapes nor blames the next)."""
-    ran = cand.run(*prepared)
-    if isinstance(ran, tuple):  # several outputs (device arrays each copied back)
-        ran = tuple(to_host(part) for part in ran)
-    return np.asarray(to_host(ran)), [x if type(x) is np.ndarray else host(x)
-                                      for x in prepared]
+    out = np.asarray(to_host(cand.run(*prepared)))
+    return out, [x if type(x) is np.ndarray else host(x) for x in prepared]
 
 
 def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:

@@ -477,7 +477,6 @@ def _as_one_array(op: Op, out: Any) -> np.ndarray:
                 f"op {op.name!r}: its reference returns {len(out)} outputs of shapes "
                 f"{', '.join(map(str, shapes))}: the F4 gate judges several outputs only "
                 "when they have one shape; register an op per output")
-        return np.asarray(tuple(to_host(part) for part in out))
     return np.asarray(to_host(out))
 
 

@@ -250,7 +250,7 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
     if not picked:
         return []
     cached = _cached_winners(ledger, {key for key, _ in picked[:most]})
-    gone = {(u.target, u.op, u.name) for u in ledger.unavailable(ledger.counts())}
+    gone: set[tuple[str, str, str]] | None = None  # asked only of a winner that did not run
     lines = ["winners:"]
     for key, event in picked[:most]:
         how = "measured" if event.source == "measured" else "reused from cache"
@@ -260,10 +260,12 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
         winner = cached.get(key, ran)
         if event.fallback:
             how += f"; the cached winner {winner} could not run here: degraded"
-        elif winner != ran and (key[0], key[1], winner) in gone:
-            how += f"; the cached winner {winner} is unavailable here, {ran} as fast"
         elif winner != ran:
-            how += f"; the cached winner {winner} declined these inputs"
+            if gone is None:
+                gone = {(u.target, u.op, u.name) for u in ledger.unavailable(ledger.counts())}
+            how += (f"; the cached winner {winner} is unavailable here, {ran} as fast"
+                    if (key[0], key[1], winner) in gone
+                    else f"; the cached winner {winner} declined these inputs")
         lines.append(f"  {_key_text(key)}: {ran} ({how})")
     if len(picked) > most:
         lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")

@@ -224,10 +224,9 @@ def cache_lock(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT_S
     lock = lock_path(path)
     folder = lock.parent
     if not folder.is_dir():
-        why = "is a file, not a folder" if folder.exists() else "does not exist"
-        raise ArtifactError(f"cannot write {escape(path)}: {escape(folder)} {why}"
-                            if folder.exists() else
-                            f"cannot write {escape(path)}: the folder {escape(folder)} {why}")
+        what = (f"{escape(folder)} is a file, not a folder" if folder.exists()
+                else f"the folder {escape(folder)} does not exist")
+        raise ArtifactError(f"cannot write {escape(path)}: {what}")
     try:
         with filelock.FileLock(str(lock), timeout=timeout):
             _remove_stale_temps(target(path))

@@ -29,9 +29,12 @@ def require_array(x: Array, what: str) -> None:
 
 
 def to_host(x: Array) -> np.ndarray:
-    """A NumPy view or copy of ``x`` (CuPy arrays are copied from the device)."""
+    """A NumPy view or copy of ``x`` (CuPy arrays are copied from the device); several
+    outputs (a tuple) copied each, then stacked."""
     if isinstance(x, np.ndarray):
         return x
+    if isinstance(x, tuple):
+        return np.asarray(tuple(to_host(part) for part in x))
     getter = getattr(x, "get", None)
     if callable(getter):
         return np.asarray(getter())
