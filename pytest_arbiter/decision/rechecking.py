@@ -69,13 +69,17 @@ class Rechecker:
 
 def _pair(entry: CacheEntry, pool: Sequence[Candidate], region: Region,
           inputs: Sequence[Any], verdict: Callable[[Candidate], Verdict]) -> list[Candidate]:
-    """The first two cached candidates that can run the inputs and pass the gate."""
+    """The cached winner and the next cached candidate that can run the inputs and
+    pass the gate; empty when the winner itself cannot (unavailable, declining, rejected):
+    a re-timing that leaves the winner out cannot call it stale."""
     by_name = {c.name: c for c in pool}
     pair: list[Candidate] = []
     for row in entry.ranking:
         cand = by_name.get(row.name)
         if (cand is None or not usable(cand, region, Notes())
                 or not accepting(cand, inputs, Notes()) or verdict(cand).kind != "pass"):
+            if not pair:
+                return []
             continue
         pair.append(cand)
         if len(pair) == 2:
@@ -88,7 +92,7 @@ def status_of(result: RecheckResult | None) -> RecheckStatus:
         return "not_retimed"
     if result.stale:
         return "stale"
-    return "no_verdict" if result.detail else "current"
+    return "current" if result.current else "no_verdict"
 
 
 def recheck_text(result: RecheckResult | None) -> str:
@@ -99,7 +103,7 @@ def recheck_text(result: RecheckResult | None) -> str:
         return (f"stale: the cached winner {result.winner} now takes {result.ratio:.3g}x "
                 f"the time of {result.faster} (sign test p={result.p_value:.2g}, "
                 f"{result.rounds} paired rounds)")
-    if result.detail:
+    if not result.current:
         return f"no verdict on {result.winner}: {result.detail}"
     return (f"current: {result.winner} is still the fastest ({result.rounds} paired "
             f"rounds, ratio {result.ratio:.3g})")

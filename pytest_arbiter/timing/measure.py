@@ -618,8 +618,12 @@ class _Contest:
         lead = paired_leader(table, [stats[n].median_ns for n in names])
         ratios = dict(zip(names, paired_ratios(table, lead).tolist(), strict=True))
         leader = names[lead]
-        ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
-                                              -tier_of.get(n, 0), n))
+        # the leader first: where the paired ratios run in a cycle (A beats B, B beats
+        # C, C beats A) one of the rest may be under 1, but the pick is what every ratio
+        # is to
+        rest = sorted((n for n in names if n != leader),
+                      key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
+        ranked = [leader, *rest]
         p_worst = worst_p(table, lead)
         pol = self.pol
         upper = dict(zip(names, ratio_upper(table, lead, pol.tie_alpha).tolist(), strict=True))

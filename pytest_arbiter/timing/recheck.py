@@ -134,10 +134,18 @@ class RecheckResult:
     spent_ns: int
     detail: str = ""
     stats: Mapping[str, LatencyStats] = field(default_factory=dict)
+    decided: bool = False
+    """Whether the re-timing took a verdict: enough paired rounds, and nothing timed
+    raised or crawled (a stale finding stands either way)."""
 
     @property
     def stale(self) -> bool:
         return self.faster is not None
+
+    @property
+    def current(self) -> bool:
+        """Still the fastest: a verdict was taken, and no challenger beats it."""
+        return self.decided and not self.stale
 
     def to_dict(self) -> dict[str, Any]:
         return {"winner": self.winner, "faster": self.faster, "ratio": self.ratio,
@@ -285,7 +293,7 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
     ratio, p_value = (closest[0], closest[1]) if closest is not None else (1.0, 1.0)
     return RecheckResult(winner, faster[2] if faster else None, ratio, p_value, n,
                          round(comparison.timed_ns), time.perf_counter_ns() - started,
-                         "; ".join(details), dict(comparison.stats))
+                         "; ".join(details), dict(comparison.stats), decided=not details)
 
 
 class RunBudget:

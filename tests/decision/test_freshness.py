@@ -263,7 +263,7 @@ def test_the_summary_lists_stale_keys_strict_fails_on_them_and_tune_clears_them(
 
 # -- a recheck's re-measurement -----------------------------------------------------------
 
-SLOW = {"alpha": False}
+SLOW = {"alpha": False, "beta": False}
 
 
 def alpha(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -297,6 +297,37 @@ def test_a_stale_winner_re_measured_under_tune_supersedes_the_stronger_old_entry
     assert new.samples < old.samples  # the weaker measurement ...
     assert prefer(old, new) is new and prefer(new, old) is new  # ... replaces the old one
     assert retune.histogram.counts()[("cpu", "matmul", "alpha", "stale")] == 1
+
+
+def beta(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if SLOW["beta"]:  # twice tenfold's work: slower than gamma
+        tenfold(a, b)
+        return tenfold(a, b)
+    return fourfold(a, b)
+
+
+def test_a_recheck_leaves_a_winner_that_cannot_run_here_alone() -> None:
+    """A winner unavailable on this runner is not re-timed: the runner-up, slowed, is
+    not re-timed against the third and called "the cached winner", stale, so the
+    entry is neither superseded nor its winner demoted."""
+    from pytest_arbiter.timing.recheck import RecheckPolicy
+
+    first = tuned(fn(alpha, "alpha"), fn(beta, "beta"), fn(tenfold, "gamma"))
+    old = only_entry(first.cache)
+    assert [r.name for r in old.ranking] == ["alpha", "beta", "gamma"]
+    gone = FunctionCandidate(alpha, "alpha", "matmul", "cpu", 0, None, lambda: False)
+    cache = MeasureCache(first.cache.entries())
+    SLOW["beta"] = True
+    try:
+        here = Arbiter(registry=registry_of(gone, fn(beta, "beta"), fn(tenfold, "gamma")),
+                       cache=cache, mode="tune", policy=FAST,
+                       recheck=RecheckPolicy(key_budget_s=0.2))
+        here.dispatch("matmul", *mats(32))
+    finally:
+        SLOW["beta"] = False
+    assert not any(here.rechecks.values())
+    assert not any(key[3] == "stale" for key in here.histogram.counts())
+    assert only_entry(cache).ranking == old.ranking
 
 
 def test_a_candidate_that_declines_when_run_is_measured_once(

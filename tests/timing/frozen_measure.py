@@ -341,8 +341,9 @@ class _FrozenContest:
         stats = {n: LatencyStats.of(samples[n]) for n in names}
         leader = _paired_leader(names, samples)
         ratios = {n: _paired_ratio(samples[n], samples[leader]) for n in names}
-        ranked = sorted(names, key=lambda n: (ratios[n], stats[n].median_ns,
-                                              -tier_of.get(n, 0), n))
+        rest = sorted((n for n in names if n != leader),
+                      key=lambda n: (ratios[n], stats[n].median_ns, -tier_of.get(n, 0), n))
+        ranked = [leader, *rest]
         p_worst = _worst_p(leader, names, samples)
         pol = self.pol
         tied = [n for n in ranked if ratios[n] - 1.0 < pol.tie_margin

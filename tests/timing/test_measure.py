@@ -355,6 +355,28 @@ def test_paired_ratios_follow_the_leader_per_round() -> None:
     assert 1.0 < comp.ratios["b"]
 
 
+def test_paired_ratios_in_a_cycle_keep_the_leader_first() -> None:
+    """A beats B, B beats C and C beats A, each round for round: no candidate is beaten
+    by none. The pick is the leader every ratio is to (its own 1.0), not the one whose
+    ratio to it sorts lowest; so a runner-up's ratio says how it fares against the
+    pick."""
+    cycle = [{"A": 1000, "B": 2000, "C": 3000}, {"A": 3000, "B": 1000, "C": 2000},
+             {"A": 2000, "B": 3000, "C": 1000}]
+    calls = {n: iter([1000] * 2 + [r[n] for r in cycle * 3]) for n in "ABC"}
+    fns = {n: (lambda n=n: n) for n in "ABC"}
+
+    class CyclingTimer:
+        def sample(self, fn: Callable[[], object]) -> float:
+            return float(next(calls[str(fn())]))
+
+    policy = ComparePolicy(warmup=2, min_rounds=9, max_rounds=9, budget_s=100.0,
+                           cap_s=1000.0, seed=0)
+    comp = compare_latencies(fns, policy=policy, timer=CyclingTimer())
+    assert comp.rounds == 9
+    assert comp.ratios[comp.ranking[0]] == 1.0
+    assert min(comp.ratios.values()) < 1.0  # the cycle: one of the rest beats the pick
+
+
 def test_gc_is_restored_after_a_comparison() -> None:
     import gc
 
