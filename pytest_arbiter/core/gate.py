@@ -24,6 +24,7 @@ from pytest_arbiter.core.gate_stats import (
 )
 from pytest_arbiter.core.nan_origin import limit_signs
 from pytest_arbiter.core.ops import ErrorModel, Op, compares_exactly, to_host
+from pytest_arbiter.core.ops.arrays import OutputForm, output_form
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import (
     SENSITIVE,
@@ -47,6 +48,11 @@ a non-finite value not the reference's), an infinity where it is finite, or an e
 than FAR_OVER_BUDGET times its allowance. A candidate failed so on one key of an op is
 gated on the other keys with that trial's pattern (docs/accuracy.md, "Re-gated patterns")."""
 FAR_OVER_BUDGET = 100.0
+FailureKind = Literal["structure", "inputs_modified", "shape", "dtype", "values"]
+"""What a failed trial got wrong: how the output is packed (a tuple where the reference
+returns one array, another number of outputs, a list for a tuple), the inputs (written
+to), the output's shape or dtype, or its values (out of budget, non-finite, all zeros,
+biased or spread out, an integer off)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class TrialResult:
     recipe: Pattern | None = None
     regated: bool = False
     accepts_false: bool = False  # "declined": the candidate's accepts() returned False
+    failure: FailureKind | None = None  # "fail": what the output got wrong
 
 
 @dataclass(frozen=True)
@@ -204,8 +211,8 @@ class _Pending:
                                         self.out_float, self.seed, prep)
         worst_abs, worst_rel, worst_ratio = self.worst
         return _result(prep, self.index, "fail" if why else "pass", why,
-                       worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
-                       bias=bias, spread=spread)
+                       failure="values" if why else None, worst_abs=worst_abs,
+                       worst_rel=worst_rel, worst_ratio=worst_ratio, bias=bias, spread=spread)
 
 
 def _run_trials(cand: Candidate, op: Op, prepared: Sequence[PreparedTrial],
@@ -268,32 +275,38 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     skip = prep.skip_reason(op)
     if skip:
         return _result(prep, index, "skipped", skip)
+    want = prep.expected
+    assert want is not None
     try:
         prepared = cand.prepare_inputs(*copies)
         with guard():
-            out, afterwards = _outputs(cand, prepared)
+            form, out, afterwards = _outputs(cand, prepared, want.form)
     except Decline as dec:
         return _result(prep, index, "declined", f"Decline: {dec.reason}")
     except (Exception, CallTimeout) as exc:
         return _result(prep, index, "error", f"raised {type(exc).__name__}: {exc}")
     if not _inputs_kept(prep, afterwards):
-        return _result(prep, index, "fail", "the kernel modified its inputs")
-    assert prep.expected is not None
-    exact, out_dtype, _, shape = prep.expected
-    if out.shape != shape:
+        return _result(prep, index, "fail", "the kernel modified its inputs",
+                       failure="inputs_modified")
+    if out is None:
+        return _result(prep, index, "fail", f"returned {form.describe()}; the reference "
+                       f"returns {want.form.describe()}", failure="structure")
+    if out.shape != want.shape:
         return _result(prep, index, "fail",
-                       f"output shape {out.shape}, reference shape {shape}")
+                       f"output shape {out.shape}, reference shape {want.shape}",
+                       failure="shape")
     if out.ndim == 0:
         out = out.reshape(1)  # judged as one element, as the reference's 0-d result is
-    if out.dtype != out_dtype:
-        return _result(prep, index, "fail", f"output dtype {out.dtype}, expected {out_dtype}")
+    if out.dtype != want.dtype:
+        return _result(prep, index, "fail", f"output dtype {out.dtype}, expected "
+                       f"{want.dtype}", failure="dtype")
     # the verdict on an output is a function of its bits and the trial alone: another
     # candidate's identical output is not judged again
     seen = prep.judged_before(out)
     if seen is not None:
         return seen if seen.index == index else replace(seen, index=index)
-    if compares_exactly(op, out_dtype):
-        judged: TrialResult | _Pending = _result(prep, index, *_exact_verdict(out, exact))
+    if compares_exactly(op, want.dtype):
+        judged: TrialResult | _Pending = _exact_verdict(prep, index, out)
     else:
         judged = _judge_values(op, index, prep, out)
     if isinstance(judged, _Pending):
@@ -325,12 +338,19 @@ def _declined(cand: Candidate, inputs: Sequence[Any]) -> tuple[str, str, bool] |
     return None
 
 
-def _outputs(cand: Candidate, prepared: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
-    """The candidate's output and its inputs after the run, on the host (the copies back
-    wait for a device candidate's work: under the watchdog, so a fault or a hang there is
-    this candidate's, never escapes nor blames the next)."""
-    out = np.asarray(to_host(cand.run(*prepared)))
-    return out, [x if type(x) is np.ndarray else host(x) for x in prepared]
+def _outputs(cand: Candidate, prepared: Sequence[Any], form: OutputForm
+             ) -> tuple[OutputForm, np.ndarray | None, list[Any]]:
+    """How the candidate's output is packed, the output (several stacked) and its inputs
+    after the run, on the host (the copies back wait for a device candidate's work: under
+    the watchdog, so a fault or a hang there is this candidate's, never escapes nor blames
+    the next). The output is ``None`` when it is not packed as ``form``, the reference's,
+    says: it fails as it is, and its parts may not even stack."""
+    raw = cand.run(*prepared)
+    got = output_form(raw)
+    out = None
+    if got == form:
+        out = np.asarray(to_host(tuple(raw) if got.kind == "list" else raw))
+    return got, out, [x if type(x) is np.ndarray else host(x) for x in prepared]
 
 
 def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
@@ -342,15 +362,36 @@ def _inputs_kept(prep: PreparedTrial, afterwards: Sequence[Any]) -> bool:
     return all(prep.unchanged(i, after) for i, after in enumerate(afterwards))
 
 
-def _exact_verdict(out: np.ndarray, exact: np.ndarray) -> tuple[str, str]:
-    """An integer or boolean output: equal to the reference's, element for element."""
-    wrong = out.astype(np.float64) != exact
+def _exact_verdict(prep: PreparedTrial, index: int, out: np.ndarray) -> TrialResult:
+    """An integer or boolean output: equal to the reference's, element for element (its
+    own integers when it gives integers: float64 holds them exactly only up to 2^53)."""
+    assert prep.expected is not None
+    want = prep.expected.integers
+    if want is None:
+        wrong = out.astype(np.float64) != prep.expected.exact
+    elif np.result_type(out.dtype, want.dtype).kind == "f":  # int64 and uint64: as Python's
+        wrong = out.astype(object) != want.astype(object)
+    else:
+        wrong = out != want
     if not wrong.any():
-        return "pass", ""
+        return _result(prep, index, "pass")
     where = tuple(int(i) for i in np.argwhere(wrong)[0])
-    return "fail", (f"{int(wrong.sum())} output(s) differ from the reference's exact "
-                    f"{out.dtype} values, first at {where}: got {out[where]}, reference "
-                    f"{exact[where]:g} (integer and boolean outputs are compared exactly)")
+    return _result(prep, index, "fail", (
+        f"{int(wrong.sum())} output(s) differ from the reference's exact {out.dtype} "
+        f"values, first at {where}: {_exact_pair(out[where], want, prep.expected.exact, where)}"
+        " (integer and boolean outputs are compared exactly)"), failure="values")
+
+
+def _exact_pair(got: Any, integers: np.ndarray | None, exact: np.ndarray,
+                where: tuple[int, ...]) -> str:
+    """``got X, reference Y`` for one integer or boolean output, each exact, and how far
+    apart they are when both are integers."""
+    if integers is None:  # a floating-point reference of an integer output
+        return f"got {got}, reference {float(exact[where])!r}"
+    ref = integers[where]
+    if got.dtype.kind == "b" or ref.dtype.kind == "b":
+        return f"got {got}, reference {ref}"
+    return f"got {int(got)}, reference {int(ref)} (off by {int(got) - int(ref):+d})"
 
 
 def _judge_values(op: Op, index: int, prep: PreparedTrial,
@@ -370,9 +411,10 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
     wrong, numeric, checked = _non_finite(got, exact, out_float, facts.finite, limits,
                                           known=True)
     if wrong:
-        return _result(prep, index, "fail", wrong, numeric=numeric)
+        return _result(prep, index, "fail", wrong, numeric=numeric, failure="values")
     if facts.nonzero and not got.any():
-        return _result(prep, index, "fail", "output is all zeros where the reference is not")
+        return _result(prep, index, "fail", "output is all zeros where the reference is not",
+                       failure="values")
     model, allowed = prep.budget_for(op, out_float)
     err = np.subtract(got, exact)
     np.abs(err, out=err)
@@ -393,7 +435,7 @@ def _judge_values(op: Op, index: int, prep: PreparedTrial,
             f"error {float(err[where]):.3e} at {where} exceeds the allowed "
             f"{float(allowed[where]):.3e} ({worst_ratio:.3g}x the budget)"
             f"{_conditioning_hint(op, prep, err, allowed)}",
-            worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio,
+            worst_abs=worst_abs, worst_rel=worst_rel, worst_ratio=worst_ratio, failure="values",
             numeric="far_over_budget" if worst_ratio > FAR_OVER_BUDGET else None)
     if (model is not None and trial.seed is not None and out_float in STAT_DTYPES
             and trial.source in _STAT_SOURCES):

@@ -15,6 +15,7 @@ import numpy as np
 
 from pytest_arbiter.core.dtypes import dtype_name, precision
 from pytest_arbiter.core.ops import ErrorModel, ErrorScales, Op, error_model, result_dtype, to_host
+from pytest_arbiter.core.ops.arrays import ONE_ARRAY, OutputForm, inputs_text, output_form
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.user_inputs import (
     PATTERN_KINDS,
@@ -127,6 +128,22 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return bits_a is not None and bits_b is not None and bool(np.array_equal(bits_a, bits_b))
 
 
+class Expected(NamedTuple):
+    """What a candidate's output must be on a trial: the float64 ground truth
+    (``exact``), the ``dtype`` and ``shape`` the output must have, the floating dtype the
+    reference computed in (``computed_in``, ``None``: not floating point), how the
+    output is packed (``form``: one array, a tuple of ``n``) and, for a reference whose
+    result is integer or boolean, its own values (``integers``: float64 holds integers
+    exactly only up to 2^53; ``None`` otherwise)."""
+
+    exact: np.ndarray
+    dtype: np.dtype
+    computed_in: str | None
+    shape: tuple[int, ...]
+    form: OutputForm = ONE_ARRAY
+    integers: np.ndarray | None = None
+
+
 @dataclass(eq=False)
 class PreparedTrial:
     """One trial and what no candidate changes in it, each part made at the first
@@ -140,7 +157,7 @@ class PreparedTrial:
     trial: Trial
     shapes: str
     copies: tuple[Any, ...] | None = None
-    expected: tuple[np.ndarray, np.dtype, str | None, tuple[int, ...]] | None = None
+    expected: Expected | None = None
     skip: str | None = None
     budget: tuple[ErrorModel | None, np.ndarray] | None = None
     sums: dict[int, int] = field(default_factory=dict)
@@ -232,7 +249,8 @@ class PreparedTrial:
                     raise
                 self.skip = f"skipped: the reference raised {type(exc).__name__}"
                 return self.skip
-            self.skip = _unrepresentable(self.trial.source, *self.expected[:2])
+            self.skip = _unrepresentable(self.trial.source, self.expected.exact,
+                                         self.expected.dtype)
         return self.skip
 
     def budget_for(self, op: Op, out_float: str | None) -> tuple[ErrorModel | None, np.ndarray]:
@@ -393,7 +411,9 @@ def held_bytes(trials: GateTrials) -> int:
     for prep in trials.trials:
         total += _nbytes(prep.trial.inputs) + _nbytes(prep.copies or ())
         if prep.expected is not None:
-            total += 2 * prep.expected[0].nbytes
+            total += 2 * prep.expected.exact.nbytes
+            if prep.expected.integers is not None:
+                total += prep.expected.integers.nbytes
         if prep.budget is not None:
             total += prep.budget[1].nbytes
         if prep.exact_facts is not None:
@@ -444,7 +464,8 @@ def _trials(op: Op, inputs: Sequence[Any] | None, region: Region | None,
 
 
 def _shape_text(inputs: Sequence[Any]) -> str:
-    return ", ".join("x".join(str(d) for d in np.shape(x)) for x in inputs)
+    """The inputs for a message: shapes, a layout other than C order, numbers' values."""
+    return inputs_text(inputs)
 
 
 def reference_values(op: Op, inputs: Sequence[Any]) -> np.ndarray:
@@ -452,19 +473,18 @@ def reference_values(op: Op, inputs: Sequence[Any]) -> np.ndarray:
     return _expected(op, inputs)[0]
 
 
-def _expected(op: Op, inputs: Sequence[np.ndarray]
-              ) -> tuple[np.ndarray, np.dtype, str | None, tuple[int, ...]]:
-    """The float64 ground truth, the dtype the candidate's output must have, the
-    floating dtype the reference computed it in (``None``: not floating point) and the
-    shape the candidate's output must have. A 0-d result (a dot product, a norm) is
-    judged as one element: NumPy's arithmetic on 0-d arrays gives scalars, which the
-    budget's in-place steps cannot write to."""
+def _expected(op: Op, inputs: Sequence[np.ndarray]) -> Expected:
+    """What a candidate's output must be on ``inputs`` (:class:`Expected`). A 0-d result
+    (a dot product, a norm) is judged as one element: NumPy's arithmetic on 0-d arrays
+    gives scalars, which the budget's in-place steps cannot write to."""
     if op.builtin:
         exact = op.exact(*inputs)
-        return exact, result_dtype(op, inputs, None), "float64", exact.shape
-    ref = _as_one_array(op, op.reference(*[host_copy(x) for x in inputs]))
-    return (np.atleast_1d(ref.astype(np.float64)), result_dtype(op, inputs, ref),
-            float_name(ref.dtype), ref.shape)
+        return Expected(exact, result_dtype(op, inputs, None), "float64", exact.shape)
+    out = op.reference(*[host_copy(x) for x in inputs])
+    ref = _as_one_array(op, out)
+    integers = np.atleast_1d(ref) if ref.dtype.kind in "biu" else None
+    return Expected(np.atleast_1d(ref.astype(np.float64)), result_dtype(op, inputs, ref),
+                    float_name(ref.dtype), ref.shape, output_form(out), integers)
 
 
 def _as_one_array(op: Op, out: Any) -> np.ndarray:
@@ -506,7 +526,7 @@ def _budget(op: Op, prep: PreparedTrial, out_float: str | None
     budget and reference read copies: the trial's own stay as the kernels must leave theirs."""
     trial = prep.trial
     assert prep.expected is not None
-    exact, _, reference_dtype, _ = prep.expected
+    exact, reference_dtype = prep.expected.exact, prep.expected.computed_in
     originals = [x if op.builtin else host_copy(x) for x in prep.originals()]
     model = error_model(op, originals, exact, generated=trial.seed is not None,
                         out_dtype=out_float, reference_dtype=reference_dtype)
