@@ -70,7 +70,8 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertic
 th { background: #f2f2f2; } td.num { text-align: right; font-variant-numeric: tabular-nums;
   white-space: nowrap; }
 td.reason { min-width: 16em; max-width: 28em; }
-td.tests, td.keys { min-width: 12em; max-width: 20em; overflow-wrap: anywhere; }
+td.tests, td.keys { min-width: 12em; max-width: 20em; overflow-wrap: normal;
+  word-break: keep-all; }
 .nowrap { white-space: nowrap; }
 tr.flagged td:first-child { border-left: 4px dashed #111; }
 .bad { color: #a40000; font-weight: 600; } .ok { color: #216e00; }

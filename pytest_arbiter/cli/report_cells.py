@@ -24,25 +24,45 @@ def text(value: object) -> str:
 
 
 LONG_PART = 24
-"""Characters of a key's part (between slashes and commas) that may wrap only whole."""
+"""Characters of a key's part (between slashes and commas) past which it may also wrap
+between its dimensions."""
 
 
 def breakable(value: object) -> str:
     """:func:`text`, with a line allowed to end after each ``/`` and ``,`` (``<wbr>``),
-    and inside a part longer than :data:`LONG_PART` after each ``x`` and ``.`` (a
-    shape's dimensions): a key, a user op's bucket and dtype wrap in a narrow table
-    instead of widening it, never in the middle of a number."""
+    and inside a part longer than :data:`LONG_PART` between its dimensions (an ``x`` or
+    ``.`` between digits: ``256x|256``, ``16.|16``): a key, a user op's bucket and dtype
+    wrap in a narrow table instead of widening it, never inside a number or a name (a
+    part with a hyphen, a device's name, is kept on one line; the page's style breaks
+    a table's cells nowhere else)."""
     shown = escape(value)
-    if len(shown) > LONG_PART and any(len(p) > LONG_PART for p in _PARTS.split(shown)):
-        pieces: list[str] = []
-        for part in re.findall(r"[^/,]*[/,]?", shown):
-            pieces += re.findall(r"[^x.]*[x.]?", part) if len(part) > LONG_PART else [part]
-        return "<wbr>".join(html.escape(piece, quote=True) for piece in pieces if piece)
-    # the common case, fast (a table row a key): no entity holds a slash or a comma
-    return html.escape(shown, quote=True).replace("/", "/<wbr>").replace(",", ",<wbr>")
+    long = len(shown) > LONG_PART and any(len(p) > LONG_PART for p in _PARTS.split(shown))
+    if not long and "-" not in shown:
+        # the common case, fast (a table row a key): no entity holds a slash or a comma
+        return html.escape(shown, quote=True).replace("/", "/<wbr>").replace(",", ",<wbr>")
+    pieces: list[str] = []
+    for part in re.findall(r"[^/,]*[/,]?", shown):
+        pieces += _BETWEEN_DIMS.split(part) if len(part) > LONG_PART else [part]
+    return "<wbr>".join(_unbroken(piece) for piece in pieces if piece)
+
+
+def _unbroken(piece: str) -> str:
+    """A piece of a key as HTML that wraps nowhere (a browser may break after a hyphen)."""
+    shown = html.escape(piece, quote=True)
+    return f'<span class="nowrap">{shown}</span>' if "-" in piece else shown
 
 
 _PARTS = re.compile(r"[/,]")
+_BETWEEN_DIMS = re.compile(r"(?<=\d[x.])(?=\d)")
+_ID_BREAKS = re.compile(r"(?<=::)|(?<=[/\[-])(?!:)")
+
+
+def breakable_id(value: object) -> str:
+    """:func:`text` of a test id, with a line allowed to end only after ``::``, ``/``,
+    ``[`` and ``-`` (``<wbr>``): ``test_x.py::|test_cumsum[|2000]``, never inside a
+    name."""
+    return "<wbr>".join(html.escape(piece, quote=True)
+                        for piece in _ID_BREAKS.split(escape(value)) if piece)
 
 
 def when(value: object) -> str:

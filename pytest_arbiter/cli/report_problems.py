@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pytest_arbiter.cli.report_cells import StaleKey, text
+from pytest_arbiter.cli.report_cells import StaleKey, breakable, breakable_id, text
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import FleetCounts
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, Considered
@@ -31,6 +31,20 @@ DEFAULT_REASONS = {  # for a row no report gives a reason of (a histogram file, 
                     "device here: the reference ran",
     "stale": "a recheck found the cached winner slower than another candidate",
 }
+
+GATE_REMEDY = ("fix the kernel, mark the test arbiter_expect_degrade, or add them to the "
+               "baseline")
+"""What ``pytest-arbiter gate`` (and the run's summary) says to do about a new degraded,
+rejected or error entry, in its words."""
+REMEDIES = {  # a line per kind of problem on the page, under the table
+    "degraded": f"{GATE_REMEDY}; a measured winner that could not run here "
+                "(unavailable): install what it needs on that runner, or re-tune its keys "
+                "there (pytest --arbiter-tune)",
+    "rejected": GATE_REMEDY,
+    "error": GATE_REMEDY,
+    "stale": "re-tune those keys (pytest --arbiter-tune --arbiter-recheck)",
+}
+"""What to do about each kind of problem, as the gate and the run's summary name it."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +168,29 @@ def _stale_rows(inputs: Sequence[HistogramInput]) -> list[tuple[StaleKey | None,
 
 
 FAILED = ("rejected", "error")
-"""What the corpus records of a kernel that failed when its key was measured."""
+"""What the corpus records of a kernel that failed when its key was measured: the
+considered rows' outcomes that are problems. The others (``declined``,
+``accepts_declined``, ``inputs_declined``, ``unavailable``) are a candidate passing on
+inputs it cannot run, or a machine it cannot run on: another candidate ran."""
+
+
+def _reason_of(e: CacheEntry, name: str) -> str:
+    row = e.considered.get(name)
+    return e.rejected.get(name) or (row.reason if row is not None else "")
+
+
+def _failed_as(e: CacheEntry, name: str) -> tuple[str, str] | None:
+    """How the entry ``e`` records the candidate ``name`` failing when its key was
+    measured, from the typed fields (``rejected``, the considered row's ``outcome``):
+    the outcome (one of :data:`FAILED`) and the reason; ``None`` when it did not."""
+    row = e.considered.get(name)
+    if name in e.rejected:
+        outcome = "rejected"
+    elif row is not None and row.outcome in FAILED:
+        outcome = row.outcome
+    else:
+        return None
+    return outcome, _reason_of(e, name) or DEFAULT_REASONS[outcome]
 
 
 class Problems:
@@ -197,20 +233,20 @@ class Problems:
         return known[1]
 
     def _explain(self, e: CacheEntry, order: Order) -> None:
-        """The corpus's reasons for a counted problem's candidate, and the keys it
-        concerns."""
+        """The keys a counted problem concerns, with the corpus's reasons: a degraded
+        candidate's, the keys it wins; a rejected or raising one's, the keys the corpus
+        records it failing the same way, each such record a reason. A candidate the
+        corpus records as declining (or unavailable) is no problem there: another ran."""
         for problem in self.by_op[(e.target, e.op)]:
             candidate = problem.what[2]
-            reason = e.rejected.get(candidate)
-            row = e.considered.get(candidate)
-            if reason:
-                problem.add_reason(order, f"when measured: {reason}")
-            elif row is not None and row.outcome != "timed":
-                problem.add_reason(order, f"when measured: {row.outcome}"
-                                   + (f": {row.reason}" if row.reason else ""))
-            elif not (problem.outcome == "degraded" and e.winner == candidate):
+            if problem.outcome == "degraded":
+                if e.winner == candidate:
+                    problem.add_key(order, e.key)
                 continue
-            problem.add_key(order, e.key)
+            failure = _failed_as(e, candidate)
+            if failure is not None and failure[0] == problem.outcome:
+                problem.add_reason(order, f"when measured: {failure[1]}")
+                problem.add_key(order, e.key)
 
     def _from_corpus(self, e: CacheEntry, order: Order) -> None:
         """Kernels that failed the gate or raised when the entry was measured, not
@@ -227,8 +263,7 @@ class Problems:
                 problem = self.corpus[what] = Problem(
                     outcome, what[:3], CORPUS_SOURCE,
                     tests="none: found when the key was measured")
-            reason = e.rejected.get(name) or e.considered[name].reason
-            problem.add_reason(order, reason or DEFAULT_REASONS[outcome])
+            problem.add_reason(order, _reason_of(e, name) or DEFAULT_REASONS[outcome])
             problem.add_key(order, e.key)
 
     def rows(self) -> list[Problem]:
@@ -253,10 +288,10 @@ def _row(p: Problem, anchors: Mapping[CacheKey, str]) -> str:
                   else f"{p.dispatches}" + (f" ({p.on_purpose} on purpose)" if p.on_purpose
                                             else ""))
     tests = (text(p.tests) if isinstance(p.tests, str)
-             else _listed([f"<code>{text(t)}</code>" for t in p.tests],
+             else _listed([f"<code>{breakable_id(t)}</code>" for t in p.tests],
                           "none (outside any test)"))
-    keys = _listed([f'<a href="#{anchors[k]}">{text("/".join(k))}</a>' if k in anchors
-                    else text("/".join(k)) for k in p.keys], "-", p.key_count)
+    keys = _listed([f'<a href="#{anchors[k]}">{breakable("/".join(k))}</a>' if k in anchors
+                    else breakable("/".join(k)) for k in p.keys], "-", p.key_count)
     if p.outcome == "degraded" and p.dispatches is not None and p.keys:
         # a report counts a fallback per candidate, not per key: the keys it wins
         keys = ('<span class="note">the keys it wins (the reports say not which fell '
@@ -269,7 +304,7 @@ def _row(p: Problem, anchors: Mapping[CacheKey, str]) -> str:
              f'<td class="num">{dispatches}</td>',
              f'<td class="reason">{_listed(reasons, "-")}</td>',
              f'<td class="tests">{tests}</td>', f'<td class="keys">{keys}</td>',
-             f"<td>{text(p.source)}</td>"]
+             f"<td>{breakable(p.source)}</td>"]
     return "<tr>" + "".join(cells) + "</tr>"
 
 
@@ -298,5 +333,18 @@ def section(rows: Sequence[Problem], inputs: Sequence[HistogramInput],
                    + "</tr></thead><tbody>")
         out += [_row(p, anchors) for p in rows]
         out.append("</tbody></table></div>")
+        out += remedies(rows)
     out.append("</section>")
     return out
+
+
+def remedies(rows: Sequence[Problem]) -> list[str]:
+    """A line per kind of problem the table holds: what to do about it
+    (:data:`REMEDIES`)."""
+    kinds = [o for o in PROBLEM_OUTCOMES if o in REMEDIES and any(p.outcome == o for p in rows)]
+    if not kinds:
+        return []
+    return (['<ul class="remedies">']
+            + [f'<li><span class="badge {o}">{o}</span>: {text(REMEDIES[o])}</li>'
+               for o in kinds]
+            + ["</ul>"])

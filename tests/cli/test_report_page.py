@@ -194,7 +194,7 @@ def test_one_colour_scale_for_the_page(tmp_path: Path) -> None:
 
 def test_the_problem_table_has_reasons_tests_and_keys(tmp_path: Path) -> None:
     _, html = render(tmp_path)
-    problems = section(html, "problems")
+    problems = section(html, "problems").replace("<wbr>", "")  # where a line may end
     rows = re.findall(r"<tr><td><span class=\"badge (\w+)\">.*?</tr>", problems, re.S)
     assert rows == ["degraded", "rejected", "error", "no_candidate", "stale"]
     assert "tests.test_mm::test_ragged[7]" in problems
@@ -247,7 +247,7 @@ def test_hostile_names_are_text_and_nothing_loads(tmp_path: Path) -> None:
     _, html = render(tmp_path)
     assert "<img" not in html and "<b>" not in html and "\x1b" not in html and "<script" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;\\x1b[31m" in html
-    assert "test_odd[&lt;b&gt;bold&lt;/b&gt;&amp;amp;]" in html
+    assert "test_odd[&lt;b&gt;bold&lt;/b&gt;&amp;amp;]" in html.replace("<wbr>", "")
     assert not re.search(r"<link|@import|url\((?!#)", html)
     tags = Tags()
     tags.feed(html)
@@ -373,8 +373,9 @@ def test_labels_and_keys_break_where_a_reader_expects() -> None:
     assert wrap_label("ab,cd,ef,gh,ij,kl", 3, max_lines=2) == "ab,\n..."
     assert all(len(line) <= 7 for line in wrap_label(LONG_BUCKET, 7).split("\n"))
     # in a table: after slashes and commas, inside a long part between dimensions
+    # (an x or a dot between digits), never inside a name (tests/cli/test_report_problems)
     assert breakable("64x64/a16.8/r2,<b>") == "64x64/<wbr>a16.8/<wbr>r2,<wbr>&lt;b&gt;"
-    assert breakable("x" * 30 + "'") == "<wbr>".join(["x"] * 30 + ["&#x27;"])
+    assert breakable("x" * 30 + "'") == "x" * 30 + "&#x27;"
     assert "<wbr>256x<wbr>256x<wbr>" in breakable(LONG_BUCKET)
     assert when("2026-12-05T14:27:01Z") == (
         '<span class="nowrap">2026-12-05T</span><wbr><span class="nowrap">14:27:01Z</span>')
