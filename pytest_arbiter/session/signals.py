@@ -8,7 +8,9 @@ measured entries are written), and a second one into the default action: exit no
 Ctrl-C gets the same words. A pytest-xdist worker lets the first signal pass: one sent
 to the whole process group reaches the controller too, which asks each worker to finish
 its test (a worker torn down by it would be reported as crashed, its test as failed).
-Nothing already written is lost either way (artifacts are written atomically).
+Nothing already written is lost either way (artifacts are written atomically). The same
+signal again within :data:`ECHO_S` is the first one's echo, not a second: GNU ``timeout``
+sends its signal to the command and then to the whole process group at once.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
                 if hasattr(signal, name))
+ECHO_S = 1.0
+"""How soon the same signal again is taken as the first one's echo (``timeout``'s signal
+to the command, then to its process group), not a request to stop at once."""
 
 
 class CancelGuard:
@@ -34,7 +40,8 @@ class CancelGuard:
         self._say = say or _stderr
         self._worker = worker
         self.received: list[str] = []
-        """The names of the signals received, in order."""
+        """The names of the signals received, in order (an echo left out)."""
+        self._first_at = 0.0
 
     @classmethod
     def install(cls, stop: Callable[[str], bool] | None = None,
@@ -58,7 +65,11 @@ class CancelGuard:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         __tracebackhide__ = True  # pytest shows the test's line that was interrupted
         name = signal.Signals(signum).name
+        now = time.monotonic()
+        if self.received == [name] and now - self._first_at < ECHO_S:
+            return  # the first one's echo (timeout signals the command, then its group)
         self.received.append(name)
+        self._first_at = self._first_at or now
         if len(self.received) > 1:  # a second signal: the default action, now
             self.uninstall()
             if signum == signal.SIGINT:

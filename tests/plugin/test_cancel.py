@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,11 +57,11 @@ def test_key(n):
 '''
 
 
-def start(path: Path, *args: str) -> subprocess.Popen[str]:
+def start(path: Path, *args: str, under: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     (path / "conftest.py").write_text(CONFTEST)
     (path / "test_keys.py").write_text(TESTS)
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--arbiter-tune",
+        [*under, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--arbiter-tune",
          "--arbiter-cache=c.json", *args],
         cwd=path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, preexec_fn=_default_signals)
@@ -97,17 +98,25 @@ SIGNAL = {"sighup": signal.SIGHUP, "ctrl-c": signal.SIGINT, "group-ctrl-c": sign
     pytest.param("controller", id="xdist-controller", marks=pytest.mark.xdist),
     pytest.param("group", id="xdist-group", marks=pytest.mark.xdist),
     pytest.param("group-ctrl-c", id="xdist-group-ctrl-c", marks=pytest.mark.xdist),
+    pytest.param("timeout", id="xdist-timeout", marks=pytest.mark.xdist),
 ])
 def test_a_cancelled_tune_keeps_what_it_measured(tmp_path: Path, how: str) -> None:
     """Also under xdist with the signal sent to the whole process group (a terminal's
-    Ctrl-C, CI's cancellation): the workers finish their tests, none is reported as
-    crashed or failed."""
-    xdist = how in ("controller", "group", "group-ctrl-c")
+    Ctrl-C, CI's cancellation), or to the controller and at once to the group (what GNU
+    ``timeout`` does): the workers finish their tests, none is reported as crashed or
+    failed."""
+    xdist = how in ("controller", "group", "group-ctrl-c", "timeout")
     if xdist:
         pytest.importorskip("xdist")
-    proc = start(tmp_path, *(["-n", "2"] if xdist else []))
+    # GNU timeout passes the SIGTERM it gets to the command and then to its group
+    under = ("timeout", "--preserve-status", "600") if how == "timeout" else ()
+    if under and shutil.which("timeout") is None:
+        pytest.skip("no GNU timeout here")
+    proc = start(tmp_path, *(["-n", "2"] if xdist else []), under=under)
     measured = wait_for(tmp_path, 4, proc)
-    if how.startswith("group"):
+    if how == "timeout":
+        proc.send_signal(signal.SIGTERM)
+    elif how.startswith("group"):
         os.killpg(proc.pid, SIGNAL.get(how, signal.SIGTERM))
     else:
         proc.send_signal(SIGNAL.get(how, signal.SIGTERM))
