@@ -92,6 +92,7 @@ class Arbiter:
         """The plan table of this arbiter's mode: what a dispatch's signature finds."""
         self.registry.changed.add(self._plans_stale)
         self.cache.changed.add(self._plans_stale)
+        self.ops.changed.add(self._plans_stale)
         # per shape where the gate is on (tests): with it off (production), what was not
         # vouched for is gated once per key and layout, not at every new length
         self.gates = GateMemo(gate_seed, call_timeout_s, self.plans.drop, self.plans.drop_op,
@@ -99,8 +100,13 @@ class Arbiter:
         self.recheck = Rechecker(recheck, recheck_budget)
         self.events: dict[DispatchKey, DispatchEvent] = {}
 
+    def stamp(self) -> tuple[int, int, int]:
+        """What a key plan was made from: the registry's, the cache's and the ops'
+        versions (a plan of older ones is made again)."""
+        return self.registry.generation, self.cache.version, self.ops.generation
+
     def _plans_stale(self) -> None:
-        """The registry or the cache changed: every signature plans again."""
+        """The registry, the ops or the cache changed: every signature plans again."""
         self.plans.reset()
         self.hot = self.plans.young(self.mode)
 
@@ -380,7 +386,7 @@ class Arbiter:
             raise ValueError(f"dispatch of {op_name!r}: unknown target {target!r}; known "
                              f"targets: {', '.join(known_targets())}")
         resolved = target if target is not None else target_of_inputs(inputs)
-        stamp = (self.registry.generation, self.cache.version)
+        stamp = self.stamp()
         region = the_op.region_of(*inputs)
         needs = self.registry.alignment_needs(the_op.name, resolved)
         key = DispatchKey(resolved, the_op.name, region.bucket(needs), region.dtype)

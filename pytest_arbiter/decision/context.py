@@ -48,3 +48,5 @@ class ArbiterParts(Protocol):
     gates: GateMemo
     recheck: Rechecker
     events: dict[DispatchKey, DispatchEvent]
+
+    def stamp(self) -> tuple[int, int, int]: ...

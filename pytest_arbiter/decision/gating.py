@@ -142,6 +142,7 @@ Triple = tuple[str, str, str]
 @dataclass(eq=False)
 class _Held:
     cand: Candidate  # the verdict holds for this object: a re-registered name is gated again
+    op: Op  # and this definition of the op: a replaced one (its budget) gates again
     verdict: Verdict
 
 
@@ -199,7 +200,9 @@ class GateMemo:
         held = self._held.get((key, cand.name, layout(inputs)))
         if held is None or held.verdict.kind not in ("reject", "error"):
             held = self._held.get((key, cand.name, gated_as(op, inputs, self.per_shape)))
-        return held.verdict if held is not None and held.cand is cand else None
+        if held is None or held.cand is not cand or held.op is not op:
+            return None
+        return held.verdict
 
     def known_bad(self, op: Op, key: DispatchKey, cand: Candidate,
                   inputs: Sequence[Any]) -> bool:
@@ -256,19 +259,19 @@ class GateMemo:
         if found.kind in ("reject", "error"):
             memo_key = (key, cand.name, layout(inputs))  # for the whole key and layout
             with self._lock:
-                self._held[memo_key] = _Held(cand, found)
+                self._held[memo_key] = _Held(cand, op, found)
                 self.failed.add(triple)
             self._on_block(key)
         elif found.kind in ("pass", "decline_inputs"):
             # right for the key: later inputs of this layout run it (a decline of theirs
             # is the dispatch's to handle)
             with self._lock:
-                self._held[memo_key] = _Held(cand, found._replace(kind="pass", reason=""))
+                self._held[memo_key] = _Held(cand, op, found._replace(kind="pass", reason=""))
                 self.passed.add(triple)
         elif op.gate_inputs is not None:
             # it declined the key's own generated inputs too: not run for this layout
             with self._lock:
-                self._held[memo_key] = _Held(cand, found)
+                self._held[memo_key] = _Held(cand, op, found)
         # a user op's decline checked nothing: gated again on the next inputs
 
     def _note_failure(self, key: DispatchKey, cand: Candidate, report: GateReport) -> None:

@@ -78,7 +78,7 @@ def build_keyplan(arb: ArbiterParts, mode: Mode, op: Op, region: Region, needs: 
     names = [c.name for c in pool] or [""]
     arb.plans.registered.update((key.target, op.name, name) for name in names)
     found = probe_device(key.target)
-    stamp = (arb.registry.generation, arb.cache.version)
+    stamp = arb.stamp()
     if not isinstance(found, DeviceInfo):
         notes = Notes({c.name: f"unavailable: {found}" for c in pool})
         kp = KeyPlan(op, key, mode, (), f"no {key.target} device: {found}", stamp)

@@ -107,7 +107,7 @@ class KeyPlan:
     mode: Mode
     steps: tuple[Step, ...]
     no_candidate: str  # why nothing could run, when there are no steps
-    stamp: tuple[int, int]
+    stamp: tuple[int, int, int]
     retry: bool = False
     """Tuning, the key's entry has a candidate that declined the only inputs it was
     tried on: each new input signature plans the key again, so the measurement tries it."""

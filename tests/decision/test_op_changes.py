@@ -153,3 +153,70 @@ def test_an_ill_conditioned_own_input_says_a_budget_may_be_needed() -> None:
                             None, None)
     wrong = f4_gate(off, op, inputs=(a, b))
     assert not wrong.passed and hint not in wrong.summary()
+
+
+# -- a definition replaced in the same process --------------------------------------------
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def tf32_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.matmul(_tf32(a), _tf32(b))
+    return out
+
+
+def test_taking_tf32_back_gates_the_kernel_again_in_a_live_arbiter() -> None:
+    """allow_tf32(allow=False) holds "in every gate of this process": an arbiter that
+    planned (and gated) the key while TF32 was allowed gates the kernel again, and
+    rejects it, instead of serving it on the verdict it held."""
+    from pytest_arbiter.core.ops.registry import allow_tf32
+
+    registry = CandidateRegistry()
+    registry.extend([FunctionCandidate(tf32_gemm, "tf32_gemm", "matmul", "cpu", 1, None,
+                                       None)])
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    allow_tf32("matmul", "float32", allow=True)
+    try:
+        arb = Arbiter(registry=registry, mode="static")
+        arb.dispatch("matmul", a, b)
+        assert arb.histogram.counts() == {("cpu", "matmul", "tf32_gemm", "won"): 1}
+    finally:
+        allow_tf32("matmul", "float32", allow=False)
+    arb.dispatch("matmul", a, b)
+    assert arb.histogram.counts()[("cpu", "matmul", "tf32_gemm", "rejected")] == 1
+
+
+def test_a_user_op_re_registered_with_a_tighter_budget_gates_again() -> None:
+    """The same reference with a new ``budget=`` replaces the op: the verdict a live
+    arbiter held under the old budget is not reused."""
+    ops = OpRegistry()
+
+    def twice(x: np.ndarray) -> np.ndarray:
+        out: np.ndarray = x * 2.0
+        return out
+
+    def rough(x: np.ndarray) -> np.ndarray:  # off by a relative 1e-9
+        out: np.ndarray = x * (2.0 + 2e-9)
+        return out
+
+    def loose(inputs: Any, exact: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 1e-6 * np.abs(exact)
+        return out
+
+    def tight(inputs: Any, exact: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 1e-12 * np.abs(exact)
+        return out
+
+    ops.register(make_op("qa_twice", twice, budget=loose))
+    registry = CandidateRegistry()
+    registry.extend([FunctionCandidate(rough, "rough", "qa_twice", "cpu", 0, None, None)])
+    arb = Arbiter(registry=registry, ops=ops, mode="static")
+    x = np.random.default_rng(1).standard_normal(256)
+    arb.dispatch("qa_twice", x)
+    assert arb.histogram.counts() == {("cpu", "qa_twice", "rough", "won"): 1}
+    ops.register(make_op("qa_twice", twice, budget=tight))
+    arb.dispatch("qa_twice", x)
+    assert arb.histogram.counts()[("cpu", "qa_twice", "rough", "rejected")] == 1

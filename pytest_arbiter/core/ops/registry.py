@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pytest_arbiter.core.candidates import REGISTRY, definition_site
+from pytest_arbiter.core.changes import Listeners
 from pytest_arbiter.core.dtypes import dtype_name, precision
 from pytest_arbiter.core.names import check_name
 from pytest_arbiter.core.ops.accuracy import BudgetFn, ErrorModel
@@ -54,6 +55,11 @@ class OpRegistry:
     def __init__(self, *, watch: bool = False) -> None:
         self._ops: dict[str, Op] = {}
         self._lock = threading.Lock()
+        self.generation = 0
+        """Counts the ops replaced: a key plan made with an older one is made again."""
+        self.changed = Listeners()
+        """Fired when an op is replaced (re-registered, or its TF32 allowance changed):
+        the arbiters' plans and gate verdicts were made with the old definition."""
         self._watch = watch
         self._seen_generation = -1
         self._warned: set[str] = set()
@@ -74,6 +80,10 @@ class OpRegistry:
                     f"reference {_origin(op.reference)}")
             # the same reference, or a re-import of its defining module, replaces it
             self._ops[op.name] = op
+            if existing is not None:
+                self.generation += 1
+        if existing is not None:
+            self.changed.fire()
         return op
 
     def get(self, name: str) -> Op:
@@ -125,6 +135,8 @@ class OpRegistry:
             updated = replace(current, allow_tf32=frozenset(dtypes),
                               budget=tf32 if dtypes else plain)
             self._ops[name] = updated
+            self.generation += 1
+        self.changed.fire()
         return updated
 
 
