@@ -13,7 +13,7 @@ passed over and recorded as ``rejected`` on every dispatch it would have served.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pytest_arbiter.core.candidates import REGISTRY, CandidateRegistry, known_targets
@@ -40,6 +40,7 @@ from pytest_arbiter.decision.states import (
     MODES,
     DispatchKey,
     Mode,
+    WinnerOut,
     exc_text,
     is_mode,
 )
@@ -238,6 +239,7 @@ class Arbiter:
                first: BaseException | bool | None) -> Any:
         target, op_name = kp.key.target, kp.key.op
         declined: tuple[str, str] | None = None
+        failed: dict[str, WinnerOut] = {}
         reached = False
         for index, step in enumerate(kp.steps):
             name = step.cand.name
@@ -250,8 +252,9 @@ class Arbiter:
                 continue
             reached = True
             if outcome[0] == "ran":
-                return self._served(kp, step, inputs, declined, outcome[2])
+                return self._served(kp, step, inputs, declined, outcome[2], failed)
             if outcome[0] == "error" or outcome[0] == "rejected":
+                failed[name] = outcome[0]
                 self.record.add(HistogramKey(target, op_name, name, outcome[0]), outcome[1],
                                 kp.key)
                 self._note_passed_over(kp, name, outcome[1])
@@ -261,26 +264,42 @@ class Arbiter:
                     self.plans.drop_target(target)
                     break
         fb = kp.fallback
+        fallback = ""
         if declined is not None:
             self.record.add(HistogramKey(target, op_name, declined[0], "degraded"), declined[1],
                             severity=REFERENCE_SEVERITY)
         elif fb is not None and fb.unavailable:
             # the measured winner cannot run here, and nothing else could: the reference
-            self.record.add(HistogramKey(target, op_name, fb.winner, "degraded"),
-                            fb.reason(fb.unavailable, REFERENCE),
+            fallback = fb.reason(fb.unavailable, REFERENCE)
+            self.record.add(HistogramKey(target, op_name, fb.winner, "degraded"), fallback,
                             severity=fb.slowdown(REFERENCE))
         elif not reached:
             self.record.add(HistogramKey(target, op_name, NO_CANDIDATE, "no_candidate"),
                             kp.no_candidate)
-        self._note_ran(kp, REFERENCE)
+        self._note_ran(kp, REFERENCE, declined, failed, fallback)
         return kp.op.run_reference(*inputs)
 
-    def _note_ran(self, kp: KeyPlan, name: str, fallback: str = "") -> None:
-        """What the key's last slow-path dispatch ran, for ``--arbiter-explain`` and the
-        summary's winners line (the fast path's step is noted when its plan is made)."""
+    def _note_ran(self, kp: KeyPlan, name: str, declined: tuple[str, str] | None,
+                  failed: Mapping[str, WinnerOut], fallback: str = "") -> None:
+        """What the key's last dispatch ran (the fast path's: when its plan is made), why
+        the cached winner did not (``failed``: the steps rejected or raising on these
+        inputs), and the degrade's reason: for ``--arbiter-explain`` and the summary's
+        winners line, all three set together."""
         event = self.events.get(kp.key)
-        if event is not None:
-            event.ran, event.fallback = name, fallback
+        if event is None:
+            return
+        event.ran, event.fallback = name, fallback
+        fb = kp.fallback
+        if fb is None or name == fb.winner:
+            event.winner_out = ""
+        elif fallback:
+            event.winner_out = "degraded"
+        elif fb.unavailable:
+            event.winner_out = "unavailable"
+        elif declined is not None and declined[0] == fb.winner:
+            event.winner_out = "declined"
+        else:
+            event.winner_out = failed.get(fb.winner, "")
 
     def _note_passed_over(self, kp: KeyPlan, name: str, why: str) -> None:
         """A candidate the gate (or its own raise) took out of the key's order."""
@@ -317,19 +336,20 @@ class Arbiter:
             return "error", exc_text(exc), None
 
     def _served(self, kp: KeyPlan, step: Step, inputs: Sequence[Any],
-                declined: tuple[str, str] | None, out: Any) -> Any:
+                declined: tuple[str, str] | None, out: Any,
+                failed: Mapping[str, WinnerOut]) -> Any:
         """Count a dispatch ``step`` served: ``won``, or ``degraded`` under the key's
         measured winner when it could not run here (:class:`~.plans.Fallback`)."""
         why = self._fallback_why(kp, step, inputs, declined)
         if why is None:
             step.won()
-            self._note_ran(kp, step.cand.name)
+            self._note_ran(kp, step.cand.name, declined, failed)
             return out
         assert kp.fallback is not None
         reason = kp.fallback.reason(why, step.cand.name)
         self.record.add(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner, "degraded"),
                         reason, severity=kp.fallback.slowdown(step.cand.name))
-        self._note_ran(kp, step.cand.name, reason)
+        self._note_ran(kp, step.cand.name, declined, failed, reason)
         return out
 
     @staticmethod
@@ -405,17 +425,14 @@ class Arbiter:
         if not 0 <= start < len(kp.steps):
             return None
         step = kp.steps[start]
-        event = self.events.get(kp.key)
-        if event is not None:
-            event.ran = step.cand.name
         why = self._fallback_why(kp, step, inputs, declined)
         if why is None or kp.fallback is None:
+            self._note_ran(kp, step.cand.name, declined, {})
             return None
         reason = kp.fallback.reason(why, step.cand.name)
         self.record.note(HistogramKey(kp.key.target, kp.key.op, kp.fallback.winner,
                                       "degraded"), reason, kp.fallback.slowdown(step.cand.name))
-        if event is not None:
-            event.fallback = reason
+        self._note_ran(kp, step.cand.name, declined, {}, reason)
         return kp.degraded
 
     def _fast_start(self, kp: KeyPlan, inputs: Sequence[Any]

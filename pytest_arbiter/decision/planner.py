@@ -314,4 +314,5 @@ def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str]
         recheck_text(result) if rechecked else (previous.recheck if previous else ""),
         status_of(result) if rechecked else (previous.recheck_status if previous else ""),
         previous.ran if previous else "", previous.fallback if previous else "",
-        entry.low_confidence if entry else False)
+        entry.low_confidence if entry else False,
+        previous.winner_out if previous else "")

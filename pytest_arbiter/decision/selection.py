@@ -12,7 +12,7 @@ from pytest_arbiter.core.candidates import Candidate
 from pytest_arbiter.core.gate import GateReport
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.decision.screen import Notes, screen
-from pytest_arbiter.decision.states import RecheckStatus, Source
+from pytest_arbiter.decision.states import RecheckStatus, Source, WinnerOut
 from pytest_arbiter.gating.histogram import Outcome
 from pytest_arbiter.store.cache import CacheEntry
 from pytest_arbiter.timing.measure import Comparison
@@ -80,3 +80,6 @@ class DispatchEvent:
     (a ``degraded`` dispatch); empty when it ran or there is none."""
     low_confidence: bool = False
     """The key's cached pick has too little evidence behind it."""
+    winner_out: WinnerOut = ""
+    """Why the cached winner did not serve what ``ran`` served, typed (what the summary
+    reads); set together with ``ran`` and ``fallback``."""

@@ -26,6 +26,13 @@ RecheckStatus = Literal["", "current", "stale", "no_verdict", "not_retimed"]
 significantly slower, too few rounds for a verdict, or not re-timed (the run's recheck
 budget was spent); empty: not re-timed at all."""
 
+WinnerOut = Literal["", "degraded", "unavailable", "declined", "rejected", "error"]
+"""Why a key's cached winner did not serve a dispatch another candidate (or the
+reference) served: a silent fallback (``degraded``), unavailable here with one as fast
+serving, it declined these inputs (not of a shape it was measured on), or the gate
+rejected it (or it raised) on them; empty: it served, there is none, or it was screened
+out before the dispatch (it does not apply, or is not registered)."""
+
 MAX_PLANS = 1 << 20
 """Memoised dispatch plans (one per input signature) per generation; two generations
 are kept, so up to twice this many signatures dispatch without re-planning. A slot

@@ -18,6 +18,7 @@ from pytest_arbiter.store.safetext import counted, line as safe_line
 
 if TYPE_CHECKING:
     from pytest_arbiter.decision.selection import DispatchEvent
+    from pytest_arbiter.decision.states import WinnerOut
     from pytest_arbiter.gating.baseline import BaselineVerdict
     from pytest_arbiter.session.ledger import EventKey, RunLedger, Unavailable
     from pytest_arbiter.session.settings import ArbiterSettings
@@ -242,6 +243,17 @@ def _new_entry_lines(verdict: BaselineVerdict, ledger: RunLedger) -> list[str]:
     return lines
 
 
+WINNER_OUT: dict[WinnerOut, str] = {
+    "": "",
+    "degraded": "could not run here: degraded",
+    "unavailable": "is unavailable here, {ran} as fast",
+    "declined": "declined these inputs",
+    "rejected": "was rejected by the F4 gate on these inputs",
+    "error": "raised on these inputs",
+}
+"""The winners line's words for each :data:`~.states.WinnerOut`."""
+
+
 def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
                   most: int = MAX_KEYS_SHOWN) -> list[str]:
     """Each key's candidate that ran, and the cached winner when that is another one."""
@@ -250,7 +262,6 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
     if not picked:
         return []
     cached = _cached_winners(ledger, {key for key, _ in picked[:most]})
-    gone: set[tuple[str, str, str]] | None = None  # asked only of a winner that did not run
     lines = ["winners:"]
     for key, event in picked[:most]:
         how = "measured" if event.source == "measured" else "reused from cache"
@@ -258,14 +269,9 @@ def _winner_lines(events: dict[EventKey, DispatchEvent], ledger: RunLedger,
         if ran == REFERENCE:
             ran, how = "the reference", how + "; no candidate could run"
         winner = cached.get(key, ran)
-        if event.fallback:
-            how += f"; the cached winner {winner} could not run here: degraded"
-        elif winner != ran:
-            if gone is None:
-                gone = {(u.target, u.op, u.name) for u in ledger.unavailable(ledger.counts())}
-            how += (f"; the cached winner {winner} is unavailable here, {ran} as fast"
-                    if (key[0], key[1], winner) in gone
-                    else f"; the cached winner {winner} declined these inputs")
+        if event.winner_out:
+            out = WINNER_OUT[event.winner_out].format(ran=ran)
+            how += f"; the cached winner {winner} {out}"
         lines.append(f"  {_key_text(key)}: {ran} ({how})")
     if len(picked) > most:
         lines.append(f"  ... and {len(picked) - most} more (--arbiter-explain lists them all)")

@@ -286,3 +286,20 @@ def test_a_dispatch_that_fell_to_the_reference_is_the_worst_reason() -> None:
             arb.dispatch("fb_twice", x)
         why = arb.reasons[("cpu", "fb_twice", "fast", "degraded")]
         assert "small_only ran instead" not in why, why
+
+
+def test_what_ran_and_why_the_winner_did_not_are_noted_together() -> None:
+    """A key's event tells its last dispatch: once the winner serves again (another
+    shape of the key), the degrade of the signature before is not still shown beside
+    it."""
+    x = np.arange(64.0)
+    cache = tuned("fb_twice", (x,), (fast, "fast", None), (slow, "slow", None))
+    only_64 = {"fast": lambda v: v.shape[0] != 64}  # declines its measured shape now
+    arb = replay("fb_twice", (x,), cache, (fast, "fast", only_64["fast"]),
+                 (slow, "slow", None), times=1)
+    (event,) = arb.events.values()
+    assert (event.ran, event.winner_out) == ("slow", "degraded") and event.fallback
+    arb.dispatch("fb_twice", np.arange(48.0))  # the same key: the winner runs it
+    assert arb.histogram.counts()[("cpu", "fb_twice", "fast", "won")] == 1
+    (event,) = arb.events.values()
+    assert (event.ran, event.fallback, event.winner_out) == ("fast", "", "")

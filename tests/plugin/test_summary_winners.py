@@ -63,3 +63,27 @@ def test_winner_line_names_the_candidate_that_ran(pytester: pytest.Pytester) -> 
         "    reason: the measured winner summary_fast could not run here (it declined "
         "inputs of the shapes it was measured on: *); summary_slow ran instead, *x slower "
         "when measured"])
+
+
+# the fast one is wrong where the first value is 5: the gate rejects it on such inputs
+WRONG_AT_FIVE = CONFTEST.replace("def fast(x):\n    return x * 2",
+                                 "def fast(x):\n    return x * 3 if x[0] == 5 else x * 2")
+
+
+def test_winner_line_says_the_gate_rejected_the_cached_winner(
+        pytester: pytest.Pytester) -> None:
+    """The line reads why the winner did not serve from a typed field: a winner the F4
+    gate rejected on these inputs is not said to have declined them."""
+    pytester.makeconftest(WRONG_AT_FIVE)
+    pytester.makepyfile(test_one=TUNE_TEST)
+    result = pytester.runpytest("--arbiter-tune", "--arbiter-cache=c.json")
+    assert result.ret == 0, result.stdout.str()
+
+    pytester.makepyfile(test_one=TUNE_TEST.replace("np.ones(8)", "np.full(8, 5.0)"))
+    result = pytester.runpytest("--arbiter-cache=c.json")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "winners:",
+        "  cpu/summary_scale/*: summary_slow (reused from cache; the cached winner "
+        "summary_fast was rejected by the F4 gate on these inputs)"])
+    assert "declined these inputs" not in result.stdout.str()
