@@ -25,6 +25,7 @@ from typing import Any
 
 from pytest_arbiter.core.candidates import Candidate, FunctionCandidate
 from pytest_arbiter.core.ops import Op
+from pytest_arbiter.extend.libraries import library_versions
 from pytest_arbiter.extend.literals import knob
 
 FINGERPRINT_HEX = 16
@@ -157,6 +158,8 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
         _hash_code(digest, code, getattr(fn, "__doc__", None))
         for name, literal in _literals_read(fn, code):
             digest.update(f"\0global {name} = {literal}\0".encode())
+        for library in _libraries_named(fn, code):
+            digest.update(f"\0library {library}\0".encode())
         try:
             helpers = _helpers(fn, code)
         except Exception as exc:  # a module whose lookups raise: hashed by what we know
@@ -234,6 +237,20 @@ def _literals_read(fn: Any, code: types.CodeType) -> list[tuple[str, str]]:
                 if theirs is not None:
                     found.append((f"{name}.{attr}", _stable_repr(theirs)))
     return found
+
+
+def _libraries_named(fn: Any, code: types.CodeType) -> list[str]:
+    """The installed libraries ``fn``'s code names as globals or holds in its closure,
+    with their versions (:mod:`~pytest_arbiter.extend.libraries`)."""
+    namespace = getattr(fn, "__globals__", None) or {}
+    home = str(getattr(fn, "__module__", "") or "").split(".")[0]
+    objects = [namespace[name] for name in sorted(_names(code)) if name in namespace]
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            objects.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return library_versions(objects, home, lambda module: _own_code(module, home))
 
 
 def _python_function(obj: Any) -> types.FunctionType | None:

@@ -479,3 +479,74 @@ def test_an_op_s_package_defaults_are_hashed_by_name() -> None:
     finally:
         fingerprint._hash_callable = real
     assert seen and not any(m.startswith("pytest_arbiter") for m in seen), seen
+
+
+# -- the installed libraries a kernel calls ---------------------------------------------
+
+
+def _installed_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       init: str, dist_version: str | None = None) -> Any:
+    """A fake installed library ``qa_fastlib`` (its folder counted as site-packages), and
+    a fingerprint function for a kernel of the user's that calls it."""
+    import importlib
+    import sys
+
+    from pytest_arbiter.extend import fingerprint as fp_module, libraries
+
+    site = tmp_path / "site"
+    (site / "qa_fastlib").mkdir(parents=True, exist_ok=True)
+    (site / "qa_fastlib" / "__init__.py").write_text(init)
+    for old in site.glob("qa_fastlib-*.dist-info"):
+        for file in old.iterdir():
+            file.unlink()
+        old.rmdir()
+    if dist_version is not None:
+        info = site / f"qa_fastlib-{dist_version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: qa_fastlib\nVersion: {dist_version}\n")
+        (info / "top_level.txt").write_text("qa_fastlib\n")
+    user = tmp_path / "user"
+    user.mkdir(exist_ok=True)
+    (user / "qa_lse.py").write_text(
+        "import qa_fastlib\n\ndef lse(x):\n    return qa_fastlib.lse(x)\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(user))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(fp_module, "_library_paths", lambda: (os.path.join(str(site), ""),))
+    for name in ("qa_fastlib", "qa_lse"):
+        sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    libraries.forget()
+    kernel = importlib.import_module("qa_lse").lse
+    return fingerprint_of(FunctionCandidate(kernel, "lse", "softmax", "cpu", 0, None, None))
+
+
+def test_upgrading_a_library_the_kernel_calls_changes_its_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed library's code is not hashed, but its version is: an upgrade (10x
+    slower, or wrong) makes the entry stale, so the kernel is gated and timed again."""
+    code = "def lse(x):\n    return x\n"
+    v1 = _installed_library(tmp_path, monkeypatch, code, dist_version="1.0")
+    assert _installed_library(tmp_path, monkeypatch, code, dist_version="1.0") == v1
+    assert _installed_library(tmp_path, monkeypatch, code, dist_version="2.0") != v1
+    # no distribution metadata: the package's __version__, else its file's bytes
+    bare = _installed_library(tmp_path, monkeypatch, code)
+    assert _installed_library(tmp_path, monkeypatch, code + "# v3\n") != bare
+    versioned = _installed_library(tmp_path, monkeypatch, '__version__ = "3"\n' + code)
+    assert _installed_library(tmp_path, monkeypatch,
+                              '__version__ = "3"\n' + code + "# same\n") == versioned
+
+
+def test_the_environments_libraries_and_the_standard_library_are_not_versioned() -> None:
+    """NumPy's version is the environment's (an upgrade re-times, keeps the ranking);
+    the standard library's is the Python version's; a builtin names no library."""
+    import math
+
+    from pytest_arbiter.extend.libraries import library_versions
+
+    assert library_versions([np, np.sum, math, math.sqrt, len, 3, "x"], "qa",
+                            lambda module: False) == []
+    hypothesis = pytest.importorskip("hypothesis")
+    (found,) = library_versions([hypothesis.given], "qa", lambda module: False)
+    assert found == f"hypothesis {hypothesis.__version__}"
