@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_arbiter.errors import ArtifactError
-from pytest_arbiter.gating import junit
+from pytest_arbiter.gating import junit, junit_xml
 from pytest_arbiter.gating.histogram import HistogramKey
 from tests.hostile import assert_clear_error, case_xml, run_cli, suite_xml
 
@@ -46,7 +46,7 @@ def test_a_report_with_a_local_dtd_entity_leaks_nothing(
                              **{"arbiter:cpu/matmul/k/degraded": 1}) + "<x>&direct;</x>",
                     {"cpu/matmul/k/degraded": 1}))
     if not prolog_check:  # the parser's own configuration must hold on its own
-        monkeypatch.setattr(junit, "_check_prolog", lambda text, source: None)
+        monkeypatch.setattr(junit_xml, "_check_prolog", lambda text, source: None)
     code, out, err = run_cli("gate", "--baseline", tmp_path / "none.json", report)
     assert_clear_error((code, out, err), report)
     assert "TOP-SECRET" not in out + err and "pwned" not in out + err
