@@ -542,7 +542,7 @@ class ControllerHooks:
         for name, value in suite_properties(ledger.counts(), ledger.junit_recorded,
                                             s.scope(session, exitstatus).incomplete,
                                             ledger.stale_keys(), ledger.evidence(),
-                                            ledger.reasons()):
+                                            ledger.reasons(), ledger.tests):
             log.add_global_property(name, value)
 
     @pytest.hookimpl(trylast=True)

@@ -31,6 +31,7 @@ reports. This module never imports pytest.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,6 +81,10 @@ OUTSIDE_PREFIX = "arbiter-outside:"
 OUTSIDE_REASON_PREFIX = "arbiter-outside-reason:"
 """Suite property: the reason of a failing entry counted outside any test (a failing
 kernel a measurement or a corpus replay found, a dispatch at collection time)."""
+OUTSIDE_TESTS_PREFIX = "arbiter-outside-tests:"
+"""Suite property: the node ids (a JSON array) of the tests during which a failing entry
+counted outside any test was found (a kernel the tuning gate rejected in a test's
+dispatch): what the gate names behind it."""
 INCOMPLETE_PROPERTY = "arbiter-incomplete"
 """Suite property: why the run's counts are incomplete; the gate refuses such a report."""
 CHECKED_PREFIX = "arbiter-checked:"
@@ -273,11 +278,13 @@ def suite_properties(totals: Mapping[HistogramKey, int],
                      incomplete: Sequence[str] = (),
                      stale: Sequence[str] = (),
                      evidence: Evidence | None = None,
-                     reasons: Mapping[HistogramKey, str] | None = None
+                     reasons: Mapping[HistogramKey, str] | None = None,
+                     tests: Mapping[HistogramKey, Iterable[str]] | None = None
                      ) -> list[tuple[str, str]]:
     """The suite properties of a run with these dispatch ``totals`` whose testcases
     record ``recorded``: the marker, the totals, the dispatches outside any test (with
-    the run's reason of each failing one: ``reasons``), why the counts are incomplete
+    the run's reason of each failing one: ``reasons``, and the tests it was found
+    in: ``tests``), why the counts are incomplete
     if they are, the stale keys a recheck found, and what the run saw of its candidates
     (``evidence``)."""
     props = [(REPORT_PROPERTY, REPORT_VERSION)]
@@ -297,6 +304,9 @@ def suite_properties(totals: Mapping[HistogramKey, int],
             why = (reasons or {}).get(key, "")
             if key.outcome in REASON_OUTCOMES and why.strip():
                 props.append((property_name(key, OUTSIDE_REASON_PREFIX), reason_text(why)))
+            named = sorted(set((tests or {}).get(key, ())))
+            if key.outcome in REASON_OUTCOMES and named:
+                props.append((property_name(key, OUTSIDE_TESTS_PREFIX), json.dumps(named)))
     props.extend((f"{STALE_PREFIX}{number}", line) for number, line in enumerate(stale))
     return props
 
@@ -324,6 +334,8 @@ class _Suite:
     """Why a testcase's reason property is not the plugin's (a reason without a count)."""
     outside_reasons: set[HistogramKey] = field(default_factory=set)
     """The keys an ``arbiter-outside-reason:`` property gives a reason of."""
+    outside_tests: dict[HistogramKey, set[str]] = field(default_factory=dict)
+    """The tests an ``arbiter-outside-tests:`` property names behind a key."""
     cases: dict[str, _Case] = field(default_factory=dict)
 
 
@@ -372,6 +384,8 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                 into.stale.append(value)
             elif name.startswith((CHECKED_PREFIX, REGISTERED_PREFIX)):
                 _read_evidence(name, value, into)
+            elif name.startswith(OUTSIDE_TESTS_PREFIX):
+                _read_outside_tests(name, value, into)
             elif name.startswith(OUTSIDE_REASON_PREFIX):
                 key = parse_property(name, OUTSIDE_REASON_PREFIX)
                 if key is None or key.outcome not in REASON_OUTCOMES or not value.strip():
@@ -389,6 +403,19 @@ def _read_suite_properties(suite: Any, where: str, into: _Suite) -> None:
                     raise ValueError(f"unknown suite property {name!r}")
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+
+
+def _read_outside_tests(name: str, value: str, into: _Suite) -> None:
+    key = parse_property(name, OUTSIDE_TESTS_PREFIX)
+    try:
+        named = json.loads(value)
+    except ValueError:
+        named = None
+    if (key is None or key.outcome not in REASON_OUTCOMES or not isinstance(named, list)
+            or not named or not all(isinstance(n, str) and n for n in named)):
+        raise ValueError(f"property {name!r} is not a JSON array of the test ids behind "
+                         "a failing entry")
+    into.outside_tests[key] = {case_id("", n) for n in named}
 
 
 def _read_evidence(name: str, value: str, into: _Suite) -> None:
@@ -486,10 +513,11 @@ def _check_suite(suite: _Suite, where: str) -> None:
                 "(a damaged or edited report)")
     if suite.orphans:
         raise ValueError(suite.orphans[0])
-    for key in sorted(suite.outside_reasons - set(suite.outside)):
+    for key in sorted((suite.outside_reasons | set(suite.outside_tests))
+                      - set(suite.outside)):
         raise ValueError(f"{where}: property {property_name(key, OUTSIDE_REASON_PREFIX)!r} "
-                         "gives the reason for a key no dispatch outside a test counted "
-                         "(a damaged or edited report)")
+                         "or the tests behind it are given for a key no dispatch outside "
+                         "a test counted (a damaged or edited report)")
 
 
 def junit_counts(data: bytes, source: str) -> FleetCounts:
@@ -520,7 +548,7 @@ def junit_counts(data: bytes, source: str) -> FleetCounts:
         _check_suite(suite, where)
         for key, count in suite.totals.items():
             out.add(key, count)
-        for key, tests in suite.tests.items():
+        for key, tests in (*suite.tests.items(), *suite.outside_tests.items()):
             out.tests.setdefault(key, set()).update(tests)
         for key, why in suite.reasons.items():
             out.reasons.setdefault(key, set()).update(why)

@@ -3,6 +3,7 @@ cut, the last attempt of a rerun only, and refused when they cannot be the plugi
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -91,5 +92,28 @@ def test_an_outside_reason_without_an_outside_count_is_damage(tmp_path: Path) ->
     edited = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1}).replace(
         "</properties>", f"{reason}</properties>", 1)
     path.write_text(edited)
+    with pytest.raises(ArtifactError, match="no dispatch outside a test counted"):
+        junit.read_report(path)
+
+
+@pytest.mark.parametrize("value", ['["t.py::test_x"]', "t.py::test_x", "[]", "[3]"])
+def test_the_tests_behind_an_outside_entry_read_back_or_are_refused(
+        tmp_path: Path, value: str) -> None:
+    """``arbiter-outside-tests:KEY`` names the tests a finding counted outside any test
+    was made in (a JSON array of node ids); anything else, or the property without the
+    outside count, is a damaged report."""
+    named = f'<property name="arbiter-outside-tests:{KEY}" value="{escape(value)}"/>'
+    counted = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 2}).replace(
+        "</properties>", f'<property name="arbiter-outside:{KEY}" value="1"/>{named}'
+        "</properties>", 1)
+    path = tmp_path / "r.xml"
+    path.write_text(counted)
+    if value != '["t.py::test_x"]':
+        with pytest.raises(ArtifactError, match="not a JSON array of the test ids"):
+            junit.read_report(path)
+        return
+    assert junit.read_report(path).tests[DEGRADED] == {"t::a", "t.py::test_x"}
+    path.write_text(suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1}).replace(
+        "</properties>", f"{named}</properties>", 1))
     with pytest.raises(ArtifactError, match="no dispatch outside a test counted"):
         junit.read_report(path)

@@ -280,3 +280,30 @@ def test_an_entry_outside_any_test_keeps_its_reason_in_the_report(
     assert code == 1, out
     reason = reasons_under(out, "NEW error: target=cpu op=ox_op candidate=ox_raises")
     assert len(reason) == 1 and "array must not contain infs or NaNs" in reason[0], out
+
+
+RIGHT_SCALE = """
+
+@pytest_arbiter.candidate("rs_scale", target="cpu", name="rs_right")
+def rs_right(x):
+    return x * 2.0
+"""
+
+
+def test_a_rejection_found_while_tuning_names_the_test_it_was_found_in(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuning gate's rejection is counted once per run, outside any testcase's
+    counts; the report still records the tests it was found in, so ``gate`` names them
+    (GPU runners always tune: their reports are what the fleet gate reads)."""
+    pytester.makeconftest(LSE_CONFTEST + RIGHT_SCALE)
+    pytester.makepyfile(test_rs=LSE_TESTS)
+    monkeypatch.setenv("RS_TUNE", "1")
+    tune = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--arbiter-tune",
+                                         "--arbiter-cache=c.json", "--junitxml=j.xml",
+                                         "-k", "scale")
+    assert tune.ret == 1, tune.stdout.str()
+    code, out = run_cli("gate", pytester.path / "j.xml")
+    assert code == 1, out
+    line = next(x for x in out.splitlines() if x.startswith("NEW rejected"))
+    assert "candidate=rs_wrong" in line and line.endswith("in test_rs.py::test_scale"), out
+    assert read_report(pytester.path / "j.xml").tests[REJECTED] == {"test_rs.py::test_scale"}
