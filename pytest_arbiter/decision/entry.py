@@ -27,6 +27,7 @@ from pytest_arbiter.extend.fingerprint import fingerprint_of
 from pytest_arbiter.store.cache import CacheEntry, Considered, Provenance, RankedCandidate
 from pytest_arbiter.store.entry import MAX_RATIO
 from pytest_arbiter.timing.measure import Comparison
+from pytest_arbiter.timing.pairing import stored_ratio
 
 
 def ranked_rows(comparison: Comparison, old: CacheEntry | None,
@@ -48,7 +49,7 @@ def _ratio(comparison: Comparison, name: str) -> float | None:
     ratio = comparison.ratios.get(name)
     if ratio is None or not 0.0 < ratio < float("inf"):
         return None
-    shown = float(f"{ratio:.4g}")
+    shown = stored_ratio(ratio)
     return shown if 0.0 < shown <= MAX_RATIO else None
 
 

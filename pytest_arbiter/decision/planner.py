@@ -277,7 +277,8 @@ def _fallback(p: _Planning) -> Fallback | None:
                 return None  # it does not apply, or raised: recorded as what it is
             why = f"unavailable: {own.unavailable[winner]}"
     measured = tuple(tuple(s) for s in entry.provenance.shape_lists or ())
-    return Fallback(winner, why, measured, _slowdowns(entry), cand is not None)
+    return Fallback(winner, why, measured, _slowdowns(entry), cand is not None,
+                    p.arb.config.compare_policy().tie_margin)
 
 
 def _slowdowns(entry: CacheEntry) -> dict[str, float]:

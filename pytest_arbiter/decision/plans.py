@@ -16,6 +16,7 @@ from pytest_arbiter.core.ops import Op
 from pytest_arbiter.decision.record import REFERENCE_SEVERITY
 from pytest_arbiter.decision.states import MAX_PLANS, DispatchKey, Mode
 from pytest_arbiter.gating.histogram import REFERENCE, HistogramKey
+from pytest_arbiter.timing.measure import ComparePolicy
 
 
 @dataclass(eq=False)
@@ -36,9 +37,6 @@ class Step:
     vouched: bool = False
 
 
-AS_FAST = 1.01
-"""A candidate whose paired ratio to the winner is under this (the tie margin) serving
-in its place is no degrade."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +55,9 @@ class Fallback:
     registered: bool = True
     """False: the winner is not registered in this run at all (its module, or a package
     it needs, is missing; or it was removed)."""
+    margin: float = ComparePolicy.tie_margin
+    """The tie margin of the comparisons: a paired ratio under ``1 + margin`` is as fast
+    (the tie rule's own test, on the stored ratio)."""
 
     def measured_on(self, inputs: Sequence[Any]) -> bool:
         """Whether ``inputs`` are what the entry measured: its shapes, arrays row-major
@@ -80,10 +81,11 @@ class Fallback:
 
     def worse(self, ran: str) -> bool:
         """Whether ``ran`` serving in the winner's place is a degrade: it measured slower
-        (its paired ratio :data:`AS_FAST` or more), was never timed beside the winner,
-        or is the reference. One as fast serving is the ranking at work."""
+        (its stored paired ratio ``1 + margin`` or more: not a tie), was never timed
+        beside the winner, or is the reference. One as fast serving is the ranking at
+        work."""
         ratio = self.slowdown(ran)
-        return ratio == 0 or ratio >= AS_FAST
+        return ratio == 0 or ratio - 1.0 >= self.margin
 
     def reason(self, why: str, ran: str) -> str:
         """The degrade's reason: the winner, why it could not run, who ran, how much slower."""

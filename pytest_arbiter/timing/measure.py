@@ -25,6 +25,7 @@ from pytest_arbiter.timing.pairing import (
     paired_leader,
     paired_ratios,
     ratio_upper,
+    stored_ratio,
     wins_needed,
     worst_p,
 )
@@ -628,7 +629,8 @@ class _Contest:
         pol = self.pol
         upper = dict(zip(names, ratio_upper(table, lead, pol.tie_alpha).tolist(), strict=True))
         tied = [n for n in ranked
-                if ratios[n] - 1.0 < pol.tie_margin and upper[n] - 1.0 < pol.tie_bound]
+                if stored_ratio(ratios[n]) - 1.0 < pol.tie_margin
+                and upper[n] - 1.0 < pol.tie_bound]
         tie = p_worst >= pol.tie_alpha and len(tied) > 1
         if tie:
             preferred = max(tied, key=lambda n: (tier_of.get(n, 0), -ranked.index(n)))

@@ -98,6 +98,13 @@ class WinCounts:
         return int(among.min(axis=1).max())
 
 
+def stored_ratio(ratio: float) -> float:
+    """A paired ratio as an entry stores it and every rule reads it: four significant
+    digits (so the tie rule when measuring, and "as fast" when serving, judge the same
+    number)."""
+    return float(f"{ratio:.4g}")
+
+
 def paired_leader(table: np.ndarray, medians: Sequence[float]) -> int:
     """The column (candidate) of ``table`` (rounds x candidates) that no other beats on
     the median paired ratio, starting from the lowest median (the first, on a tie)."""

@@ -176,16 +176,19 @@ def test_the_event_says_the_reference_ran_when_the_gate_rejected_every_candidate
     assert "F4 gate" in event.passed_over["wrong_a"]
 
 
-@pytest.mark.parametrize(("ratio", "why", "degraded"), [
-    (1.004, "unavailable", False), (1.0, "unavailable", False),
-    (1.012, "unavailable", True), (1.004, "declines", True), (1.004, "gone", True)])
+@pytest.mark.parametrize(("ratio", "why", "degraded", "margin"), [
+    (1.004, "unavailable", False, None), (1.0, "unavailable", False, None),
+    (1.012, "unavailable", True, None), (1.004, "declines", True, None),
+    (1.004, "gone", True, None), (1.01, "unavailable", True, None),
+    (1.05, "unavailable", False, 0.1), (1.05, "unavailable", True, 0.02)])
 def test_a_fallback_as_fast_as_an_unavailable_winner_is_no_degrade(
-        ratio: float, why: str, degraded: bool) -> None:
+        ratio: float, why: str, degraded: bool, margin: float | None) -> None:
     """The winner tied with the one that served (its paired ratio within the 1% tie
     margin, the tier decided) and cannot run on this machine (its ``available()`` says
     no: an optional package missing here): serving in its place loses nothing, so it is
     ``won``; 1.2% slower is a degrade, and so is a winner declining inputs of the shapes
-    it was measured on (a bug, maybe) or one no longer registered, however fast."""
+    it was measured on (a bug, maybe) or one no longer registered, however fast. "As
+    fast" is the arbiter's own tie margin (its ``ComparePolicy``), on the stored ratio."""
     a = np.random.default_rng(0).standard_normal((32, 32)).astype(np.float32)
     pair = ((fast, "fast", None), (slow, "slow", None))
     (entry,) = tuned("matmul", (a, a), *pair).entries()
@@ -199,7 +202,8 @@ def test_a_fallback_as_fast_as_an_unavailable_winner_is_no_degrade(
                                   if why == "unavailable" else None))
     reg.add(FunctionCandidate(slow, "slow", "matmul", "cpu", 0, None, None))
     WORKS["fast"] = why != "declines"
-    arb = Arbiter(registry=reg, cache=cache, mode="static")
+    policy = ComparePolicy(tie_margin=margin) if margin is not None else None
+    arb = Arbiter(registry=reg, cache=cache, mode="static", policy=policy)
     for _ in range(3):
         arb.dispatch("matmul", a, a)
     counts = arb.histogram.counts()
@@ -303,3 +307,17 @@ def test_what_ran_and_why_the_winner_did_not_are_noted_together() -> None:
     assert arb.histogram.counts()[("cpu", "fb_twice", "fast", "won")] == 1
     (event,) = arb.events.values()
     assert (event.ran, event.fallback, event.winner_out) == ("fast", "", "")
+
+
+@pytest.mark.parametrize("ratio", [1.0099, 1.00994, 1.00996, 1.01, 1.01004, 1.0101])
+def test_the_tie_rule_and_as_fast_judge_the_same_stored_ratio(ratio: float) -> None:
+    """A ratio the comparison counts within the tie margin serves as fast, and one it
+    does not is a degrade: both read the ratio as the entry stores it (1.00996 is stored
+    as 1.01, outside a 1% margin: not a tie, and a degrade)."""
+    from pytest_arbiter.decision.plans import Fallback
+    from pytest_arbiter.timing.pairing import stored_ratio
+
+    margin = ComparePolicy().tie_margin
+    tied = stored_ratio(ratio) - 1.0 < margin  # the comparison's own test
+    fallback = Fallback("w", "unavailable: x", (), {"r": stored_ratio(ratio)})
+    assert fallback.worse("r") is not tied

@@ -346,7 +346,7 @@ class _FrozenContest:
         ranked = [leader, *rest]
         p_worst = _worst_p(leader, names, samples)
         pol = self.pol
-        tied = [n for n in ranked if ratios[n] - 1.0 < pol.tie_margin
+        tied = [n for n in ranked if float(f"{ratios[n]:.4g}") - 1.0 < pol.tie_margin
                 and _ratio_upper(samples[n], samples[leader], pol.tie_alpha) - 1.0
                 < pol.tie_bound]
         tie = p_worst >= pol.tie_alpha and len(tied) > 1
