@@ -177,7 +177,11 @@ def _cache_note(settings: ArbiterSettings, read: MeasureCache | None) -> str | N
             "(a typo in the path? tune with --arbiter-tune to create it)")
 
 
-def _read_baseline(path: Path | None) -> tuple[dict[HistogramKey, int], str]:
+def _read_baseline(path: Path | None, writes: Path | None
+                   ) -> tuple[dict[HistogramKey, int], str]:
+    if path is None and writes is not None:
+        return {}, f"no --arbiter-baseline given: --arbiter-write-baseline {writes} records " \
+                   "this run's entries"
     if path is None:
         return {}, ("no --arbiter-baseline given: every degraded, rejected or error entry "
                     "is new")
@@ -226,7 +230,8 @@ class ArbiterSession:
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
         # the baseline first: once the cache is read, nothing here raises
-        self.baseline, self.baseline_note = _read_baseline(settings.baseline)
+        self.baseline, self.baseline_note = _read_baseline(settings.baseline,
+                                                              settings.write_baseline)
         self.loaded_cache, as_read = _read_cache(settings.cache)
         # the entries as read, for the tuning run's write to stand for the file while it
         # is unchanged (the arbiter adds to loaded_cache as it measures)

@@ -39,6 +39,7 @@ from pytest_arbiter.cli.show_rows import (
 from pytest_arbiter.errors import ArtifactError, ReportUnavailable
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.gating.baseline import (
+    GATE_REMEDY,
     FleetVerdict,
     dispatched,
     failing_outcomes,
@@ -498,8 +499,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     if not fv.passed:
         _say(out, f"degrade gate FAILED: {len(fv.verdict.new)} new "
              f"{' or '.join([', '.join(failing[:-1]), failing[-1]])} entries "
-             "(fix the kernel, mark the test arbiter_expect_degrade, or add them to "
-             "the baseline)")
+             f"({GATE_REMEDY})")
         return EXIT_FAILED
     _say(out, f"degrade gate passed ({len(fv.verdict.known)} known gated entries)")
     return EXIT_OK

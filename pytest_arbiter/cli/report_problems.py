@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_arbiter.cli.report_cells import StaleKey, breakable, breakable_id, text
+from pytest_arbiter.gating.baseline import GATE_REMEDY
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import FleetCounts
 from pytest_arbiter.store.cache import CacheEntry, CacheKey, Considered
@@ -32,10 +33,6 @@ DEFAULT_REASONS = {  # for a row no report gives a reason of (a histogram file, 
     "stale": "a recheck found the cached winner slower than another candidate",
 }
 
-GATE_REMEDY = ("fix the kernel, mark the test arbiter_expect_degrade, or add them to the "
-               "baseline")
-"""What ``pytest-arbiter gate`` (and the run's summary) says to do about a new degraded,
-rejected or error entry, in its words."""
 REMEDIES = {  # a line per kind of problem on the page, under the table
     "degraded": f"{GATE_REMEDY}; a measured winner that could not run here "
                 "(unavailable): install what it needs on that runner, or re-tune its keys "

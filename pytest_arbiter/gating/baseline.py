@@ -22,6 +22,11 @@ from pytest_arbiter.gating.histogram import (
 )
 from pytest_arbiter.store.safetext import counted
 
+GATE_REMEDY = ("fix the kernel, mark the test arbiter_expect_degrade, or add them to the "
+               "baseline")
+"""What to do about a new degraded, rejected or error entry: the words of the run's
+summary, ``pytest-arbiter gate`` and the report page alike."""
+
 
 def failing_outcomes(*, stale: bool) -> tuple[str, ...]:
     """The outcomes that fail a run, or a fleet's reports, unless the baseline lists them:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pytest_arbiter.core.candidates import REGISTRY
 from pytest_arbiter.errors import ArtifactError
+from pytest_arbiter.gating.baseline import GATE_REMEDY
 from pytest_arbiter.gating.histogram import GATED_OUTCOMES, OUTCOMES, REFERENCE, STALE, HistogramKey
 from pytest_arbiter.store.safetext import counted, line as safe_line
 
@@ -164,8 +165,7 @@ def _details(ledger: RunLedger, settings: ArbiterSettings, *, cache_note: str | 
                              f"{settings.write_baseline}")
             else:
                 lines.append(f"degrade gate FAILED: new {either(end.failing)} "
-                             "dispatch entries (fix the kernel, mark the test "
-                             "arbiter_expect_degrade, or add them to the baseline)")
+                             f"dispatch entries ({GATE_REMEDY})")
                 if any(key.outcome == STALE for key in verdict.new):
                     lines.append("stale cached winners: re-tune those keys "
                                  "(pytest --arbiter-tune --arbiter-recheck)")

@@ -19,12 +19,12 @@ import pytest
 from pytest_arbiter.cli.main import main
 from pytest_arbiter.cli.report_cells import breakable, breakable_id
 from pytest_arbiter.cli.report_problems import (
-    GATE_REMEDY,
     REMEDIES,
     HistogramInput,
     Problems,
     section,
 )
+from pytest_arbiter.gating.baseline import GATE_REMEDY
 from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import PROPERTY_PREFIX, property_name, suite_properties
 from pytest_arbiter.store import artifacts

@@ -59,7 +59,11 @@ def test_an_on_purpose_degrade_is_not_written_into_the_baseline(
         pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_halve=TESTS)
-    assert pytester.runpytest("--arbiter-write-baseline=base.json").ret == 0
+    wrote = pytester.runpytest("--arbiter-write-baseline=base.json", "-rN")
+    assert wrote.ret == 0
+    # the run records its entries: it does not say that every one of them is new
+    assert "every degraded, rejected or error entry is new" not in wrote.stdout.str()
+    wrote.stdout.fnmatch_lines(["*--arbiter-write-baseline *base.json records this run's*"])
     assert [e for e in _entries(pytester.path / "base.json")
             if e["outcome"] == "degraded"] == []
     # an unmarked test's degrade of the same kernel is new against that baseline
