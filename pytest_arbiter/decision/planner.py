@@ -285,10 +285,8 @@ def _slowdowns(entry: CacheEntry) -> dict[str, float]:
     """Each row's paired ratio to the winner; a row without one (an entry written by
     hand), its median over the winner's. A carried row was not timed beside the winner:
     no slowdown from it."""
-    lead = float(entry.ranking[0].stats.median_ns)
-    return {r.name: r.ratio if r.ratio is not None else
-            (float(r.stats.median_ns) / lead if lead > 0 else 0.0)
-            for r in entry.ranking if not r.carried}
+    return {r.name: ratio for r in entry.ranking
+            if (ratio := entry.over_winner(r)) is not None}
 
 
 def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str], notes: Notes,
@@ -302,10 +300,7 @@ def _event(arb: ArbiterParts, key: DispatchKey, source: Source, order: list[str]
     if selection is not None and selection.comparison is not None:
         ratios = dict(selection.comparison.ratios)
     elif entry is not None:
-        # the paired ratio that ranked each row (what show prints), else the medians'
-        best = entry.ranking[0].stats.median_ns
-        ratios = {r.name: r.ratio if r.ratio is not None else r.stats.median_ns / best
-                  for r in entry.ranking if r.ratio is not None or best > 0}
+        ratios = _slowdowns(entry)  # what show prints; none for a carried row
     ckey = CacheKey(entry.device, *key) if entry is not None else None
     rechecked = ckey is not None and ckey in arb.recheck.results
     result = arb.recheck.results.get(ckey) if ckey is not None else None

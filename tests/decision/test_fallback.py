@@ -321,3 +321,19 @@ def test_the_tie_rule_and_as_fast_judge_the_same_stored_ratio(ratio: float) -> N
     tied = stored_ratio(ratio) - 1.0 < margin  # the comparison's own test
     fallback = Fallback("w", "unavailable: x", (), {"r": stored_ratio(ratio)})
     assert fallback.worse("r") is not tied
+
+
+def test_a_carried_row_has_no_slowdown_in_the_explanation() -> None:
+    """A row carried from an older comparison was not timed beside the winner: show
+    prints no ratio for it, and neither does the event --arbiter-explain prints (it
+    had said "slower by" its medians over the winner's, from two different runs)."""
+    x = np.arange(64.0)
+    cache = tuned("fb_twice", (x,), (fast, "fast", None), (slow, "slow", None))
+    (entry,) = cache.entries()
+    carried = msgspec.structs.replace(entry.ranking[1], carried=True, ratio=None)
+    cache = MeasureCache()
+    cache.put(msgspec.structs.replace(entry, ranking=(entry.ranking[0], carried)))
+    arb = replay("fb_twice", (x,), cache, (fast, "fast", None), (slow, "slow", None),
+                 times=1)
+    (event,) = arb.events.values()
+    assert "slow" not in event.ratios and event.ratios["fast"] == 1.0
