@@ -23,7 +23,7 @@ from pytest_arbiter.core.gate import GATE_SEED, GateReport, NumericFailure, Tria
 from pytest_arbiter.core.ops import Op
 from pytest_arbiter.core.regions import Region
 from pytest_arbiter.core.trials import GateTrials, gate_trials
-from pytest_arbiter.core.user_inputs import PATTERN_KINDS, Pattern
+from pytest_arbiter.core.user_inputs import Pattern
 from pytest_arbiter.decision.states import DispatchKey, GateKind
 from pytest_arbiter.extend.hooks import call as call_hook
 
@@ -59,9 +59,9 @@ PASS = Verdict("pass")
 
 def verdict_of(report: GateReport) -> Verdict:
     """One gate report as a :class:`Verdict`."""
-    if report.error:
-        erring = next(t for t in report.trials if t.status == "error")
-        return Verdict("error", f"in the F4 gate, on {_where(erring)}: {report.error}"
+    erring = next((t for t in report.trials if t.status == "error"), None)
+    if erring is not None:
+        return Verdict("error", f"in the F4 gate, on {_where(erring)}: {erring.reason}"
                                 f"{_domain_hint(erring)}")
     if report.rejected:
         again = (" on a pattern that failed it on another key of the op"
@@ -101,7 +101,7 @@ def _domain_hint(trial: TrialResult) -> str:
     """For a user op's trial derived from the dispatch's inputs (fresh values, large
     magnitudes or offsets, special values) that the candidate raised on: how to say the
     inputs are outside the op's domain."""
-    if trial.pattern.removeprefix("regated ") not in PATTERN_KINDS:
+    if trial.recipe is None:  # not a derived trial
         return ""
     return ("; if such inputs are outside the op's domain, make its reference (or "
             "validate) raise on them and the trial is skipped (docs/accuracy.md, "
