@@ -2212,8 +2212,8 @@ def user_gate_timing(rounds: int = 9, before: Any = None
     """CPU seconds (median of ``rounds``) of a user-op gate call at the sizes of
     docs/accuracy.md's examples (8x300 float32 logsumexp; an 8x300 cumsum with its
     ``gate_inputs`` of rows of 1000 and 4097), with the derived trials and one re-gated
-    pattern; beside it the older tree's call (``before``, a package), which has no
-    re-gated trial."""
+    pattern; beside it the older tree's call (``before``, a package), with the pattern
+    too when its gate takes one (:func:`_regates`)."""
     import importlib
 
     now = importlib.import_module("pytest_arbiter")
@@ -2229,10 +2229,17 @@ def user_gate_timing(rounds: int = 9, before: Any = None
         calls = [_user_gate_call(now, name, reference, kernel, x, gate_inputs, True)]
         if before is not None:
             calls.append(_user_gate_call(before, name, reference, kernel, x, gate_inputs,
-                                         False))
+                                         _regates(before)))
         times = _timed(calls, rounds)
         rows.append((f"user op {label}", times[0], times[1] if before is not None else None))
     return rows
+
+
+def _regates(package: Any) -> bool:
+    """Whether a tree's gate takes re-gated patterns (then timed with one, as this one)."""
+    import inspect
+
+    return "regate" in inspect.signature(package.f4_gate).parameters
 
 
 def _maybe_module(package: Any, name: str) -> Any:
@@ -2336,7 +2343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_gate_timing(gate_timing(before=args.before, also=args.also))
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         old_tree = sys.modules.get("pytest_arbiter_before") if args.before else None
-        print("user-op gate calls (derived trials, one re-gated pattern; before: without it):")
+        print("user-op gate calls (derived trials, one re-gated pattern; before: without it "
+              "if its gate takes none):")
         for label, seconds, old in user_gate_timing(before=old_tree):
             versus = f"   before {old * 1e3:8.2f} ms" if old else ""
             print(f"  {label:40s} {seconds * 1e3:8.2f} ms{versus}")

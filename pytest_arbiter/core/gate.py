@@ -48,11 +48,18 @@ a non-finite value not the reference's), an infinity where it is finite, or an e
 than FAR_OVER_BUDGET times its allowance. A candidate failed so on one key of an op is
 gated on the other keys with that trial's pattern (docs/accuracy.md, "Re-gated patterns")."""
 FAR_OVER_BUDGET = 100.0
-FailureKind = Literal["structure", "inputs_modified", "shape", "dtype", "values"]
+FailureKind = Literal["structure", "inputs_modified", "shape", "dtype", "values",
+                      "nondeterministic"]
 """What a failed trial got wrong: how the output is packed (a tuple where the reference
 returns one array, another number of outputs, a list for a tuple), the inputs (written
-to), the output's shape or dtype, or its values (out of budget, non-finite, all zeros,
-biased or spread out, an integer off)."""
+to), the output's shape or dtype, its values (out of budget, non-finite, all zeros,
+biased or spread out, an integer off), or its repeatability (right on one call, wrong on
+a later call on the same input: a race, an uninitialised buffer; :data:`REPEATS`)."""
+REPEATS = 2
+"""After its trials, a candidate that passed them all runs this many more times on one of
+them (the dispatch's own inputs; on a region alone, the smallest): each output must be the
+first one's bits or, where it differs, within the budget on its own (docs/accuracy.md,
+"Repeated calls")."""
 
 
 @dataclass(frozen=True)
@@ -223,12 +230,69 @@ def _run_trials(cand: Candidate, op: Op, prepared: Sequence[PreparedTrial],
     re-gated twice) runs again, so that its verdict is known to it."""
     results: list[TrialResult | _Pending] = []
     met: set[int] = set()
+    first: list[np.ndarray] = []  # the first output of the trial to repeat (number at)
+    at, aim = -1, _to_repeat(prepared)
     for i, prep in enumerate(prepared):
         if id(prep) in met:
             _settle(results)
         met.add(id(prep))
-        results.append(_check_trial(cand, op, i, prep, guard))
-    return _settle(results)
+        keep = first if i >= aim and not first else None
+        results.append(_check_trial(cand, op, i, prep, guard, keep))
+        if first and at < 0:
+            at, first[0] = i, np.array(first[0], copy=True)  # the kernel may reuse it
+    settled = _settle(results)
+    if at >= 0 and settled[at].status == "pass" and not any(
+            r.status in ("fail", "error") for r in settled):
+        again = _repeated(cand, op, at, prepared[at], first[0], guard, len(settled))
+        if again is not None:
+            settled.append(again)
+    return settled
+
+
+def _to_repeat(prepared: Sequence[PreparedTrial]) -> int:
+    """The trial a candidate runs again (or the first judged after it, when it declines
+    that one): the dispatch's own inputs, what it serves; without them, the cheapest."""
+    if not prepared or prepared[0].trial.seed is None:
+        return 0
+    return min(range(len(prepared)), key=lambda i: sum(
+        int(getattr(x, "nbytes", 0)) for x in prepared[i].trial.inputs))
+
+
+def _repeated(cand: Candidate, op: Op, index: int, prep: PreparedTrial, first: np.ndarray,
+              guard: Guard, at: int) -> TrialResult | None:
+    """``cand`` run REPEATS more times on the trial it passed as the ``index``-th, after
+    its other trials (so a kernel's reused buffer holds another input's result): ``None``
+    when every call passes again (the same bits are judged once), else the failure,
+    numbered ``at``. A wrong output is ``nondeterministic``; inputs written to or an
+    exception are what they are on any call, said to be on a repeated one."""
+    for call in range(2, 2 + REPEATS):
+        got: list[np.ndarray] = []
+        judged = _check_trial(cand, op, index, prep, guard, got)
+        if isinstance(judged, _Pending):
+            judged = _settle([judged])[0]
+        if judged.status not in ("fail", "error"):
+            continue  # passed, or declined this time: handed on, never wrong
+        where = f"call {call} on the same input, after call 1 passed"
+        if judged.status == "error" or judged.failure == "inputs_modified":
+            return replace(judged, index=at, reason=f"{judged.reason} ({where})",
+                           recipe=None)
+        return replace(judged, index=at, failure="nondeterministic", recipe=None,
+                       input=f"{judged.input or judged.pattern}, run again", reason=(
+                           f"returned different results for the same input on calls 1 "
+                           f"and {call}: {_difference(first, got)} (call {call}: "
+                           f"{judged.reason})"))
+    return None
+
+
+def _difference(first: np.ndarray, got: Sequence[np.ndarray]) -> str:
+    """How a repeated call's output differs from the first call's, for people."""
+    if not got or got[0].shape != first.shape or got[0].dtype != first.dtype:
+        return "outputs of another shape, dtype or structure"
+    a, b = first.astype(np.float64), got[0].astype(np.float64)
+    differ = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    gaps = np.abs(a - b)[differ & np.isfinite(a) & np.isfinite(b)]
+    largest = f"max difference {float(gaps.max()):.3g}" if gaps.size else "non-finite"
+    return f"{largest} in {int(differ.sum())} of {differ.size} outputs"
 
 
 def _settle(results: list[TrialResult | _Pending]) -> list[TrialResult]:
@@ -259,10 +323,12 @@ def _exact_of(prep: PreparedTrial) -> np.ndarray:
 
 
 def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
-                 guard: Guard) -> TrialResult | _Pending:
+                 guard: Guard, outputs: list[np.ndarray] | None = None
+                 ) -> TrialResult | _Pending:
     """Run ``cand`` on one gate input and judge its output (NumPy's floating-point
     warnings off: :func:`evaluate` turns them off once for all the trials), but for the
-    statistical checks: an output that reaches them is :class:`_Pending`."""
+    statistical checks: an output that reaches them is :class:`_Pending`. ``outputs``:
+    the output, of the right form, shape and dtype, is appended to it (not copied)."""
     # the candidate's code, accepts() included, sees copies of the trial's inputs, never
     # the trial's own arrays (shared with the key's other candidates): a write to them
     # fails this candidate alone. The copies keep the inputs' memory layout (strides and
@@ -300,6 +366,8 @@ def _check_trial(cand: Candidate, op: Op, index: int, prep: PreparedTrial,
     if out.dtype != want.dtype:
         return _result(prep, index, "fail", f"output dtype {out.dtype}, expected "
                        f"{want.dtype}", failure="dtype")
+    if outputs is not None:
+        outputs.append(out)
     # the verdict on an output is a function of its bits and the trial alone: another
     # candidate's identical output is not judged again
     seen = prep.judged_before(out)
