@@ -73,8 +73,9 @@ class DispatchEvent:
     recheck_status: RecheckStatus = ""
     """The same, typed: what the summary and the ledger read."""
     ran: str = ""
-    """The candidate the key's dispatches ran (its last planned input signature); empty
-    when the reference ran."""
+    """The candidate the key's last dispatch ran (the fast path's: its last planned input
+    signature), :data:`~pytest_arbiter.gating.histogram.REFERENCE` when the reference
+    did; empty before any ran."""
     fallback: str = ""
     """Why the key's measured winner did not run here and another candidate served
     (a ``degraded`` dispatch); empty when it ran or there is none."""
