@@ -231,6 +231,17 @@ class ComparePolicy:
     it made stands). A lone
     candidate needs few rounds (``min_rounds // 2``, at least 3); one left alone beside
     crawlers gets ``min_rounds``, as a ranking of two does.
+
+    A short call feels the call before it: what a neighbour left in the caches and the
+    branch predictors (microseconds to refill) speeds or slows it, so a round would time
+    each kernel after whichever others the shuffle put before it, and adding a third
+    candidate could turn the pick between two (``np.add.accumulate`` of a 2x8 array takes
+    0.81 us right after ``np.cumsum``, which shares its code, and 0.93 us first in a
+    round, while a numba kernel takes 0.80 us after either). So, where the fastest
+    warmup call is under ``lead_in_s``, each timed call follows an untimed call of the
+    same candidate (a lead-in): every kernel is timed as it runs when called again and
+    again, whoever else is compared. Longer calls dwarf a neighbour's traces, and a
+    lead-in would double what their rounds cost; 0 turns lead-ins off.
     """
 
     warmup: int = 2
@@ -250,6 +261,7 @@ class ComparePolicy:
     preempt_factor: float = 2.0
     preempt_slack_s: float = 50e-6
     max_discards: int = 10
+    lead_in_s: float = 100e-6
 
     def preempted(self, wall_ns: float, cpu_ns: float) -> bool:
         """Whether a timing of ``wall_ns`` on the wall clock that cost ``cpu_ns`` of this
@@ -262,8 +274,9 @@ class Comparison:
     """The outcome of an interleaved comparison: ranking, stats, confidence of the pick.
 
     ``ratios`` are each candidate's median paired ratio to the pick's time in the same
-    round; ``timed_ns`` sums the timed calls; ``spent_ns`` is the wall time of the whole
-    comparison, warmup and bookkeeping included (what the budget bounds). ``failed``
+    round; ``timed_ns`` sums the timed calls (lead-ins too); ``spent_ns`` is the wall
+    time of the whole comparison, warmup and bookkeeping included (what the budget
+    bounds). ``failed``
     names the candidates that raised (``"Type: message"``): they are in neither the
     ranking nor the stats, and an empty ranking means every candidate failed.
     ``dropped`` names the crawlers and why: ranked last, on the samples they have.
@@ -376,6 +389,9 @@ class _Contest:
         self.summaries: dict[str, LatencyStats] = {}
         self.warm = 0.0
         self.timed = 0.0
+        self.lead_in = False
+        """Whether each timed call in a round follows an untimed call of its own (set
+        when the rounds start: :class:`ComparePolicy`'s ``lead_in_s``)."""
         # a call over crawl_factor x the budget may make its candidate a suspect: from
         # the first such call on, each candidate's fastest call is kept and the crawl
         # rule checked after every call (a faster call elsewhere may convict one)
@@ -493,11 +509,14 @@ class _Contest:
         wins = WinCounts(self.names)
         round_times: list[float] = []  # the kept rounds' costs, sorted
         order = list(range(len(self.names)))
+        warmed = [min(c) for c in self.calls.values() if c]
+        self.lead_in = bool(warmed) and min(warmed) < pol.lead_in_s * 1e9
         while self.alive:
             if self._enough(wins, round_times):
                 break
             round_start = self.wall()
             cpu_start = self.cpu() if self.cpu is not None else 0
+            timed_before = self.timed
             shuffle.shuffle(order)
             times = self._round(order)
             if times is None:
@@ -505,7 +524,7 @@ class _Contest:
             wall = float(self.wall() - round_start)
             if self.discard(wall, cpu_start):
                 continue  # preempted: timed again, as if it never ran
-            bisect.insort(round_times, max(wall, sum(times.values())))
+            bisect.insort(round_times, max(wall, self.timed - timed_before))
             self.kept.append(times)
             if self.on_round is not None and self.on_round(times):
                 break
@@ -517,15 +536,19 @@ class _Contest:
                     break  # a clear gap
 
     def _round(self, order: Sequence[int]) -> dict[str, float] | None:
-        """Time each live candidate once in ``order``: their times, or None for a void
-        round (a candidate raised, or none was left to time)."""
+        """Time each live candidate once in ``order``, each after its lead-in where there
+        are lead-ins: their times, or None for a void round (a candidate raised, or none
+        was left to time). A lead-in's time counts in ``timed``, not in the round's."""
         times: dict[str, float] = {}
         whole = True
         for i in order:
             name = self.names[i]
             if name in self.out:
                 continue
-            took = self.call(name)
+            led = self._timed(name) if self.lead_in else 0.0
+            if led is not None:
+                self.timed += led
+            took = None if led is None else self.call(name)
             if took is None:
                 # a candidate raised: the round is void for everyone
                 whole = False

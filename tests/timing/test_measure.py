@@ -26,7 +26,8 @@ def test_a_candidate_raising_in_its_fifth_timed_round_is_failed_and_the_rest_ran
     """The fastest candidate raises in round 5 (its 7th call after 2 warmup calls): it is
     out, called no more, and round 5 counts for nobody; the others are ranked as usual."""
     timer = ScriptedTimer({"boom": 90.0, "fast": 100.0, "mid": 120.0}, raise_on={"boom": 7})
-    policy = ComparePolicy(warmup=2, min_rounds=7, max_rounds=12, budget_s=10.0)
+    # calls scripted by their number: no lead-ins between them
+    policy = ComparePolicy(warmup=2, min_rounds=7, max_rounds=12, budget_s=10.0, lead_in_s=0)
     comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
     assert comp.failed == {"boom": "RuntimeError: boom broke on call 7"}
     assert comp.ranking == ["fast", "mid"]
@@ -153,7 +154,7 @@ def test_one_stalled_call_makes_no_crawler() -> None:
     the rounds, and their paired ratios make it the pick."""
     timer = ScriptedTimer({"stalls": lambda call: 5e8 if call == 5 else 90.0,
                            "fast": 100.0, "mid": 110.0})
-    policy = ComparePolicy(warmup=2, min_rounds=7, max_rounds=12, budget_s=0.01)
+    policy = ComparePolicy(warmup=2, min_rounds=7, max_rounds=12, budget_s=0.01, lead_in_s=0)
     comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
     assert comp.dropped == {}
     assert comp.ranking == ["stalls", "fast", "mid"]
@@ -237,7 +238,7 @@ def test_clear_winner_stops_early_with_high_confidence() -> None:
     assert comp.rounds == 10  # 2**-10 < 1e-3: the sign test's first chance to stop
     assert comp.confidence == pytest.approx(1.0 - 2.0**-10)
     assert comp.ratios["slow"] == pytest.approx(1.05)
-    assert comp.timed_ns == pytest.approx(10 * 205.0)
+    assert comp.timed_ns == pytest.approx(10 * 2 * 205.0)  # each call after its lead-in
 
 
 def test_difference_inside_the_noise_is_a_tie_won_by_the_higher_tier() -> None:
@@ -284,7 +285,7 @@ def test_rounds_too_noisy_to_bound_the_gap_are_no_tie() -> None:
     under 2.8, so it is no tie; the measured leader is the pick, of low confidence."""
     pattern = {"fast": (100.0, 100.0, 100.0), "tiered": (50.0, 280.0, 100.5)}
     timer = ScriptedTimer({n: (lambda k, t=t: t[k % 3]) for n, t in pattern.items()})
-    policy = ComparePolicy(warmup=2, min_rounds=5, max_rounds=13, budget_s=10.0)
+    policy = ComparePolicy(warmup=2, min_rounds=5, max_rounds=13, budget_s=10.0, lead_in_s=0)
     comp = compare_latencies(timer.fns(), tiers={"fast": 0, "tiered": 2},
                              policy=policy, timer=timer)
     assert comp.rounds == 13
@@ -370,11 +371,54 @@ def test_paired_ratios_in_a_cycle_keep_the_leader_first() -> None:
             return float(next(calls[str(fn())]))
 
     policy = ComparePolicy(warmup=2, min_rounds=9, max_rounds=9, budget_s=100.0,
-                           cap_s=1000.0, seed=0)
+                           cap_s=1000.0, seed=0, lead_in_s=0)
     comp = compare_latencies(fns, policy=policy, timer=CyclingTimer())
     assert comp.rounds == 9
     assert comp.ratios[comp.ranking[0]] == 1.0
     assert min(comp.ratios.values()) < 1.0  # the cycle: one of the rest beats the pick
+
+
+class CarryOverTimer:
+    """Each call takes ``after[(previous call's name, its name)]`` nanoseconds, else
+    ``alone[name]``: what a neighbour left in the caches speeds or slows a short call."""
+
+    def __init__(self, alone: dict[str, float], after: dict[tuple[str, str], float]) -> None:
+        self.alone, self.after = alone, after
+        self.previous = ""
+        self.timed: list[str] = []
+
+    def fns(self) -> dict[str, Callable[[], object]]:
+        return {n: (lambda n=n: n) for n in self.alone}
+
+    def sample(self, fn: Callable[[], object]) -> float:
+        name = str(fn())
+        took = self.after.get((self.previous, name), self.alone[name])
+        self.previous = name
+        self.timed.append(name)
+        return took
+
+
+def test_a_neighbours_carry_over_does_not_pick_the_kernel() -> None:
+    """``warm`` takes 1.0 us called again and again, 1.2 us after another kernel (its
+    code cold); ``steady`` takes 1.1 us whatever ran before. In rounds of one call each,
+    ``warm`` always follows the other or the rounds' bookkeeping, so the rounds once
+    picked ``steady`` with full confidence. With a lead-in before each timed call, each
+    is timed as it runs called again and again, and ``warm`` is the pick."""
+    timer = CarryOverTimer({"warm": 1200.0, "steady": 1100.0}, {("warm", "warm"): 1000.0})
+    comp = compare_latencies(timer.fns(), policy=ComparePolicy(), timer=timer)
+    assert comp.ranking == ["warm", "steady"]
+    assert comp.confidence > 0.999
+    assert comp.ratios["steady"] == pytest.approx(1.1)
+    # a kept round is 4 calls: each candidate's lead-in, then its timed call
+    assert len(timer.timed) == 2 * 2 + 4 * comp.rounds
+
+
+def test_long_calls_get_no_lead_in() -> None:
+    """Calls over ``lead_in_s`` dwarf what a neighbour leaves: a lead-in would only
+    double their rounds' cost."""
+    timer = ScriptedTimer({"a": 200e3, "b": 220e3})
+    comp = compare_latencies(timer.fns(), policy=ComparePolicy(lead_in_s=100e-6), timer=timer)
+    assert timer.samples == 2 * 2 + 2 * comp.rounds
 
 
 def test_gc_is_restored_after_a_comparison() -> None:

@@ -123,6 +123,7 @@ def policies(draw: st.DrawFn) -> ComparePolicy:
         call_timeout_s=draw(st.sampled_from([None, 60.0])),
         crawl_factor=draw(st.sampled_from([2.0, 10.0])),
         max_discards=draw(st.integers(0, 4)),
+        lead_in_s=draw(st.sampled_from([0.0, 1e-6, 100e-6, 1.0])),
     )
 
 
