@@ -36,7 +36,7 @@ from pytest_arbiter.extend.device import device_tag, forget, worker_device_envir
 from pytest_arbiter.gating.histogram import DispatchHistogram, HistogramKey
 from pytest_arbiter.session.controller import Controller
 from pytest_arbiter.session.ledger import RunLedger
-from pytest_arbiter.session.settings import ArbiterSettings, add_options, resolve
+from pytest_arbiter.session.settings import ArbiterSettings, add_options, resolve, round_limit
 from pytest_arbiter.session.summary import RunVerdict, render
 from pytest_arbiter.store.safetext import counted, escape
 
@@ -431,7 +431,8 @@ def _build_arbiter(settings: ArbiterSettings, cache: MeasureCache | None,
         budget = RunBudget(settings.recheck_budget) if settings.recheck_budget else None
     from pytest_arbiter.timing.measure import ComparePolicy
 
-    policy = ComparePolicy(cap_s=settings.tune_budget or float("inf"))
+    policy = ComparePolicy(cap_s=settings.tune_budget or float("inf"),
+                           max_rounds=round_limit(settings.tune_budget))
     return Arbiter(registry=REGISTRY, cache=cache if cache is not None else MeasureCache(),
                    mode=settings.mode, histogram=histogram, gate=True, policy=policy,
                    call_timeout_s=settings.call_timeout, recheck=recheck,

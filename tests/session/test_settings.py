@@ -20,3 +20,19 @@ def test_settings_precedence_command_line_over_ini(tmp_path: Path) -> None:
     assert ArbiterSettings(strict=True).mode == "strict"
     assert ArbiterSettings().mode == "static"
     assert {o.ini for o in OPTIONS} >= {"arbiter_tune", "arbiter_cache", "arbiter_no_skip"}
+
+
+def test_a_larger_tune_budget_raises_the_round_limit_in_proportion() -> None:
+    """A low-confidence pick says to re-tune with a larger --arbiter-tune-budget: for
+    fast kernels the round limit, not the seconds, is what stops a comparison, so the
+    budget raises both (and the run's arbiter gets the limit)."""
+    from pytest_arbiter.gating.histogram import DispatchHistogram
+    from pytest_arbiter.plugin import _build_arbiter
+    from pytest_arbiter.session.settings import round_limit
+
+    assert [round_limit(b) for b in (None, 0.0, 0.5, 2.0, 10.0)] == [200, 200, 200, 200,
+                                                                      1000]
+    arbiter = _build_arbiter(ArbiterSettings(tune=True, tune_budget=10.0), None,
+                             DispatchHistogram())
+    policy = arbiter.config.compare_policy()
+    assert (policy.cap_s, policy.max_rounds) == (10.0, 1000)
