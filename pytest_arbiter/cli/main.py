@@ -263,8 +263,9 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     d = diff_files(args.old, args.new, _diff_line, _diff_run)
     _say_all(out, itertools.chain(d.changed, d.added, d.removed))
-    _say(out, f"{len(d.changed)} winners changed, {len(d.added)} keys added, "
-         f"{len(d.removed)} removed, {d.same} unchanged")
+    _say(out, f"{counted(len(d.changed), 'winner')} changed, "
+         f"{counted(len(d.added), 'key')} added, {len(d.removed)} removed, "
+         f"{d.same} unchanged")
     return EXIT_OK
 
 
@@ -477,8 +478,9 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
     failing = failing_outcomes(stale=args.stale == "fail")
     fv = gate_fleet(run, baseline, failing=failing, evidence=fleet.evidence(),
                     dispatched=fleet.counts)
-    _say(out, f"read {len(fleet.sources)} report(s), {fleet.testcases} testcase(s), "
-         f"{len(fleet.counts)} dispatch entries; {note}")
+    _say(out, f"read {counted(len(fleet.sources), 'report')}, "
+         f"{counted(fleet.testcases, 'testcase')}, "
+         f"{counted(len(fleet.counts), 'dispatch entry', 'dispatch entries')}; {note}")
     for path in fleet.repeated:
         _say(out, f"{escape(path)}: named twice, read once")
     if not fleet.counts:
@@ -491,7 +493,7 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
         baseline_path = Path(args.baseline)
         histogram_file.write_histogram(baseline_path, tightened(baseline, fv.fixed))
         _say(out, f"wrote the tightened baseline {baseline_path} "
-             f"({len(fv.fixed)} fixed entries removed)")
+             f"({counted(len(fv.fixed), 'fixed entry', 'fixed entries')} removed)")
     stale = [line for _, line in fleet.stale]
     if stale and args.stale != "fail":
         _say(out, f"{len(stale)} stale cached winner(s) reported, not gated (--stale=fail "
@@ -501,7 +503,8 @@ def cmd_gate(args: argparse.Namespace, out: TextIO) -> int:
              f"{' or '.join([', '.join(failing[:-1]), failing[-1]])} entries "
              f"({GATE_REMEDY})")
         return EXIT_FAILED
-    _say(out, f"degrade gate passed ({len(fv.verdict.known)} known gated entries)")
+    _say(out, f"degrade gate passed "
+         f"({counted(len(fv.verdict.known), 'known gated entry', 'known gated entries')})")
     return EXIT_OK
 
 
@@ -520,7 +523,8 @@ def cmd_stale(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps([{"key": key, "found": lines}
                               for key, lines in sorted(by_key.items())], indent=1) + "\n")
         return EXIT_OK
-    _say(out, f"read {len(fleet.sources)} report(s): {len(by_key)} stale key(s)")
+    _say(out, f"read {counted(len(fleet.sources), 'report')}: "
+         f"{counted(len(by_key), 'stale key')}")
     for key, lines in sorted(by_key.items()):
         _say(out, key)
         for text in lines:
@@ -546,8 +550,8 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(f"pytest-arbiter report: {exc}\n")
         return EXIT_USAGE
     artifacts.write_text_atomic(args.output, page)
-    _say(out, f"{args.output}: {count} entries, {len(histograms)} report(s) "
-         "(JUnit or histogram)")
+    _say(out, f"{args.output}: {counted(count, 'entry', 'entries')}, "
+         f"{counted(len(histograms), 'report')} (JUnit or histogram)")
     return EXIT_OK
 
 

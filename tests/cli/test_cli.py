@@ -208,7 +208,7 @@ def test_diff_names_changed_winners_and_by_how_much(tmp_path: Path) -> None:
             "wmma now 50.0% slower") in text
     assert "added sm_90/nvidia/matmul/added/float16: x" in text
     assert "removed sm_90/nvidia/matmul/gone/float16: x" in text
-    assert text.endswith("1 winners changed, 1 keys added, 1 removed, 0 unchanged\n")
+    assert text.endswith("1 winner changed, 1 key added, 1 removed, 0 unchanged\n")
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,7 +279,7 @@ def test_gate_passes_on_a_known_degrade(reports: Path) -> None:
         code, text = run("gate", "--baseline", reports / "base.json", reports / report)
         assert code == 0, text
         assert "known degraded: target=cpu op=cli_mm candidate=cli_declining" in text
-        assert "degrade gate passed (1 known gated entries)" in text
+        assert "degrade gate passed (1 known gated entry)" in text
 
 
 @pytest.mark.xdist
@@ -322,13 +322,13 @@ def test_gate_merges_runners_and_reports_fixed_and_unchecked(reports: Path) -> N
     code, text = run("gate", "--baseline", baseline, reports / "plain.xml",
                      reports / "xdist.xml")
     assert code == 0, text
-    assert "read 2 report(s), 10 testcase(s)" in text
+    assert "read 2 reports, 10 testcases" in text
     assert "known degraded: target=cpu op=cli_mm candidate=cli_declining (6 dispatches" in text
     assert "fixed degraded: target=cpu op=cli_mm candidate=retired_kernel" in text
     assert ("unchecked degraded: target=nvidia op=matmul candidate=wmma (no report "
             "dispatched nvidia/matmul: kept in the baseline)") in text
     code, text = run("gate", "--update", "--baseline", baseline, reports / "plain.xml")
-    assert code == 0 and "1 fixed entries removed" in text
+    assert code == 0 and "1 fixed entry removed" in text
     kept = histogram_file.read_histogram(baseline)
     assert ("cpu", "cli_mm", "retired_kernel", "degraded") not in kept
     assert ("nvidia", "matmul", "wmma", "degraded") in kept

@@ -62,7 +62,7 @@ def report(tmp_path: Path) -> tuple[Path, str]:
     code = main(["report", str(corpus(tmp_path / "c.json")),
                  str(histogram(tmp_path / "h.json")), "-o", str(page)], out=out)
     assert code == 0, out.getvalue()
-    assert out.getvalue().startswith(f"{page}: 5 entries, 1 report(s) (JUnit or histogram)")
+    assert out.getvalue().startswith(f"{page}: 5 entries, 1 report (JUnit or histogram)")
     return page, page.read_text()
 
 

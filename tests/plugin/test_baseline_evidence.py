@@ -89,5 +89,5 @@ def test_a_kernel_unavailable_on_this_runner_is_never_called_fixed(
                 "--junitxml=j2.xml")
     assert "fixed rejected: target=cpu op=ev_scale candidate=ev_bad" in fixed.stdout.str()
     out = gate_update(pytester.path / "b.json", pytester.path / "j2.xml")
-    assert "1 fixed entries removed" in out, out
+    assert "1 fixed entry removed" in out, out
     assert baseline_keys(pytester.path / "b.json") == set()

@@ -108,7 +108,7 @@ def test_a_slower_winner_is_stale_and_fails_the_run_with_fail(
 
     listed = cli("stale", str(project.path / "runner.xml"))
     assert listed.returncode == 0, listed.stderr
-    assert "1 stale key(s)" in listed.stdout
+    assert "1 stale key" in listed.stdout
     assert "stale: the cached winner alpha" in listed.stdout
     as_json = json.loads(cli("stale", "--json", str(project.path / "runner.xml")).stdout)
     assert [k["key"].split("/")[:2] for k in as_json] == [["cpu", "product"]]
