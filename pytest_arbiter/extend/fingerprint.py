@@ -135,6 +135,9 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     if inner is not None:  # compiled or cached: what it was made of, and its own call
         digest.update(b"\0wraps\0")
         _hash_callable(digest, inner, seen)
+        home = str(getattr(inner, "__module__", "") or "").split(".")[0]
+        for library in library_versions([fn], home, lambda m: _own_code(m, home)):
+            digest.update(f"\0compiled by {library}\0".encode())  # numba's version
         options = getattr(fn, "targetoptions", None)  # numba's: fastmath=True and such
         if isinstance(options, dict):
             digest.update(f"\0options\0{_stable_repr(tuple(sorted(options.items())))}"

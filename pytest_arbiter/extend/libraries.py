@@ -31,33 +31,40 @@ def library_versions(objects: Iterable[Any], home: str,
     the user's modules from installed ones."""
     found: dict[str, str] = {}
     for obj in objects:
-        top, path = _library_of(obj)
-        if not top or top == home or top in found or not _installed(top, own):
-            continue
-        found[top] = _version(top, path)
+        for top, path in _libraries_of(obj):
+            if top == home or top in found or not _installed(top, own):
+                continue
+            found[top] = _version(top, path)
     return [f"{top} {version}" for top, version in sorted(found.items())]
 
 
-def _library_of(obj: Any) -> tuple[str, str | None]:
-    """The top-level package ``obj`` comes from and the file it lives in (empty: none
-    to version, a builtin or the standard library)."""
+_PLAIN = (str, int, float, bool, bytes, tuple, list, dict, set, frozenset, type(None))
+
+
+def _libraries_of(obj: Any) -> list[tuple[str, str | None]]:
+    """The top-level packages ``obj`` comes from, each with the file it lives in where
+    known: its own module (a module's name; a function's, class's or C function's
+    ``__module__``: ``from fastlib import lse``) and, for an object of a class, its
+    class's (a numba dispatcher is numba's, a ufunc NumPy's). Builtins, plain values,
+    the standard library and the environment's libraries name none."""
+    if isinstance(obj, _PLAIN):
+        return []
     if isinstance(obj, types.ModuleType):
-        module, path = str(vars(obj).get("__name__") or ""), vars(obj).get("__file__")
-    elif isinstance(obj, (types.FunctionType, type)):
-        module = str(getattr(obj, "__module__", "") or "")
+        path = vars(obj).get("__file__")
+        named = [(str(vars(obj).get("__name__") or ""), path)]
+    else:
         code = getattr(obj, "__code__", None)
-        path = code.co_filename if code is not None else None
-    elif isinstance(obj, (types.BuiltinFunctionType, str, int, float, bool, bytes,
-                          tuple, list, dict, set, frozenset, type(None))):
-        return "", None
-    else:  # an object of a library's class (a numba dispatcher, a ufunc-like callable)
-        module, path = str(type(obj).__module__ or ""), None
-    top = module.split(".")[0]
-    if not top or top in sys.stdlib_module_names or top == "builtins" or top.startswith("_"):
-        return "", None
-    if top in IN_ENVIRONMENT:
-        return "", None
-    return top, path if isinstance(path, str) else None
+        path = code.co_filename if isinstance(code, types.CodeType) else None
+        named = [(str(getattr(obj, "__module__", "") or ""), path)]
+        if not isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, type)):
+            named.append((str(type(obj).__module__ or ""), None))
+    out = []
+    for module, where in named:
+        top = module.split(".")[0]
+        if (top and top not in sys.stdlib_module_names and top != "builtins"
+                and not top.startswith("_") and top not in IN_ENVIRONMENT):
+            out.append((top, where if isinstance(where, str) else None))
+    return out
 
 
 def _installed(top: str, own: Callable[[types.ModuleType], bool]) -> bool:
@@ -84,29 +91,33 @@ def _version(top: str, path: str | None) -> str:
     if isinstance(version, str) and version:
         return version
     path = path or getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path:
+        return "unknown"  # a namespace package with no distribution: nothing to read
     try:
-        with open(str(path), "rb") as file:
+        with open(path, "rb") as file:
             return "file " + hashlib.blake2b(file.read(), digest_size=8).hexdigest()
-    except (OSError, TypeError):
+    except OSError:
         return "unknown"
 
 
 def _distribution_version(top: str) -> str | None:
     """The version of the distribution that installed ``top``: the one named as the
-    package first (scipy, numba: one lookup), the map of every installed distribution
-    (sklearn: scikit-learn) only when that misses."""
+    package first (scipy, numba: one lookup), else every distribution that installs it
+    (sklearn: scikit-learn; a namespace package such as ``nvidia`` several), sorted, so
+    the text is the same on every machine with the same installs."""
     from importlib import metadata
 
     try:
         return metadata.version(top)
     except metadata.PackageNotFoundError:
         pass
-    for dist in _distributions().get(top, ()):
+    versions = []
+    for dist in sorted(set(_distributions().get(top, ()))):
         try:
-            return metadata.version(dist)
+            versions.append(f"{dist}=={metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             continue
-    return None
+    return ", ".join(versions) or None
 
 
 def forget() -> None:

@@ -48,6 +48,9 @@ HELP_TUNE_BUDGET = ("seconds of timing one key's comparison may take at most, un
                     "is marked low-confidence")
 TUNE_BUDGET_S = 2.0
 ROUNDS_AT_DEFAULT_BUDGET = 200
+MAX_BUDGET_S = 1e6
+"""A budget past this many seconds raises the round limit no further (a huge one would
+overflow it)."""
 """The comparison's round limit at the default budget; a larger budget raises it in
 proportion (:func:`round_limit`), so fast kernels in a near tie get more rounds too."""
 
@@ -58,7 +61,7 @@ def round_limit(tune_budget: float | None) -> int:
     the default's."""
     if not tune_budget or tune_budget <= TUNE_BUDGET_S:
         return ROUNDS_AT_DEFAULT_BUDGET
-    return round(ROUNDS_AT_DEFAULT_BUDGET * tune_budget / TUNE_BUDGET_S)
+    return round(ROUNDS_AT_DEFAULT_BUDGET * min(tune_budget, MAX_BUDGET_S) / TUNE_BUDGET_S)
 HELP_BENCHMARK_JSON = ("write the comparisons this run measured in pytest-benchmark's JSON "
                        "format to PATH (one benchmark per key and candidate), for "
                        "'pytest-benchmark compare' and github-action-benchmark")

@@ -10,7 +10,8 @@ to the whole process group reaches the controller too, which asks each worker to
 its test (a worker torn down by it would be reported as crashed, its test as failed).
 Nothing already written is lost either way (artifacts are written atomically). The same
 signal again within :data:`ECHO_S` is the first one's echo, not a second: GNU ``timeout``
-sends its signal to the command and then to the whole process group at once.
+sends its signal to the command and then to the whole process group at once (Ctrl-C
+pressed twice is two presses: no window for SIGINT).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class CancelGuard:
         __tracebackhide__ = True  # pytest shows the test's line that was interrupted
         name = signal.Signals(signum).name
         now = time.monotonic()
-        if self.received == [name] and now - self._first_at < ECHO_S:
+        if (self.received == [name] and signum != signal.SIGINT
+                and now - self._first_at < ECHO_S):
             return  # the first one's echo (timeout signals the command, then its group)
         self.received.append(name)
         self._first_at = self._first_at or now

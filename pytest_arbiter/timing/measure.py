@@ -237,11 +237,11 @@ class ComparePolicy:
     each kernel after whichever others the shuffle put before it, and adding a third
     candidate could turn the pick between two (``np.add.accumulate`` of a 2x8 array takes
     0.81 us right after ``np.cumsum``, which shares its code, and 0.93 us first in a
-    round, while a numba kernel takes 0.80 us after either). So, where the fastest
-    warmup call is under ``lead_in_s``, each timed call follows an untimed call of the
-    same candidate (a lead-in): every kernel is timed as it runs when called again and
-    again, whoever else is compared. Longer calls dwarf a neighbour's traces, and a
-    lead-in would double what their rounds cost; 0 turns lead-ins off.
+    round, while a numba kernel takes 0.80 us after either). So each candidate whose
+    fastest warmup call is under ``lead_in_s`` has each timed call follow an untimed call
+    of its own (a lead-in): it is timed as it runs when called again and again, whoever
+    else is compared. Longer calls dwarf a neighbour's traces, and a lead-in would
+    double what they cost; 0 turns lead-ins off.
     """
 
     warmup: int = 2
@@ -389,9 +389,10 @@ class _Contest:
         self.summaries: dict[str, LatencyStats] = {}
         self.warm = 0.0
         self.timed = 0.0
-        self.lead_in = False
-        """Whether each timed call in a round follows an untimed call of its own (set
-        when the rounds start: :class:`ComparePolicy`'s ``lead_in_s``)."""
+        self.lead_in: frozenset[str] = frozenset()
+        """The candidates each of whose timed calls in a round follows an untimed call of
+        its own: those whose fastest warmup call is under :class:`ComparePolicy`'s
+        ``lead_in_s`` (set when the rounds start)."""
         # a call over crawl_factor x the budget may make its candidate a suspect: from
         # the first such call on, each candidate's fastest call is kept and the crawl
         # rule checked after every call (a faster call elsewhere may convict one)
@@ -509,8 +510,8 @@ class _Contest:
         wins = WinCounts(self.names)
         round_times: list[float] = []  # the kept rounds' costs, sorted
         order = list(range(len(self.names)))
-        warmed = [min(c) for c in self.calls.values() if c]
-        self.lead_in = bool(warmed) and min(warmed) < pol.lead_in_s * 1e9
+        self.lead_in = frozenset(n for n, c in self.calls.items()
+                                 if c and min(c) < pol.lead_in_s * 1e9)
         while self.alive:
             if self._enough(wins, round_times):
                 break
@@ -545,7 +546,7 @@ class _Contest:
             name = self.names[i]
             if name in self.out:
                 continue
-            led = self._timed(name) if self.lead_in else 0.0
+            led = self._timed(name) if name in self.lead_in else 0.0
             if led is not None:
                 self.timed += led
             took = None if led is None else self.call(name)
@@ -564,8 +565,10 @@ class _Contest:
             return False
         # the next round's cost: the median round (so one preempted round does not end
         # the comparison early); before three rounds, the sum of each one's median call
+        # (twice for one with a lead-in)
         typical = (_sorted_median(round_times) if len(round_times) >= 3 else
-                   sum(statistics.median(self.calls[n]) for n in self.alive))
+                   sum(statistics.median(self.calls[n]) * (2 if n in self.lead_in else 1)
+                       for n in self.alive))
         spent = self.elapsed()
         if spent + 1.5 * typical > pol.cap_s * 1e9:
             return True

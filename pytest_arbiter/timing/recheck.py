@@ -150,7 +150,7 @@ class RecheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {"winner": self.winner, "faster": self.faster, "ratio": self.ratio,
                 "p_value": self.p_value, "rounds": self.rounds, "timed_ns": self.timed_ns,
-                "spent_ns": self.spent_ns, "detail": self.detail,
+                "spent_ns": self.spent_ns, "detail": self.detail, "decided": self.decided,
                 "stats": {name: s.to_dict() for name, s in self.stats.items()}}
 
 
@@ -293,7 +293,9 @@ def recheck(winner: str, fns: Mapping[str, Callable[[], Any]], *,
     ratio, p_value = (closest[0], closest[1]) if closest is not None else (1.0, 1.0)
     return RecheckResult(winner, faster[2] if faster else None, ratio, p_value, n,
                          round(comparison.timed_ns), time.perf_counter_ns() - started,
-                         "; ".join(details), dict(comparison.stats), decided=not details)
+                         "; ".join(details), dict(comparison.stats),
+                         decided=(n >= pol.min_rounds and not comparison.failed
+                                  and not comparison.dropped))
 
 
 class RunBudget:

@@ -220,3 +220,36 @@ def test_a_user_op_re_registered_with_a_tighter_budget_gates_again() -> None:
     ops.register(make_op("qa_twice", twice, budget=tight))
     arb.dispatch("qa_twice", x)
     assert arb.histogram.counts()[("cpu", "qa_twice", "rough", "rejected")] == 1
+
+
+def test_registering_the_same_op_again_keeps_the_verdicts() -> None:
+    """``op()`` called again with the same definition (in a fixture, per test) changes
+    nothing: a live arbiter does not gate its candidates again."""
+    import pytest_arbiter.decision.gating as gating
+
+    ops = OpRegistry()
+
+    def twice(x: np.ndarray) -> np.ndarray:
+        out: np.ndarray = x * 2.0
+        return out
+
+    ops.register(make_op("qa_again", twice))
+    registry = CandidateRegistry()
+    registry.extend([FunctionCandidate(lambda x: x + x, "k", "qa_again", "cpu", 0, None,
+                                       None)])
+    arb = Arbiter(registry=registry, ops=ops, mode="static")
+    calls = {"n": 0}
+    real = gating.f4_gate
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    gating.f4_gate = counting
+    try:
+        for _ in range(3):
+            ops.register(make_op("qa_again", twice))
+            arb.dispatch("qa_again", np.arange(64.0))
+    finally:
+        gating.f4_gate = real
+    assert calls["n"] == 1 and ops.generation == 0

@@ -550,3 +550,52 @@ def test_the_environments_libraries_and_the_standard_library_are_not_versioned()
     hypothesis = pytest.importorskip("hypothesis")
     (found,) = library_versions([hypothesis.given], "qa", lambda module: False)
     assert found == f"hypothesis {hypothesis.__version__}"
+
+
+def test_a_c_function_and_a_compiled_kernel_name_their_library() -> None:
+    """``from msgspec.json import encode`` (a C function) is msgspec's, whatever its
+    type; an ``@njit`` kernel is numba's: its own fingerprint holds numba's version."""
+    from pytest_arbiter.extend.libraries import library_versions
+
+    msgspec = pytest.importorskip("msgspec")
+    assert library_versions([msgspec.json.encode], "qa", lambda module: False) == [
+        f"msgspec {msgspec.__version__}"]
+    numba = pytest.importorskip("numba")
+    dispatcher = numba.njit(lambda x: x)
+    assert library_versions([dispatcher], "tests", lambda module: False) == [
+        f"numba {numba.__version__}"]
+
+
+def test_a_package_of_several_distributions_is_versioned_by_all_of_them_sorted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A namespace package (``nvidia``, ``google``) installed by several distributions:
+    every one of them, in sorted order, never the directory listing's first; one with
+    no distribution and no file is "unknown", whatever the working folder holds."""
+    import importlib
+    import sys
+
+    from pytest_arbiter.extend import libraries
+
+    for dist, version in (("qa_ns_beta", "1.0"), ("qa_ns_alpha", "2.0")):
+        info = tmp_path / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\n"
+                                       f"Version: {version}\n")
+        (info / "top_level.txt").write_text("qa_ns\n")
+    (tmp_path / "qa_ns" / "one").mkdir(parents=True)
+    (tmp_path / "qa_ns" / "one" / "__init__.py").write_text("")
+    (tmp_path / "qa_bare" / "one").mkdir(parents=True)
+    (tmp_path / "qa_bare" / "one" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "None").write_text("not a package")
+    importlib.invalidate_caches()
+    libraries.forget()
+    try:
+        modules = [importlib.import_module(m) for m in ("qa_ns", "qa_bare")]
+        found = libraries.library_versions(modules, "qa", lambda module: False)
+    finally:
+        for name in ("qa_ns", "qa_ns.one", "qa_bare", "qa_bare.one"):
+            sys.modules.pop(name, None)
+        libraries.forget()
+    assert found == ["qa_bare unknown", "qa_ns qa_ns_alpha==2.0, qa_ns_beta==1.0"]

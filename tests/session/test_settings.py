@@ -36,3 +36,9 @@ def test_a_larger_tune_budget_raises_the_round_limit_in_proportion() -> None:
                              DispatchHistogram())
     policy = arbiter.config.compare_policy()
     assert (policy.cap_s, policy.max_rounds) == (10.0, 1000)
+
+
+def test_a_huge_tune_budget_caps_the_round_limit() -> None:
+    from pytest_arbiter.session.settings import round_limit
+
+    assert round_limit(1e307) == round_limit(1e6) == 100_000_000

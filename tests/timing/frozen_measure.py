@@ -116,6 +116,7 @@ class _FrozenContest:
         self.discarded_cpu = 0
         self.names = list(fns)
         self.alive = list(self.names)
+        self.lead_in: set[str] = set()
         self.failed: dict[str, str] = {}
         self.declined: dict[str, str] = {}
         self.declines: tuple[type[BaseException], ...] = ()
@@ -231,9 +232,9 @@ class _FrozenContest:
         wins = [[0] * len(self.names) for _ in self.names]
         round_times: list[float] = []
         order = list(range(len(self.names)))
-        # made in both: lead-ins where the fastest warmup call is short
-        fastest = min((min(c) for c in self.calls.values() if c), default=None)
-        lead_in = fastest is not None and fastest < pol.lead_in_s * 1e9
+        # made in both: a lead-in for each candidate whose fastest warmup call is short
+        lead_in = {n for n, c in self.calls.items() if c and min(c) < pol.lead_in_s * 1e9}
+        self.lead_in = lead_in
         while self.alive:
             if self._enough(wins, index, round_times):
                 break
@@ -247,7 +248,7 @@ class _FrozenContest:
                 name = self.names[i]
                 if name not in self.alive:
                     continue
-                if lead_in:
+                if name in lead_in:
                     led = self._timed(name)
                     if led is None:
                         whole = False
@@ -288,7 +289,8 @@ class _FrozenContest:
         # the next round's cost: the median round (so one preempted round does not end
         # the comparison early); before three rounds, the sum of each one's median call
         typical = (statistics.median(round_times) if len(round_times) >= 3 else
-                   sum(statistics.median(self.calls[n]) for n in self.alive))
+                   sum(statistics.median(self.calls[n]) * (2 if n in self.lead_in else 1)
+                       for n in self.alive))
         spent = self.elapsed()
         if spent + 1.5 * typical > pol.cap_s * 1e9:
             return True

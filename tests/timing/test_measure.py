@@ -103,7 +103,7 @@ def _machine_compare(times: dict[str, tuple[int, ...]], preempted: set[int],
     from tests.timing.test_rounds_differential import Machine, Script
 
     machine = Machine(Script(times, {}, frozenset(), frozenset(preempted), slowdown))
-    comp = compare_latencies(machine.fns(), policy=ComparePolicy(budget_s=0.01),
+    comp = compare_latencies(machine.fns(), policy=ComparePolicy(budget_s=0.01, lead_in_s=0),
                              timer=machine, clocks=machine.clocks(cpu=True))
     return comp, machine.made
 
@@ -419,6 +419,17 @@ def test_long_calls_get_no_lead_in() -> None:
     timer = ScriptedTimer({"a": 200e3, "b": 220e3})
     comp = compare_latencies(timer.fns(), policy=ComparePolicy(lead_in_s=100e-6), timer=timer)
     assert timer.samples == 2 * 2 + 2 * comp.rounds
+
+
+def test_only_a_short_kernel_gets_a_lead_in() -> None:
+    """Beside a 50 us kernel, a 20 ms one is called once a round: its own call dwarfs
+    what a neighbour leaves, and a lead-in would double what dominates the cost."""
+    timer = ScriptedTimer({"short": 50e3, "long": 20e6})
+    policy = ComparePolicy(lead_in_s=100e-6, cap_s=10.0, budget_s=1.0)
+    comp = compare_latencies(timer.fns(), policy=policy, timer=timer)
+    warmup = policy.warmup
+    assert timer.calls["long"] == warmup + comp.rounds
+    assert timer.calls["short"] == warmup + 2 * comp.rounds
 
 
 def test_gc_is_restored_after_a_comparison() -> None:
