@@ -497,6 +497,13 @@ def _as_one_array(op: Op, out: Any) -> np.ndarray:
                 f"op {op.name!r}: its reference returns {len(out)} outputs of shapes "
                 f"{', '.join(map(str, shapes))}: the F4 gate judges several outputs only "
                 "when they have one shape; register an op per output")
+        dtypes = [np.asarray(to_host(part)).dtype for part in out]
+        if len({d.kind in "biu" for d in dtypes}) > 1:  # exact and rounded: not one check
+            raise ValueError(
+                f"op {op.name!r}: its reference returns {len(out)} outputs of dtypes "
+                f"{', '.join(map(str, dtypes))}: the F4 gate judges several outputs only "
+                "when all are integer (or boolean) or all floating-point; register an op "
+                "per output")
     return np.asarray(to_host(out))
 
 

@@ -43,25 +43,27 @@ HELP_RECHECK_BUDGET = ("seconds of recheck timing one process may take in all (d
                        "says how many")
 HELP_TUNE_BUDGET = ("seconds of timing one key's comparison may take at most, under "
                     "--arbiter-tune (default 2; 0: no limit): slow kernels and near ties get "
-                    "more rounds up to it (and up to 200 rounds, in proportion above 2 s), "
+                    "more rounds up to it (and up to 200 rounds, in proportion above 2 s, "
+                    "1,000 at most), "
                     "a clear gap stops early; a pick that ends below the confidence target "
                     "is marked low-confidence")
 TUNE_BUDGET_S = 2.0
 ROUNDS_AT_DEFAULT_BUDGET = 200
-MAX_BUDGET_S = 1e6
-"""A budget past this many seconds raises the round limit no further (a huge one would
-overflow it)."""
+MAX_ROUNDS = 1_000
+"""The round limit no budget raises past: the sign test's bookkeeping grows with the
+rounds, and past a thousand a near tie would spend the budget on it, not on timing."""
 """The comparison's round limit at the default budget; a larger budget raises it in
 proportion (:func:`round_limit`), so fast kernels in a near tie get more rounds too."""
 
 
 def round_limit(tune_budget: float | None) -> int:
     """The most rounds one key's comparison may time under ``--arbiter-tune-budget``:
-    200 at the default 2 s or less, in proportion above (10 s: 1,000); no budget (0):
-    the default's."""
+    200 at the default 2 s or less, in proportion above, up to :data:`MAX_ROUNDS` (10 s
+    and more: 1,000); no budget (0): the default's."""
     if not tune_budget or tune_budget <= TUNE_BUDGET_S:
         return ROUNDS_AT_DEFAULT_BUDGET
-    return round(ROUNDS_AT_DEFAULT_BUDGET * min(tune_budget, MAX_BUDGET_S) / TUNE_BUDGET_S)
+    scale = min(tune_budget / TUNE_BUDGET_S, MAX_ROUNDS / ROUNDS_AT_DEFAULT_BUDGET)
+    return round(ROUNDS_AT_DEFAULT_BUDGET * scale)
 HELP_BENCHMARK_JSON = ("write the comparisons this run measured in pytest-benchmark's JSON "
                        "format to PATH (one benchmark per key and candidate), for "
                        "'pytest-benchmark compare' and github-action-benchmark")

@@ -22,9 +22,11 @@ def sign_test_p(wins: int, trials: int) -> float:
     """One-sided p-value that ``wins`` of ``trials`` paired rounds arose by chance."""
     if trials == 0:
         return 1.0
-    total = 0
-    for i in range(wins, trials + 1):
-        total += math.comb(trials, i)
+    start = max(wins, 0)
+    total, term = 0, math.comb(trials, start)
+    for i in range(start, trials + 1):
+        total += term
+        term = term * (trials - i) // (i + 1)  # C(n, i + 1), exactly
     return total / (1 << trials)  # whole numbers: no float overflow past 1,023 rounds
 
 
@@ -36,11 +38,12 @@ def wins_needed(trials: int, below: float) -> int:
     down from ``trials`` wins, the tail summed as it goes: :func:`sign_test_p`'s value
     at each step (the same whole numbers, the same division)."""
     whole = 1 << trials
-    tail = 0
+    tail, term = 0, 1  # C(n, n)
     for wins in range(trials, -1, -1):
-        tail += math.comb(trials, wins)
+        tail += term
         if not tail / whole < below:
             return wins + 1
+        term = term * wins // (trials - wins + 1)  # C(n, wins - 1), exactly: no comb()
     return 0
 
 

@@ -200,3 +200,16 @@ def test_a_layout_other_than_c_order_is_named(make: Callable[[], np.ndarray],
     assert report.failing.index == 0 and report.failing.shapes == text
     assert f"shapes {text}: " in report.summary()
     assert _gate(_wrong_unless_c_order, make_op("t_sum_c", _sum), X).trials[0].shapes == "6x40"
+
+
+def test_integer_outputs_beside_floating_ones_are_a_clear_error() -> None:
+    """An argmax and a max from one reference cannot be judged as one stacked array
+    (exact and rounded): the gate says so and names the op, rather than rejecting a
+    correct kernel for an output dtype (float64) it never returned."""
+
+    def ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.argmax(x, axis=-1), x.astype(np.float64).max(axis=-1)
+
+    op = make_op("qa_argmax_max", ref)
+    with pytest.raises(ValueError, match="qa_argmax_max.*int64, float64.*op per output"):
+        _gate(lambda x: (np.argmax(x, axis=-1), x.max(axis=-1)), op, X)

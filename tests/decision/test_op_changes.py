@@ -253,3 +253,23 @@ def test_registering_the_same_op_again_keeps_the_verdicts() -> None:
     finally:
         gating.f4_gate = real
     assert calls["n"] == 1 and ops.generation == 0
+
+
+def test_an_op_defined_in_a_fixture_registers_again_for_each_test() -> None:
+    """A fixture makes its reference anew for each test: the same code, so the same
+    op (no error, nothing to gate again); the same code closing over another value is
+    another reference, refused."""
+
+    def made(scale: float) -> Callable[[np.ndarray], np.ndarray]:
+        def ref(x: np.ndarray) -> np.ndarray:
+            out: np.ndarray = x.astype(np.float64) * scale
+            return out
+        return ref
+
+    ops = OpRegistry()
+    three = 3.0
+    ops.register(make_op("qa_fixture", made(three)))
+    ops.register(make_op("qa_fixture", made(three)))
+    assert ops.generation == 0
+    with pytest.raises(ValueError, match="cannot be re-registered"):
+        ops.register(make_op("qa_fixture", made(4.0)))

@@ -471,3 +471,17 @@ def test_wins_needed_is_the_sign_tests_own_threshold() -> None:
             needed = wins_needed(trials, below)
             assert all(sign_test_p(w, trials) < below for w in range(needed, trials + 1))
             assert needed == 0 or not sign_test_p(needed - 1, trials) < below
+
+
+def test_the_sign_test_is_the_binomial_tail_exactly() -> None:
+    """The tail summed term by term (each coefficient from the one before, no comb() a
+    term: a 2,000-round comparison asked every round) is the binomial tail, bit for
+    bit."""
+    import math
+
+    from pytest_arbiter.timing.pairing import sign_test_p
+
+    for trials in (1, 2, 7, 10, 33, 200, 1_023, 1_024, 2_000):
+        for wins in sorted({0, 1, trials // 2, trials // 2 + 1, trials - 1, trials}):
+            exact = sum(math.comb(trials, i) for i in range(wins, trials + 1))
+            assert sign_test_p(wins, trials) == exact / (1 << trials), (wins, trials)

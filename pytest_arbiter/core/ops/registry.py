@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import threading
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -35,6 +36,28 @@ def _origin(fn: Any) -> str:
     module = getattr(fn, "__module__", None) or "?"
     qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     return f"{module}.{qualname}"
+
+
+def _same_function(old: Any, new: Any) -> bool:
+    """Whether ``new`` is ``old``, or the same code made again (a function defined in a
+    fixture, made anew for each test): one code object, equal defaults, the same
+    objects in its closure."""
+    if old is new:
+        return True
+    if not (isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType)):
+        return False
+    cells = zip(old.__closure__ or (), new.__closure__ or (), strict=False)
+    return (old.__code__ is new.__code__ and old.__defaults__ == new.__defaults__
+            and old.__kwdefaults__ == new.__kwdefaults__
+            and len(old.__closure__ or ()) == len(new.__closure__ or ())
+            and all(_cell(a) is _cell(b) for a, b in cells))
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def _reimported(old: Any, new: Any) -> bool:
@@ -72,7 +95,8 @@ class OpRegistry:
             existing = self._ops.get(op.name)
             if existing is not None and existing.builtin:
                 raise ValueError(f"op {op.name!r} is built in and cannot be redefined")
-            if (existing is not None and existing.reference is not op.reference
+            if (existing is not None
+                    and not _same_function(existing.reference, op.reference)
                     and not _reimported(existing.reference, op.reference)):
                 raise ValueError(
                     f"op {op.name!r} is already registered with reference "
@@ -150,7 +174,8 @@ and reference)."""
 def _same_definition(a: Op, b: Op) -> bool:
     """Whether ``b`` registers what ``a`` did (an ``op()`` call repeated in a fixture):
     no change for the arbiters to plan and gate again."""
-    return all(getattr(a, name) == getattr(b, name) for name in DEFINING)
+    return all(_same_function(getattr(a, name), getattr(b, name))
+               or getattr(a, name) == getattr(b, name) for name in DEFINING)
 
 
 def _builtin_ops() -> list[Op]:
