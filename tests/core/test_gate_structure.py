@@ -211,5 +211,5 @@ def test_integer_outputs_beside_floating_ones_are_a_clear_error() -> None:
         return np.argmax(x, axis=-1), x.astype(np.float64).max(axis=-1)
 
     op = make_op("qa_argmax_max", ref)
-    with pytest.raises(ValueError, match="qa_argmax_max.*int64, float64.*op per output"):
+    with pytest.raises(ValueError, match=r"qa_argmax_max.*int64, float64.*op per output"):
         _gate(lambda x: (np.argmax(x, axis=-1), x.max(axis=-1)), op, X)
