@@ -135,8 +135,7 @@ def _hash_callable(digest: Any, fn: Callable[..., Any],
     if inner is not None:  # compiled or cached: what it was made of, and its own call
         digest.update(b"\0wraps\0")
         _hash_callable(digest, inner, seen)
-        home = str(getattr(inner, "__module__", "") or "").split(".")[0]
-        for library in library_versions([fn], home, lambda m: _own_code(m, home)):
+        for library in _versions([fn], inner):
             digest.update(f"\0compiled by {library}\0".encode())  # numba's version
         options = getattr(fn, "targetoptions", None)  # numba's: fastmath=True and such
         if isinstance(options, dict):
@@ -246,13 +245,19 @@ def _libraries_named(fn: Any, code: types.CodeType) -> list[str]:
     """The installed libraries ``fn``'s code names as globals or holds in its closure,
     with their versions (:mod:`~pytest_arbiter.extend.libraries`)."""
     namespace = getattr(fn, "__globals__", None) or {}
-    home = str(getattr(fn, "__module__", "") or "").split(".")[0]
     objects = [namespace[name] for name in sorted(_names(code)) if name in namespace]
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             objects.append(cell.cell_contents)
         except ValueError:  # an empty cell
             continue
+    return _versions(objects, fn)
+
+
+def _versions(objects: list[Any], fn: Any) -> list[str]:
+    """The installed libraries ``objects`` belong to, with their versions, where ``fn``'s
+    own package (and the user's other modules) is not one."""
+    home = str(getattr(fn, "__module__", "") or "").split(".")[0]
     return library_versions(objects, home, lambda module: _own_code(module, home))
 
 

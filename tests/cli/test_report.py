@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pytest_arbiter.cli.main import main
 from pytest_arbiter.gating import histogram_file
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache
+from tests.browser import CHROMIUM
 from tests.factories import ranked_entry
 
 HOSTILE = "<script>alert(1)</script>\x1b[31m"
@@ -109,7 +109,6 @@ def test_without_matplotlib_it_says_what_to_install(
 
 # -- in a real browser --------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

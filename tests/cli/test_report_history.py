@@ -18,7 +18,8 @@ from pytest_arbiter.cli.main import main
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
-from tests.cli.test_report_page import CHROMIUM, OVERFLOW, SMALL_TEXT
+from tests.browser import chromium_page, needs_chromium
+from tests.cli.test_report_page import OVERFLOW, SMALL_TEXT
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -131,27 +132,19 @@ def test_history_takes_no_reports(repo: Path, capsys: pytest.CaptureFixture[str]
     assert code == 2 and "give no REPORT files" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
-                    "it: apt-get install chromium)")
+@needs_chromium
 @pytest.mark.slow
 def test_the_history_page_in_chromium_at_phone_width(repo: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
     code, said, _ = history(repo)
     assert code == 0, said
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            page.goto((repo.parent / "history.html").as_uri())
-            assert "new winner: wmma" in page.locator("#changes").inner_text()
-            assert page.locator("figure.trend svg").is_visible()
-            page.screenshot(path=str(repo.parent / "history-phone.png"), full_page=True)
-            width = page.evaluate("document.scrollingElement.scrollWidth")
-            assert width <= page.evaluate("document.scrollingElement.clientWidth"), width
-            assert page.evaluate(OVERFLOW) == [] and page.evaluate(SMALL_TEXT) == []
-        finally:
-            browser.close()
+    with chromium_page(390, 844) as page:
+        page.goto((repo.parent / "history.html").as_uri())
+        assert "new winner: wmma" in page.locator("#changes").inner_text()
+        assert page.locator("figure.trend svg").is_visible()
+        page.screenshot(path=str(repo.parent / "history-phone.png"), full_page=True)
+        width = page.evaluate("document.scrollingElement.scrollWidth")
+        assert width <= page.evaluate("document.scrollingElement.clientWidth"), width
+        assert page.evaluate(OVERFLOW) == [] and page.evaluate(SMALL_TEXT) == []
 
 
 def test_the_chart_legend_keeps_each_keys_dtype() -> None:

@@ -10,7 +10,6 @@ import datetime
 import io
 import itertools
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from html.parser import HTMLParser
@@ -39,6 +38,7 @@ from pytest_arbiter.gating.junit import (
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, MeasureCache, RankedCandidate
 from pytest_arbiter.timing.measure import LatencyStats
+from tests.browser import chromium_page, needs_chromium
 
 HOSTILE = "<img src=x onerror=alert(1)>\x1b[31m"
 SHOWN_HOSTILE = "<img src=x onerror=alert(1)>\\x1b[31m"
@@ -383,8 +383,6 @@ def test_labels_and_keys_break_where_a_reader_expects() -> None:
 
 # -- in Chromium ----------------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
 OVERFLOW = """() => {
   const width = document.documentElement.clientWidth;
   const out = [];
@@ -414,20 +412,12 @@ SMALL_TEXT = """() => {
 }"""
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
-                    "it: apt-get install chromium)")
+@needs_chromium
 @pytest.mark.slow
 def test_the_page_in_chromium_at_desktop_and_phone_width(tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
     page_file, _ = render(tmp_path)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            _check_in(browser.new_page(viewport={"width": 1280, "height": 900}),
-                      page_file, tmp_path)
-        finally:
-            browser.close()
+    with chromium_page(1280, 900) as page:
+        _check_in(page, page_file, tmp_path)
 
 
 def _check_in(page: Any, page_file: Path, tmp_path: Path) -> None:
@@ -483,41 +473,34 @@ FIRST_CELL = """() => Array.from(document.querySelectorAll('figure')).map(fig =>
   cell: fig.querySelector('g[id$="-cell-0"]').getBoundingClientRect().left}))"""
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
-                    "it: apt-get install chromium)")
+@needs_chromium
 @pytest.mark.slow
 def test_a_user_ops_heat_map_in_chromium(tmp_path: Path) -> None:
     """Long multi-input dtypes and buckets: at desktop and phone width no two axis labels
     meet, none is under 10 px, nothing leaves the viewport, and a phone shows cells
     beside the bucket labels without scrolling."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     page_file = render_user_op(tmp_path)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(page_file.as_uri())
-            for width in (1280, 390):
-                page.set_viewport_size({"width": width, "height": 900})
-                page.screenshot(path=str(tmp_path / f"user-op-{width}.png"), full_page=True)
-                (labels,) = page.evaluate(TICK_LABELS)
-                assert len(labels) == len(USER_DTYPES) + len(USER_BUCKETS)
-                for a, b in itertools.combinations(labels, 2):
-                    assert not _meet(a, b), (width, a, b)
-                assert page.evaluate(SMALL_TEXT) == []
-                assert page.evaluate(OVERFLOW) == []
-                assert all(b["right"] <= width + 1 for b in page.evaluate(BOXES))
-                (first,) = page.evaluate(FIRST_CELL)
-                assert first["cell"] + 40 <= first["box"], first  # a cell in view
-                # keys, buckets and dtypes wrap between their parts: the tables of
-                # entries due fits a phone, the table of entries a desktop
-                fits = "el => el.scrollWidth <= el.clientWidth"
-                assert page.locator("#due .scroll").evaluate(fits), width
-                if width == 1280:
-                    assert page.locator(".group .scroll").evaluate(fits)
-        finally:
-            browser.close()
+    with chromium_page(1280, 900) as page:
+        page.goto(page_file.as_uri())
+        for width in (1280, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.screenshot(path=str(tmp_path / f"user-op-{width}.png"), full_page=True)
+            (labels,) = page.evaluate(TICK_LABELS)
+            assert len(labels) == len(USER_DTYPES) + len(USER_BUCKETS)
+            for a, b in itertools.combinations(labels, 2):
+                assert not _meet(a, b), (width, a, b)
+            assert page.evaluate(SMALL_TEXT) == []
+            assert page.evaluate(OVERFLOW) == []
+            assert all(b["right"] <= width + 1 for b in page.evaluate(BOXES))
+            (first,) = page.evaluate(FIRST_CELL)
+            assert first["cell"] + 40 <= first["box"], first  # a cell in view
+            # keys, buckets and dtypes wrap between their parts: the tables of
+            # entries due fits a phone, the table of entries a desktop
+            fits = "el => el.scrollWidth <= el.clientWidth"
+            assert page.locator("#due .scroll").evaluate(fits), width
+            if width == 1280:
+                assert page.locator(".group .scroll").evaluate(fits)
+
 
 
 def _meet(a: Mapping[str, float], b: Mapping[str, float]) -> bool:

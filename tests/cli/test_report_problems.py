@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ from pytest_arbiter.gating.histogram import HistogramKey
 from pytest_arbiter.gating.junit import PROPERTY_PREFIX, property_name, suite_properties
 from pytest_arbiter.store import artifacts
 from pytest_arbiter.store.cache import CacheEntry, Considered, MeasureCache
+from tests.browser import chromium_page, needs_chromium
 from tests.factories import ranked_entry
 
 DEVICE = "cpu-x86_64-intel-r-xeon-r-processor"
@@ -208,7 +208,6 @@ def test_the_problem_table_breaks_keys_and_ids_between_parts(tmp_path: Path) -> 
     assert "anywhere" not in cell[:cell.index("}")] and "keep-all" in cell[:cell.index("}")]
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BREAKS = """sel => Array.from(document.querySelectorAll(sel)).map(el => {
   const chars = [];
   const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
@@ -227,27 +226,19 @@ BREAKS = """sel => Array.from(document.querySelectorAll(sel)).map(el => {
 })"""
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
-                    "it: apt-get install chromium)")
+@needs_chromium
 @pytest.mark.slow
 def test_keys_and_ids_wrap_between_parts_in_chromium(tmp_path: Path) -> None:
     """At 1280 px the problem table fits its box, and every line of a key ends after a
     slash or a comma, every line of a test id after ``::``, ``/``, ``[`` or ``-``."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     page_file = render(tmp_path)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(page_file.as_uri())
-            page.locator("#problems").screenshot(path=str(tmp_path / "problems.png"))
-            box = page.locator("#problems .scroll")
-            assert box.evaluate("el => el.scrollWidth <= el.clientWidth")
-            keys = page.evaluate(BREAKS, "#problems td.keys a")
-            ids = page.evaluate(BREAKS, "#problems td.tests code")
-        finally:
-            browser.close()
+    with chromium_page(1280, 800) as page:
+        page.goto(page_file.as_uri())
+        page.locator("#problems").screenshot(path=str(tmp_path / "problems.png"))
+        box = page.locator("#problems .scroll")
+        assert box.evaluate("el => el.scrollWidth <= el.clientWidth")
+        keys = page.evaluate(BREAKS, "#problems td.keys a")
+        ids = page.evaluate(BREAKS, "#problems td.tests code")
     assert keys and ids and any(k["breaks"] for k in keys) and any(i["breaks"] for i in ids)
     for key in keys:
         assert all(line[-1] in "/," for line in key["breaks"]), key

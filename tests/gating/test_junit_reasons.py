@@ -79,19 +79,23 @@ def test_a_reason_the_plugin_cannot_have_written_is_refused(
 
 
 
+def one_outside(extra: str, *, outside: bool = True) -> str:
+    """A suite whose testcase dispatched KEY once, with one more dispatch of it outside
+    any test (``outside``: else that count edited away) and the suite property
+    ``extra`` beside it."""
+    counts = f'<property name="arbiter-outside:{KEY}" value="1"/>' if outside else ""
+    return suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1 + outside}).replace(
+        "</properties>", f"{counts}{extra}</properties>", 1)
+
+
 def test_an_outside_reason_without_an_outside_count_is_damage(tmp_path: Path) -> None:
     """The reason of a key counted outside any test, with that count edited away: the
     report is refused, as a testcase's reason without its count is."""
     reason = f'<property name="arbiter-outside-reason:{KEY}" value="raised ValueError"/>'
-    counted = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 2}).replace(
-        "</properties>", f'<property name="arbiter-outside:{KEY}" value="1"/>{reason}'
-        "</properties>", 1)
     path = tmp_path / "kept.xml"
-    path.write_text(counted)
+    path.write_text(one_outside(reason))
     assert junit.read_report(path).reasons == {DEGRADED: {"raised ValueError"}}
-    edited = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1}).replace(
-        "</properties>", f"{reason}</properties>", 1)
-    path.write_text(edited)
+    path.write_text(one_outside(reason, outside=False))
     with pytest.raises(ArtifactError, match="no dispatch outside a test counted"):
         junit.read_report(path)
 
@@ -103,17 +107,13 @@ def test_the_tests_behind_an_outside_entry_read_back_or_are_refused(
     was made in (a JSON array of node ids); anything else, or the property without the
     outside count, is a damaged report."""
     named = f'<property name="arbiter-outside-tests:{KEY}" value="{escape(value)}"/>'
-    counted = suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 2}).replace(
-        "</properties>", f'<property name="arbiter-outside:{KEY}" value="1"/>{named}'
-        "</properties>", 1)
     path = tmp_path / "r.xml"
-    path.write_text(counted)
+    path.write_text(one_outside(named))
     if value != '["t.py::test_x"]':
         with pytest.raises(ArtifactError, match="not a JSON array of the test ids"):
             junit.read_report(path)
         return
     assert junit.read_report(path).tests[DEGRADED] == {"t::a", "t.py::test_x"}
-    path.write_text(suite_xml(case("a", (f"arbiter:{KEY}", "1")), {KEY: 1}).replace(
-        "</properties>", f"{named}</properties>", 1))
+    path.write_text(one_outside(named, outside=False))
     with pytest.raises(ArtifactError, match="no dispatch outside a test counted"):
         junit.read_report(path)
